@@ -1,0 +1,203 @@
+// Package api is shardmq's HTTP/JSON interface (DESIGN §5): it decodes and
+// validates requests, rejects a bad request whole before anything is
+// written, calls the broker and encodes per-item results in request order.
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/topology"
+)
+
+// Broker is what the API needs from the broker.
+type Broker interface {
+	Produce(ctx context.Context, topic string, msgs []broker.Message) ([]broker.ProduceResult, error)
+	Claim(ctx context.Context, req broker.ClaimRequest) ([]broker.Delivery, error)
+	Ack(ctx context.Context, receipts []broker.Receipt) []broker.LeaseResult
+	Nack(ctx context.Context, items []broker.NackItem) []broker.NackResult
+	Extend(ctx context.Context, receipts []broker.Receipt, lease time.Duration) []broker.LeaseResult
+}
+
+var _ Broker = (*broker.Broker)(nil)
+
+// Limits bound what one request may carry. Zero fields take the defaults.
+type Limits struct {
+	MaxBody      int64         // request body; defaults to 16 MiB
+	MaxBatch     int           // messages per produce, receipts per ack/nack/extend; defaults to 1000
+	MaxPayload   int           // one message's payload bytes; defaults to 1 MiB
+	MaxKey       int           // key, order_key, transaction_id bytes; defaults to 256
+	MaxClaim     int           // claim max; defaults to 1000
+	MaxWait      time.Duration // claim wait_ms; defaults to 20s
+	DefaultLease time.Duration // claim visibility_timeout_ms when absent; defaults to 30s
+	MaxLease     time.Duration // defaults to 12h
+	MaxDelay     time.Duration // delay_ms / deliver_at horizon; defaults to 366 days
+}
+
+// WithDefaults fills zero fields.
+func (l Limits) WithDefaults() Limits {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if l.MaxBody <= 0 {
+		l.MaxBody = 16 << 20
+	}
+	def(&l.MaxBatch, 1000)
+	def(&l.MaxPayload, 1<<20)
+	def(&l.MaxKey, 256)
+	def(&l.MaxClaim, 1000)
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defDur(&l.MaxWait, 20*time.Second)
+	defDur(&l.DefaultLease, 30*time.Second)
+	defDur(&l.MaxLease, 12*time.Hour)
+	defDur(&l.MaxDelay, 366*24*time.Hour)
+	return l
+}
+
+// Health reports readiness; nil means ready.
+type Health func(ctx context.Context) (detail any, err error)
+
+// Server serves the HTTP API.
+type Server struct {
+	b      Broker
+	limits Limits
+	ready  Health
+	log    *slog.Logger
+	mux    *http.ServeMux
+}
+
+// New returns the API handler. ready may be nil (always ready).
+func New(b Broker, limits Limits, ready Health, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{b: b, limits: limits.WithDefaults(), ready: ready, log: log, mux: http.NewServeMux()}
+	s.mux.HandleFunc("POST /v1/topics/{topic}/messages", s.produce)
+	s.mux.HandleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/claim", s.claim)
+	s.mux.HandleFunc("POST /v1/ack", s.ack)
+	s.mux.HandleFunc("POST /v1/nack", s.nack)
+	s.mux.HandleFunc("POST /v1/extend", s.extend)
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	return s
+}
+
+// Handle registers another handler on the API's mux (admin, metrics).
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// ServeHTTP implements http.Handler. Unknown paths and methods answer with
+// the JSON error shape too.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h, pattern := s.mux.Handler(r)
+	if pattern == "" {
+		rec := &statusRecorder{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		if rec.status == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", rec.header.Get("Allow"))
+			writeError(w, fail(CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path))
+			return
+		}
+		writeError(w, fail(CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path))
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// statusRecorder captures what the mux's own 404/405 handler would answer.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *statusRecorder) Header() http.Header         { return r.header }
+func (r *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (r *statusRecorder) WriteHeader(st int)          { r.status = st }
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.ready == nil {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		return
+	}
+	detail, err := s.ready(r.Context())
+	if err != nil {
+		w.Header().Set("Retry-After", retryAfterSeconds)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not_ready", "reason": err.Error(), "detail": detail})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "detail": detail})
+}
+
+// decode reads a JSON body within MaxBody into v.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) *apiError {
+	body := http.MaxBytesReader(w, r.Body, s.limits.MaxBody)
+	dec := json.NewDecoder(body)
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return fail(CodeRequestTooLarge, "request body exceeds "+strconv.FormatInt(s.limits.MaxBody, 10)+" bytes")
+		}
+		if errors.Is(err, io.EOF) {
+			return fail(CodeInvalidJSON, "request body is empty")
+		}
+		return fail(CodeInvalidJSON, "request body is not valid JSON for this endpoint: "+err.Error())
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return fail(CodeRequestTooLarge, "request body exceeds "+strconv.FormatInt(s.limits.MaxBody, 10)+" bytes")
+		}
+		return fail(CodeInvalidJSON, "request body has data after the JSON value")
+	}
+	return nil
+}
+
+// pathName validates a topic or subscription name from the path.
+func pathName(r *http.Request, param, code string) (string, *apiError) {
+	v := r.PathValue(param)
+	if !topology.NameRE.MatchString(v) {
+		return "", fail(code, param+" name "+strconv.Quote(v)+" must match "+topology.NameRE.String())
+	}
+	return v, nil
+}
+
+func decodeReceipts(list []string) ([]broker.Receipt, *apiError) {
+	out := make([]broker.Receipt, len(list))
+	for i, s := range list {
+		r, err := broker.DecodeReceipt(s)
+		if err != nil {
+			return nil, fail(CodeInvalidReceipt, "receipts["+strconv.Itoa(i)+"] is not a receipt issued by shardmq")
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func encodePayload(isJSON bool, p []byte) (json.RawMessage, string) {
+	if isJSON {
+		return json.RawMessage(p), ""
+	}
+	return nil, base64.StdEncoding.EncodeToString(p)
+}

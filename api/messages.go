@@ -1,0 +1,417 @@
+package api
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/shardmq/shardmq/broker"
+)
+
+type produceRequest struct {
+	Messages   []produceMessage `json:"messages"`
+	Durability string           `json:"durability"`
+}
+
+type produceMessage struct {
+	Key           string            `json:"key"`
+	Payload       json.RawMessage   `json:"payload"`
+	PayloadBase64 *string           `json:"payload_base64"`
+	Headers       map[string]string `json:"headers"`
+	Priority      *int              `json:"priority"`
+	DelayMS       *int64            `json:"delay_ms"`
+	DeliverAt     string            `json:"deliver_at"`
+	OrderKey      string            `json:"order_key"`
+	TransactionID string            `json:"transaction_id"`
+}
+
+type produceResult struct {
+	Key    string    `json:"key"`
+	ID     string    `json:"id,omitempty"`
+	VShard int       `json:"vshard"`
+	Status string    `json:"status"`
+	Error  *apiError `json:"error,omitempty"`
+}
+
+func (s *Server) produce(w http.ResponseWriter, r *http.Request) {
+	topic, e := pathName(r, "topic", CodeInvalidTopic)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	var req produceRequest
+	if e := s.decode(w, r, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	msgs, e := s.validateProduce(&req)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	res, err := s.b.Produce(r.Context(), topic, msgs)
+	if err != nil {
+		s.log.Error("produce failed", "topic", topic, "err", err)
+		writeError(w, fail(CodeUnavailable, err.Error()))
+		return
+	}
+	out := make([]produceResult, len(res))
+	for i, pr := range res {
+		out[i] = produceResult{Key: pr.Key, VShard: int(pr.VShard), Status: pr.Status}
+		if pr.ID != 0 {
+			out[i].ID = strconv.FormatUint(pr.ID, 10)
+		}
+		if pr.Status == "unavailable" {
+			w.Header().Set("Retry-After", retryAfterSeconds)
+			if pr.Err != nil {
+				out[i].Error = fail(CodeUnavailable, pr.Err.Error())
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"results": out})
+}
+
+// validateProduce checks every limit before anything is written: a request
+// that breaks one is rejected whole.
+func (s *Server) validateProduce(req *produceRequest) ([]broker.Message, *apiError) {
+	l := s.limits
+	switch req.Durability {
+	case "", "primary":
+	default:
+		return nil, fail(CodeInvalidRequest, `durability must be "primary" or "replicated", got `+strconv.Quote(req.Durability))
+	}
+	if len(req.Messages) == 0 {
+		return nil, fail(CodeInvalidRequest, "messages must hold at least one message")
+	}
+	if len(req.Messages) > l.MaxBatch {
+		return nil, fail(CodeBatchTooLarge, fmt.Sprintf("a batch holds at most %d messages, got %d", l.MaxBatch, len(req.Messages)))
+	}
+	out := make([]broker.Message, len(req.Messages))
+	for i, m := range req.Messages {
+		at := func(format string, a ...any) *apiError {
+			return fail(CodeInvalidRequest, fmt.Sprintf("messages[%d]: ", i)+fmt.Sprintf(format, a...))
+		}
+		for name, v := range map[string]string{"key": m.Key, "order_key": m.OrderKey, "transaction_id": m.TransactionID} {
+			if len(v) > l.MaxKey {
+				return nil, at("%s is %d bytes, at most %d allowed", name, len(v), l.MaxKey)
+			}
+			if !utf8.ValidString(v) {
+				return nil, at("%s is not valid UTF-8", name)
+			}
+		}
+		msg := broker.Message{Key: m.Key, OrderKey: m.OrderKey, TransactionID: m.TransactionID}
+		hasJSON := len(m.Payload) > 0 && !bytes.Equal(m.Payload, []byte("null"))
+		switch {
+		case hasJSON && m.PayloadBase64 != nil:
+			return nil, at("give payload or payload_base64, not both")
+		case hasJSON:
+			var buf bytes.Buffer
+			if err := json.Compact(&buf, m.Payload); err != nil {
+				return nil, at("payload is not valid JSON: %v", err)
+			}
+			msg.Payload, msg.PayloadJSON = buf.Bytes(), true
+		case m.PayloadBase64 != nil:
+			p, err := base64.StdEncoding.DecodeString(*m.PayloadBase64)
+			if err != nil {
+				return nil, at("payload_base64 is not valid base64: %v", err)
+			}
+			msg.Payload = p
+		default:
+			return nil, at("payload or payload_base64 is required")
+		}
+		if len(msg.Payload) > l.MaxPayload {
+			return nil, fail(CodePayloadTooLarge, fmt.Sprintf("messages[%d]: payload is %d bytes, at most %d allowed", i, len(msg.Payload), l.MaxPayload))
+		}
+		if m.Priority != nil {
+			if *m.Priority < 0 || *m.Priority > 9 {
+				return nil, at("priority must be 0-9, got %d", *m.Priority)
+			}
+			msg.Priority = *m.Priority
+		}
+		if m.DelayMS != nil && m.DeliverAt != "" {
+			return nil, at("give delay_ms or deliver_at, not both")
+		}
+		if m.DelayMS != nil {
+			if *m.DelayMS < 0 || time.Duration(*m.DelayMS)*time.Millisecond > l.MaxDelay {
+				return nil, at("delay_ms must be 0-%d", l.MaxDelay.Milliseconds())
+			}
+			msg.Delay = time.Duration(*m.DelayMS) * time.Millisecond
+		}
+		if m.DeliverAt != "" {
+			t, err := time.Parse(time.RFC3339Nano, m.DeliverAt)
+			if err != nil {
+				return nil, at("deliver_at is not an RFC 3339 time: %v", err)
+			}
+			if time.Until(t) > l.MaxDelay {
+				return nil, at("deliver_at is more than %s ahead", l.MaxDelay)
+			}
+			msg.DeliverAt = t
+		}
+		if len(m.Headers) > 0 {
+			h, err := json.Marshal(m.Headers)
+			if err != nil {
+				return nil, at("headers: %v", err)
+			}
+			if len(h) > 64<<10 {
+				return nil, at("headers are %d bytes encoded, at most 65536 allowed", len(h))
+			}
+			msg.Headers = h
+		}
+		out[i] = msg
+	}
+	return out, nil
+}
+
+type claimRequest struct {
+	Max          *int   `json:"max"`
+	VisibilityMS *int64 `json:"visibility_timeout_ms"`
+	WaitMS       *int64 `json:"wait_ms"`
+	Consumer     string `json:"consumer"`
+}
+
+type claimedMessage struct {
+	ID            string            `json:"id"`
+	Key           string            `json:"key"`
+	Topic         string            `json:"topic"`
+	Payload       json.RawMessage   `json:"payload,omitempty"`
+	PayloadBase64 *string           `json:"payload_base64,omitempty"`
+	Headers       map[string]string `json:"headers"`
+	Priority      int               `json:"priority"`
+	OrderKey      string            `json:"order_key"`
+	TransactionID string            `json:"transaction_id"`
+	ProducedAt    string            `json:"produced_at"`
+	Attempt       int               `json:"attempt"`
+	Receipt       string            `json:"receipt"`
+	VShard        int               `json:"vshard"`
+	LeaseExpires  string            `json:"lease_expires_at"`
+}
+
+func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
+	topic, e := pathName(r, "topic", CodeInvalidTopic)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	sub, e := pathName(r, "sub", CodeInvalidSubscription)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	var req claimRequest
+	if r.ContentLength != 0 {
+		if e := s.decode(w, r, &req); e != nil {
+			writeError(w, e)
+			return
+		}
+	}
+	l := s.limits
+	cr := broker.ClaimRequest{Topic: topic, Subscription: sub, Consumer: req.Consumer, Max: 1, Lease: l.DefaultLease}
+	if req.Max != nil {
+		if *req.Max < 1 || *req.Max > l.MaxClaim {
+			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("max must be 1-%d", l.MaxClaim)))
+			return
+		}
+		cr.Max = *req.Max
+	}
+	if req.VisibilityMS != nil {
+		v := time.Duration(*req.VisibilityMS) * time.Millisecond
+		if *req.VisibilityMS < 1 || v > l.MaxLease {
+			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("visibility_timeout_ms must be 1-%d", l.MaxLease.Milliseconds())))
+			return
+		}
+		cr.Lease = v
+	}
+	if req.WaitMS != nil {
+		v := time.Duration(*req.WaitMS) * time.Millisecond
+		if *req.WaitMS < 0 || v > l.MaxWait {
+			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("wait_ms must be 0-%d", l.MaxWait.Milliseconds())))
+			return
+		}
+		cr.Wait = v
+	}
+	if len(req.Consumer) > 128 {
+		writeError(w, fail(CodeInvalidRequest, "consumer is longer than 128 bytes"))
+		return
+	}
+	got, err := s.b.Claim(r.Context(), cr)
+	switch {
+	case errors.Is(err, broker.ErrUnknownSubscription):
+		writeError(w, fail(CodeUnknownSubscription, fmt.Sprintf("topic %s has no subscription %s", topic, sub)))
+		return
+	case errors.Is(err, broker.ErrUnavailable):
+		writeError(w, fail(CodeUnavailable, err.Error()))
+		return
+	case err != nil:
+		s.log.Error("claim failed", "topic", topic, "subscription", sub, "err", err)
+		writeError(w, fail(CodeUnavailable, err.Error()))
+		return
+	}
+	out := make([]claimedMessage, len(got))
+	for i, d := range got {
+		m := d.Message
+		cm := claimedMessage{ID: strconv.FormatUint(m.ID, 10), Key: m.Key, Topic: m.Topic, Priority: m.Priority,
+			OrderKey: m.OrderKey, TransactionID: m.TransactionID, ProducedAt: formatTime(m.CreatedAt),
+			Attempt: d.Attempt, Receipt: d.Receipt, VShard: int(m.VShard), LeaseExpires: formatTime(d.LeaseExpires),
+			Headers: map[string]string{}}
+		raw, b64 := encodePayload(m.PayloadJSON, m.Payload)
+		if m.PayloadJSON {
+			cm.Payload = raw
+		} else {
+			cm.PayloadBase64 = &b64
+		}
+		if len(m.Headers) > 0 {
+			if err := json.Unmarshal(m.Headers, &cm.Headers); err != nil {
+				s.log.Warn("stored headers unreadable", "id", m.ID, "err", err)
+			}
+		}
+		out[i] = cm
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"messages": out})
+}
+
+type receiptsRequest struct {
+	Receipts     []string `json:"receipts"`
+	VisibilityMS *int64   `json:"visibility_timeout_ms"`
+}
+
+type leaseResult struct {
+	Receipt string    `json:"receipt"`
+	Status  string    `json:"status"`
+	Expires string    `json:"lease_expires_at,omitempty"`
+	Error   *apiError `json:"error,omitempty"`
+}
+
+func (s *Server) receipts(w http.ResponseWriter, r *http.Request, req *receiptsRequest) ([]broker.Receipt, bool) {
+	if e := s.decode(w, r, req); e != nil {
+		writeError(w, e)
+		return nil, false
+	}
+	if len(req.Receipts) == 0 {
+		writeError(w, fail(CodeInvalidRequest, "receipts must hold at least one receipt"))
+		return nil, false
+	}
+	if len(req.Receipts) > s.limits.MaxBatch {
+		writeError(w, fail(CodeBatchTooLarge, fmt.Sprintf("at most %d receipts per request", s.limits.MaxBatch)))
+		return nil, false
+	}
+	rs, e := decodeReceipts(req.Receipts)
+	if e != nil {
+		writeError(w, e)
+		return nil, false
+	}
+	return rs, true
+}
+
+func (s *Server) writeLeaseResults(w http.ResponseWriter, receipts []string, res []broker.LeaseResult) {
+	out := make([]leaseResult, len(res))
+	for i, lr := range res {
+		out[i] = leaseResult{Receipt: receipts[i], Status: lr.Status, Expires: formatTime(lr.Expires)}
+		if lr.Status == "unavailable" {
+			w.Header().Set("Retry-After", retryAfterSeconds)
+			if lr.Err != nil {
+				out[i].Error = fail(CodeUnavailable, lr.Err.Error())
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"results": out})
+}
+
+func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
+	var req receiptsRequest
+	rs, ok := s.receipts(w, r, &req)
+	if !ok {
+		return
+	}
+	s.writeLeaseResults(w, req.Receipts, s.b.Ack(r.Context(), rs))
+}
+
+func (s *Server) extend(w http.ResponseWriter, r *http.Request) {
+	var req receiptsRequest
+	rs, ok := s.receipts(w, r, &req)
+	if !ok {
+		return
+	}
+	lease := s.limits.DefaultLease
+	if req.VisibilityMS != nil {
+		lease = time.Duration(*req.VisibilityMS) * time.Millisecond
+		if *req.VisibilityMS < 1 || lease > s.limits.MaxLease {
+			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("visibility_timeout_ms must be 1-%d", s.limits.MaxLease.Milliseconds())))
+			return
+		}
+	}
+	s.writeLeaseResults(w, req.Receipts, s.b.Extend(r.Context(), rs, lease))
+}
+
+type nackRequest struct {
+	Items []struct {
+		Receipt      string `json:"receipt"`
+		ErrorCode    string `json:"error_code"`
+		Error        string `json:"error"`
+		RetryAfterMS *int64 `json:"retry_after_ms"`
+	} `json:"items"`
+}
+
+type nackResult struct {
+	Receipt       string    `json:"receipt"`
+	Status        string    `json:"status"`
+	NextAttemptAt string    `json:"next_attempt_at,omitempty"`
+	Error         *apiError `json:"error,omitempty"`
+}
+
+func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
+	var req nackRequest
+	if e := s.decode(w, r, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	if len(req.Items) == 0 {
+		writeError(w, fail(CodeInvalidRequest, "items must hold at least one item"))
+		return
+	}
+	if len(req.Items) > s.limits.MaxBatch {
+		writeError(w, fail(CodeBatchTooLarge, fmt.Sprintf("at most %d items per request", s.limits.MaxBatch)))
+		return
+	}
+	items := make([]broker.NackItem, len(req.Items))
+	for i, it := range req.Items {
+		rc, err := broker.DecodeReceipt(it.Receipt)
+		if err != nil {
+			writeError(w, fail(CodeInvalidReceipt, fmt.Sprintf("items[%d].receipt is not a receipt issued by shardmq", i)))
+			return
+		}
+		if len(it.ErrorCode) > 64 {
+			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("items[%d].error_code is longer than 64 bytes", i)))
+			return
+		}
+		if it.RetryAfterMS != nil && (*it.RetryAfterMS < 0 || time.Duration(*it.RetryAfterMS)*time.Millisecond > s.limits.MaxDelay) {
+			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("items[%d].retry_after_ms must be 0-%d", i, s.limits.MaxDelay.Milliseconds())))
+			return
+		}
+		msg := it.Error
+		if len(msg) > 2048 {
+			msg = msg[:2048] // kept for the trace; a longer error is cut, not refused
+		}
+		items[i] = broker.NackItem{Receipt: rc, ErrorCode: it.ErrorCode, Error: msg}
+		if it.RetryAfterMS != nil {
+			items[i].RetryAfter = time.Duration(*it.RetryAfterMS) * time.Millisecond
+		}
+	}
+	res := s.b.Nack(r.Context(), items)
+	out := make([]nackResult, len(res))
+	for i, nr := range res {
+		out[i] = nackResult{Receipt: req.Items[i].Receipt, Status: nr.Status, NextAttemptAt: formatTime(nr.NextAttemptAt)}
+		if nr.Status == "unavailable" {
+			w.Header().Set("Retry-After", retryAfterSeconds)
+			if nr.Err != nil {
+				out[i].Error = fail(CodeUnavailable, nr.Err.Error())
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"results": out})
+}

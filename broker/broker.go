@@ -1,0 +1,474 @@
+// Package broker carries out message operations over all clusters: it
+// resolves each item's vshard to a cluster through the shard map, runs one
+// store call per cluster concurrently, and merges per-item results back in
+// request order. It knows nothing of HTTP.
+package broker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shardmq/shardmq/internal/idgen"
+	"github.com/shardmq/shardmq/routing"
+	"github.com/shardmq/shardmq/shard"
+	"github.com/shardmq/shardmq/store"
+)
+
+// Shard is what the broker needs from one cluster's primary.
+type Shard interface {
+	Produce(ctx context.Context, items []store.ProduceItem) ([]store.ProduceResult, error)
+	Claim(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, error)
+	Ack(ctx context.Context, leases []store.Lease, now time.Time) ([]store.LeaseStatus, error)
+	Nack(ctx context.Context, items []store.NackItem, policy func(topic, sub string) store.RetryPolicy, rnd func() float64, now time.Time) ([]store.NackResult, error)
+	Extend(ctx context.Context, leases []store.Lease, lease time.Duration, now time.Time) ([]store.LeaseStatus, time.Time, error)
+}
+
+var _ Shard = (*store.Store)(nil)
+
+// Subscriptions is what the broker needs to know about subscriptions.
+type Subscriptions interface {
+	// ForProduce lists the subscriptions a message produced to topic now is
+	// delivered to; a topic with none gets its implicit default one.
+	ForProduce(ctx context.Context, topic string) ([]string, error)
+	// Policy is a subscription's current retry policy; ok is false when the
+	// subscription does not exist.
+	Policy(ctx context.Context, topic, sub string) (p store.RetryPolicy, ok bool, err error)
+}
+
+// Errors callers match with errors.Is.
+var (
+	// ErrUnavailable: the cluster (or every cluster) that would serve the
+	// request is down or frozen beyond the wait; try again later.
+	ErrUnavailable = errors.New("unavailable")
+	// ErrUnknownSubscription: no such subscription on the topic.
+	ErrUnknownSubscription = errors.New("unknown subscription")
+)
+
+// Config tunes the broker. Zero fields take the defaults named.
+type Config struct {
+	// FrozenWait bounds how long a request for a frozen vshard (resharding
+	// cut-over) is held before it is answered unavailable. Defaults to 2s.
+	FrozenWait time.Duration
+	// PollMin and PollMax bound the long-poll claim's re-poll interval,
+	// which doubles while claims come back empty. Default 20ms and 500ms.
+	PollMin, PollMax time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.FrozenWait <= 0 {
+		c.FrozenWait = 2 * time.Second
+	}
+	if c.PollMin <= 0 {
+		c.PollMin = 20 * time.Millisecond
+	}
+	if c.PollMax <= 0 {
+		c.PollMax = 500 * time.Millisecond
+	}
+	return c
+}
+
+// Broker is safe for concurrent use.
+type Broker struct {
+	cfg    Config
+	table  *routing.Table
+	shards atomic.Pointer[map[string]Shard]
+	subs   Subscriptions
+	ids    *idgen.Gen
+	now    func() time.Time
+	log    *slog.Logger
+	wake   *notifier
+	rr     atomic.Uint64
+}
+
+// New returns a broker routing by table to shards (cluster name → shard).
+func New(cfg Config, table *routing.Table, shards map[string]Shard, subs Subscriptions, ids *idgen.Gen, now func() time.Time, log *slog.Logger) *Broker {
+	if now == nil {
+		now = time.Now
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	b := &Broker{cfg: cfg.withDefaults(), table: table, subs: subs, ids: ids, now: now, log: log, wake: newNotifier()}
+	b.SetShards(shards)
+	return b
+}
+
+// SetShards swaps the cluster connections (after a topology change).
+func (b *Broker) SetShards(shards map[string]Shard) {
+	m := make(map[string]Shard, len(shards))
+	for k, v := range shards {
+		m[k] = v
+	}
+	b.shards.Store(&m)
+}
+
+// route returns the shard serving v, holding the caller while v is frozen,
+// up to FrozenWait.
+func (b *Broker) route(ctx context.Context, v shard.ID) (string, Shard, error) {
+	deadline := time.Now().Add(b.cfg.FrozenWait)
+	for {
+		name, state := b.table.Load().Lookup(v)
+		if state == routing.Serving {
+			s, ok := (*b.shards.Load())[name]
+			if !ok {
+				return name, nil, fmt.Errorf("%w: cluster %s has no connection", ErrUnavailable, name)
+			}
+			return name, s, nil
+		}
+		if time.Now().After(deadline) {
+			return name, nil, fmt.Errorf("%w: vshard %d is frozen for resharding", ErrUnavailable, v)
+		}
+		select {
+		case <-ctx.Done():
+			return name, nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Message is one message to produce, validated by the caller.
+type Message struct {
+	Key           string // empty: a fingerprint key is derived
+	OrderKey      string
+	TransactionID string
+	Priority      int
+	Headers       []byte // JSON object or nil
+	Payload       []byte
+	PayloadJSON   bool
+	Delay         time.Duration // or DeliverAt
+	DeliverAt     time.Time
+}
+
+// ProduceResult is one item's outcome.
+type ProduceResult struct {
+	Key    string
+	ID     uint64
+	VShard shard.ID
+	Status string // created | duplicate | conflict | unavailable
+	Err    error  // why unavailable
+}
+
+// PayloadHash is what tells a duplicate (same key, same payload) from a
+// conflict (same key, other payload): the first 16 bytes of SHA-256.
+func PayloadHash(payload []byte) []byte {
+	h := sha256.Sum256(payload)
+	return h[:16]
+}
+
+// FingerprintKey is the key of a message produced without one: derived
+// from its topic, transaction id and payload hash, so that a producer
+// resending the same message gets it deduplicated.
+func FingerprintKey(topic, transactionID string, payload []byte) string {
+	h := sha256.New()
+	h.Write([]byte(topic))
+	h.Write([]byte{0})
+	h.Write([]byte(transactionID))
+	h.Write([]byte{0})
+	h.Write(PayloadHash(payload))
+	return "fp-" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// Produce stores msgs on topic: one transaction per cluster, run
+// concurrently, each answered only after its commit. A cluster that fails
+// makes only its own items unavailable.
+func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message) ([]ProduceResult, error) {
+	subs, err := b.subs.ForProduce(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("list subscriptions of %s: %w", topic, err)
+	}
+	now := b.now().UTC()
+	results := make([]ProduceResult, len(msgs))
+	groups := map[string][]int{}
+	shards := map[string]Shard{}
+	items := make([]store.ProduceItem, len(msgs))
+	for i, m := range msgs {
+		key := m.Key
+		if key == "" {
+			key = FingerprintKey(topic, m.TransactionID, m.Payload)
+		}
+		v := shard.Of(shard.Key(m.OrderKey, key))
+		results[i] = ProduceResult{Key: key, VShard: v}
+		id := b.ids.Next()
+		avail := now
+		switch {
+		case !m.DeliverAt.IsZero():
+			avail = m.DeliverAt.UTC()
+		case m.Delay > 0:
+			avail = now.Add(m.Delay)
+		}
+		items[i] = store.ProduceItem{
+			Msg: &store.Message{ID: id, VShard: uint16(v), Topic: topic, Key: key, OrderKey: m.OrderKey,
+				TransactionID: m.TransactionID, Priority: m.Priority, Headers: m.Headers, PayloadJSON: m.PayloadJSON,
+				Payload: m.Payload, CreatedAt: idgen.Time(id)},
+			Hash:          PayloadHash(m.Payload),
+			AvailableAt:   avail,
+			Subscriptions: subs,
+		}
+		name, s, err := b.route(ctx, v)
+		if err != nil {
+			results[i].Status, results[i].Err = "unavailable", err
+			continue
+		}
+		groups[name] = append(groups[name], i)
+		shards[name] = s
+	}
+	var wg sync.WaitGroup
+	for name, idx := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			batch := make([]store.ProduceItem, len(idx))
+			for j, i := range idx {
+				batch[j] = items[i]
+			}
+			res, err := shards[name].Produce(ctx, batch)
+			for j, i := range idx {
+				if err != nil {
+					results[i].Status, results[i].Err = "unavailable", fmt.Errorf("cluster %s: %w", name, err)
+					continue
+				}
+				results[i].ID = res[j].ID
+				results[i].Status = res[j].Status.String()
+			}
+			if err != nil {
+				b.log.Warn("produce failed on cluster", "cluster", name, "items", len(idx), "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+	b.wake.signal(topic)
+	return results, nil
+}
+
+// ClaimRequest asks for up to Max deliveries of topic/sub.
+type ClaimRequest struct {
+	Topic, Subscription, Consumer string
+	Max                           int
+	Lease                         time.Duration
+	Wait                          time.Duration
+}
+
+// Delivery is a leased message.
+type Delivery struct {
+	store.Claimed
+	Receipt string
+}
+
+// Claim leases up to Max deliveries from all clusters, starting at a
+// rotating cluster so that none starves. When none is ready it long-polls
+// up to Wait: it wakes at once when this router produces to the topic and
+// otherwise re-polls with a backoff from PollMin to PollMax. If every
+// cluster failed it returns ErrUnavailable rather than an empty answer.
+func (b *Broker) Claim(ctx context.Context, req ClaimRequest) ([]Delivery, error) {
+	p, ok, err := b.subs.Policy(ctx, req.Topic, req.Subscription)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, ErrUnknownSubscription
+	}
+	p = p.WithDefaults()
+	deadline := time.Now().Add(req.Wait)
+	poll := b.cfg.PollMin
+	for {
+		woken := b.wake.channel(req.Topic)
+		out, err := b.claimOnce(ctx, req, p)
+		if len(out) > 0 || err != nil {
+			return out, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return []Delivery{}, nil
+		}
+		timer := time.NewTimer(min(poll, left))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return []Delivery{}, nil
+		case <-woken:
+			timer.Stop()
+			poll = b.cfg.PollMin
+		case <-timer.C:
+			poll = min(2*poll, b.cfg.PollMax)
+		}
+	}
+}
+
+func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, p store.RetryPolicy) ([]Delivery, error) {
+	m := b.table.Load()
+	names := m.Clusters()
+	shards := *b.shards.Load()
+	start := int(b.rr.Add(1))
+	var out []Delivery
+	failed := 0
+	var lastErr error
+	for k := 0; k < len(names) && len(out) < req.Max; k++ {
+		name := names[(start+k)%len(names)]
+		s, ok := shards[name]
+		if !ok {
+			failed++
+			continue
+		}
+		token := rand.Uint64() | 1
+		got, err := s.Claim(ctx, store.ClaimRequest{Topic: req.Topic, Subscription: req.Subscription, Consumer: req.Consumer,
+			Max: req.Max - len(out), Lease: req.Lease, Token: token, MaxAttempts: p.MaxAttempts, Now: b.now().UTC()})
+		if err != nil {
+			failed++
+			lastErr = err
+			b.log.Warn("claim failed on cluster", "cluster", name, "err", err)
+			continue
+		}
+		for _, c := range got {
+			r := Receipt{VShard: shard.ID(c.Message.VShard), Lease: store.Lease{MessageID: c.Message.ID, Subscription: req.Subscription, Token: c.Token}}
+			out = append(out, Delivery{Claimed: c, Receipt: r.Encode()})
+		}
+	}
+	if len(out) == 0 && failed == len(names) && failed > 0 {
+		return nil, fmt.Errorf("%w: no cluster answered the claim: %v", ErrUnavailable, lastErr)
+	}
+	return out, nil
+}
+
+// byCluster groups receipts by the cluster serving their vshard; receipts
+// whose cluster cannot be reached get err set in errs.
+func (b *Broker) byCluster(ctx context.Context, receipts []Receipt) (map[string][]int, map[string]Shard, []error) {
+	groups := map[string][]int{}
+	shards := map[string]Shard{}
+	errs := make([]error, len(receipts))
+	for i, r := range receipts {
+		name, s, err := b.route(ctx, r.VShard)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		groups[name] = append(groups[name], i)
+		shards[name] = s
+	}
+	return groups, shards, errs
+}
+
+// LeaseResult is one ack's or extend's outcome: ok | lease_lost |
+// not_found | unavailable.
+type LeaseResult struct {
+	Status  string
+	Expires time.Time
+	Err     error
+}
+
+// Ack completes deliveries, one transaction per cluster.
+func (b *Broker) Ack(ctx context.Context, receipts []Receipt) []LeaseResult {
+	return b.leaseOp(ctx, receipts, func(s Shard, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
+		st, err := s.Ack(ctx, leases, b.now().UTC())
+		return st, time.Time{}, err
+	})
+}
+
+// Extend moves the leases' expiry to now + lease.
+func (b *Broker) Extend(ctx context.Context, receipts []Receipt, lease time.Duration) []LeaseResult {
+	return b.leaseOp(ctx, receipts, func(s Shard, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
+		return s.Extend(ctx, leases, lease, b.now().UTC())
+	})
+}
+
+func (b *Broker) leaseOp(ctx context.Context, receipts []Receipt, op func(Shard, []store.Lease) ([]store.LeaseStatus, time.Time, error)) []LeaseResult {
+	out := make([]LeaseResult, len(receipts))
+	groups, shards, errs := b.byCluster(ctx, receipts)
+	for i, err := range errs {
+		if err != nil {
+			out[i] = LeaseResult{Status: "unavailable", Err: err}
+		}
+	}
+	var g errgroup.Group
+	for name, idx := range groups {
+		g.Go(func() error {
+			leases := make([]store.Lease, len(idx))
+			for j, i := range idx {
+				leases[j] = receipts[i].Lease
+			}
+			st, exp, err := op(shards[name], leases)
+			for j, i := range idx {
+				if err != nil {
+					out[i] = LeaseResult{Status: "unavailable", Err: fmt.Errorf("cluster %s: %w", name, err)}
+					continue
+				}
+				out[i] = LeaseResult{Status: st[j].String()}
+				if st[j] == store.LeaseOK {
+					out[i].Expires = exp
+				}
+			}
+			return nil
+		})
+	}
+	g.Wait()
+	return out
+}
+
+// NackItem is one failed delivery.
+type NackItem struct {
+	Receipt    Receipt
+	ErrorCode  string
+	Error      string
+	RetryAfter time.Duration
+}
+
+// NackResult is one nack's outcome: retry_scheduled | dead | lease_lost |
+// not_found | unavailable.
+type NackResult struct {
+	Status        string
+	NextAttemptAt time.Time
+	Err           error
+}
+
+// Nack fails deliveries: retried with the subscription's backoff, or dead
+// at its max attempts.
+func (b *Broker) Nack(ctx context.Context, items []NackItem) []NackResult {
+	receipts := make([]Receipt, len(items))
+	for i, it := range items {
+		receipts[i] = it.Receipt
+	}
+	out := make([]NackResult, len(items))
+	groups, shards, errs := b.byCluster(ctx, receipts)
+	for i, err := range errs {
+		if err != nil {
+			out[i] = NackResult{Status: "unavailable", Err: err}
+		}
+	}
+	policy := func(topic, sub string) store.RetryPolicy {
+		p, _, err := b.subs.Policy(ctx, topic, sub)
+		if err != nil {
+			b.log.Warn("subscription policy unreadable; using defaults", "topic", topic, "subscription", sub, "err", err)
+		}
+		return p
+	}
+	var g errgroup.Group
+	for name, idx := range groups {
+		g.Go(func() error {
+			batch := make([]store.NackItem, len(idx))
+			for j, i := range idx {
+				it := items[i]
+				batch[j] = store.NackItem{Lease: it.Receipt.Lease, ErrorCode: it.ErrorCode, Error: it.Error, RetryAfter: it.RetryAfter}
+			}
+			res, err := shards[name].Nack(ctx, batch, policy, rand.Float64, b.now().UTC())
+			for j, i := range idx {
+				if err != nil {
+					out[i] = NackResult{Status: "unavailable", Err: fmt.Errorf("cluster %s: %w", name, err)}
+					continue
+				}
+				out[i] = NackResult{Status: res[j].Status.String(), NextAttemptAt: res[j].NextAttemptAt}
+			}
+			return nil
+		})
+	}
+	g.Wait()
+	return out
+}

@@ -1,0 +1,51 @@
+package broker
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+
+	"github.com/shardmq/shardmq/shard"
+	"github.com/shardmq/shardmq/store"
+)
+
+// Receipt is what a consumer gets with a leased delivery: where the
+// delivery lives (vshard), which it is (message id, subscription) and the
+// lease's claim token. Only the current lease holder's receipt matches the
+// token in the database, so only it can ack, nack or extend.
+type Receipt struct {
+	VShard shard.ID
+	store.Lease
+}
+
+const receiptVersion = 1
+
+// ErrBadReceipt: the receipt is not one this router made.
+var ErrBadReceipt = errors.New("malformed receipt")
+
+// Encode returns the opaque text form (URL-safe base64).
+func (r Receipt) Encode() string {
+	b := make([]byte, 0, 1+2+8+8+len(r.Subscription))
+	b = append(b, receiptVersion)
+	b = binary.BigEndian.AppendUint16(b, uint16(r.VShard))
+	b = binary.BigEndian.AppendUint64(b, r.MessageID)
+	b = binary.BigEndian.AppendUint64(b, r.Token)
+	b = append(b, r.Subscription...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// DecodeReceipt parses a receipt's text form.
+func DecodeReceipt(s string) (Receipt, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) < 20 || b[0] != receiptVersion {
+		return Receipt{}, ErrBadReceipt
+	}
+	r := Receipt{VShard: shard.ID(binary.BigEndian.Uint16(b[1:3]))}
+	r.MessageID = binary.BigEndian.Uint64(b[3:11])
+	r.Token = binary.BigEndian.Uint64(b[11:19])
+	r.Subscription = string(b[19:])
+	if int(r.VShard) >= shard.Count || r.Token == 0 || r.Subscription == "" || len(r.Subscription) > 128 {
+		return Receipt{}, ErrBadReceipt
+	}
+	return r, nil
+}

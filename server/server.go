@@ -1,0 +1,290 @@
+// Package server assembles one router process: it loads the topology, opens
+// and migrates a connection pool per cluster primary, and serves the API
+// through the broker, following topology changes as they come.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shardmq/shardmq/api"
+	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/internal/idgen"
+	"github.com/shardmq/shardmq/routing"
+	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/topology"
+)
+
+// Config is a router's configuration. Zero fields take the defaults named.
+type Config struct {
+	// Listen is the HTTP address. Defaults to 127.0.0.1:8080.
+	Listen string
+	// TopologyFile is the static topology (required for now).
+	TopologyFile string
+	// ReloadEvery is how often the topology file is checked for changes.
+	// Defaults to 1s.
+	ReloadEvery time.Duration
+	// Limits bound requests (see api.Limits for each default).
+	Limits api.Limits
+	// Broker tunes routing and claims (see broker.Config).
+	Broker broker.Config
+	// Store sizes each cluster's pool (see store.Options).
+	Store store.Options
+	// RetryPolicy is the default subscription's policy.
+	RetryPolicy store.RetryPolicy
+	// Log defaults to discarding.
+	Log *slog.Logger
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.TopologyFile == "" {
+		return c, errors.New("config: TopologyFile is required")
+	}
+	if c.ReloadEvery <= 0 {
+		c.ReloadEvery = time.Second
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c, nil
+}
+
+// Router is one running router.
+type Router struct {
+	cfg    Config
+	ids    *idgen.Gen
+	table  *routing.Table
+	broker *broker.Broker
+	api    *api.Server
+
+	mu     sync.Mutex
+	conns  map[string]*clusterConn // by cluster name
+	closed bool
+}
+
+type clusterConn struct {
+	dsn   string
+	store *store.Store
+}
+
+// New loads the topology, connects to and migrates every primary, and
+// returns a router ready to serve. It fails if any primary cannot be
+// reached: a router does not start on a topology it cannot verify.
+func New(ctx context.Context, cfg Config) (*Router, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	top, err := topology.LoadFile(cfg.TopologyFile)
+	if err != nil {
+		return nil, err
+	}
+	r := &Router{cfg: cfg, ids: idgen.New(cfg.Now), conns: map[string]*clusterConn{}}
+	if cfg.Store.IDs == nil {
+		r.cfg.Store.IDs = r.ids
+	}
+	shards, err := r.connect(ctx, top)
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	r.table = routing.NewTable(top.Map)
+	subs := broker.NewMemorySubscriptions(cfg.RetryPolicy)
+	r.broker = broker.New(cfg.Broker, r.table, shards, subs, r.ids, cfg.Now, cfg.Log)
+	r.api = api.New(r.broker, cfg.Limits, r.ready, cfg.Log)
+	return r, nil
+}
+
+// connect opens (and migrates) pools for clusters that are new or whose
+// primary changed, and returns the shard set for top.
+func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[string]broker.Shard, error) {
+	r.mu.Lock()
+	have := make(map[string]*clusterConn, len(r.conns))
+	for k, v := range r.conns {
+		have[k] = v
+	}
+	r.mu.Unlock()
+
+	var mu sync.Mutex
+	fresh := map[string]*clusterConn{}
+	g, gctx := errgroup.WithContext(ctx)
+	for name, c := range top.Clusters {
+		if cc, ok := have[name]; ok && cc.dsn == c.Primary {
+			continue
+		}
+		g.Go(func() error {
+			st, err := store.Open(gctx, c.Primary, r.cfg.Store)
+			if err != nil {
+				return fmt.Errorf("cluster %s primary: %w", name, err)
+			}
+			if err := st.Migrate(gctx, r.cfg.Now()); err != nil {
+				st.Close()
+				return fmt.Errorf("cluster %s primary: %w", name, err)
+			}
+			mu.Lock()
+			fresh[name] = &clusterConn{dsn: c.Primary, store: st}
+			mu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		for _, cc := range fresh {
+			cc.store.Close()
+		}
+		return nil, err
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var retired []*clusterConn
+	for name, cc := range r.conns {
+		if _, still := top.Clusters[name]; !still || fresh[name] != nil {
+			retired = append(retired, cc)
+			delete(r.conns, name)
+		}
+	}
+	for name, cc := range fresh {
+		r.conns[name] = cc
+	}
+	shards := make(map[string]broker.Shard, len(r.conns))
+	for name, cc := range r.conns {
+		shards[name] = cc.store
+	}
+	// Requests already routed to a retired pool finish on it; close it
+	// once they are surely done.
+	for _, cc := range retired {
+		time.AfterFunc(30*time.Second, func() { cc.store.Close() })
+	}
+	return shards, nil
+}
+
+// apply switches to a reloaded topology: connections first, then the map,
+// so that no request is routed to a cluster without a pool.
+func (r *Router) apply(ctx context.Context, top *topology.Topology) {
+	shards, err := r.connect(ctx, top)
+	if err != nil {
+		r.cfg.Log.Error("topology change not applied: cannot reach its clusters; keeping the last one", "err", err)
+		return
+	}
+	r.broker.SetShards(shards)
+	if !r.table.Store(top.Map) {
+		r.cfg.Log.Warn("reloaded shard map is older than the one in use; map kept", "version", top.Map.Version(), "current", r.table.Load().Version())
+	}
+}
+
+// Handler is the router's HTTP handler.
+func (r *Router) Handler() http.Handler { return r.api }
+
+// Broker exposes the broker (tests, load tester).
+func (r *Router) Broker() *broker.Broker { return r.broker }
+
+// Stores returns each cluster's primary store by cluster name.
+func (r *Router) Stores() map[string]*store.Store {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]*store.Store, len(r.conns))
+	for k, v := range r.conns {
+		out[k] = v.store
+	}
+	return out
+}
+
+// ClusterHealth is one cluster's readiness detail.
+type ClusterHealth struct {
+	Cluster string `json:"cluster"`
+	OK      bool   `json:"ok"`
+	Error   string `json:"error,omitempty"`
+}
+
+// ready answers /readyz: ready while at least one cluster answers, since
+// every other cluster's vshards keep serving when one is down.
+func (r *Router) ready(ctx context.Context) (any, error) {
+	stores := r.Stores()
+	names := make([]string, 0, len(stores))
+	for n := range stores {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]ClusterHealth, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			out[i] = ClusterHealth{Cluster: n, OK: true}
+			if err := stores[n].Ping(cctx); err != nil {
+				out[i] = ClusterHealth{Cluster: n, Error: err.Error()}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, h := range out {
+		if h.OK {
+			return map[string]any{"clusters": out, "shard_map_version": r.table.Load().Version()}, nil
+		}
+	}
+	return map[string]any{"clusters": out}, errors.New("no cluster answers")
+}
+
+// Close releases every pool. Safe to call twice.
+func (r *Router) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	r.closed = true
+	for _, cc := range r.conns {
+		cc.store.Close()
+	}
+}
+
+// Run serves until ctx is done, following topology file changes, then
+// drains in-flight requests (up to 10s) and closes the pools.
+func (r *Router) Run(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: r.api, ReadHeaderTimeout: 10 * time.Second}
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go topology.WatchFile(wctx, r.cfg.TopologyFile, r.cfg.ReloadEvery, r.cfg.Log, func(t *topology.Topology) { r.apply(wctx, t) })
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		r.Close()
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	r.Close()
+	return err
+}
+
+// Listen opens the configured address.
+func (r *Router) Listen() (net.Listener, error) {
+	ln, err := net.Listen("tcp", r.cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", r.cfg.Listen, err)
+	}
+	return ln, nil
+}

@@ -1,0 +1,87 @@
+package shard_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/shard"
+)
+
+var bed *testbed.Bed
+
+func TestMain(m *testing.M) {
+	os.Exit(testbed.Main(m, testbed.Spec{Clusters: 1}, func(b *testbed.Bed) { bed = b }))
+}
+
+func testKeys() []string {
+	keys := []string{"", " ", "a", "A", "\x00", "a\x00", "\x00a", "é", "e\u0301", "日本語", "订单-42", "🙂", "order-42-paid",
+		strings.Repeat("x", 256), strings.Repeat("é", 128), "\xff\xfe"}
+	for i := 0; i < 1200; i++ {
+		switch i % 4 {
+		case 0:
+			keys = append(keys, fmt.Sprintf("order-%d", i))
+		case 1:
+			keys = append(keys, fmt.Sprintf("用户-%d-支付", i))
+		case 2:
+			keys = append(keys, fmt.Sprintf("%d🙂%s", i, strings.Repeat("ß", i%7)))
+		default:
+			keys = append(keys, fmt.Sprintf("k%x", i*2654435761))
+		}
+	}
+	return keys
+}
+
+// TestOfMatchesMySQLCRC32 checks the promise operators rely on: the vshard
+// the router computes equals CRC32(key) % 1024 on the server.
+func TestOfMatchesMySQLCRC32(t *testing.T) {
+	t.Parallel()
+	db, err := sql.Open("mysql", bed.Clusters[0].Primary.DSN("")+"?charset=utf8mb4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	keys := testKeys()
+	const per = 200
+	for start := 0; start < len(keys); start += per {
+		chunk := keys[start:min(start+per, len(keys))]
+		q := "SELECT " + strings.TrimSuffix(strings.Repeat("CRC32(CAST(? AS BINARY)) % 1024,", len(chunk)), ",")
+		args := make([]any, len(chunk))
+		dest := make([]any, len(chunk))
+		got := make([]int, len(chunk))
+		for i, k := range chunk {
+			args[i] = []byte(k)
+			dest[i] = &got[i]
+		}
+		if err := db.QueryRowContext(context.Background(), q, args...).Scan(dest...); err != nil {
+			t.Fatal(err)
+		}
+		for i, k := range chunk {
+			if int(shard.Of(k)) != got[i] {
+				t.Errorf("Of(%q) = %d, server says %d", k, shard.Of(k), got[i])
+			}
+		}
+	}
+	if len(keys) < 1000 {
+		t.Fatalf("only %d keys checked", len(keys))
+	}
+}
+
+func TestKeyPrefersOrderKey(t *testing.T) {
+	t.Parallel()
+	if shard.Key("order-1", "msg-9") != "order-1" || shard.Key("", "msg-9") != "msg-9" {
+		t.Fatal("Key must prefer the order key")
+	}
+}
+
+func BenchmarkOf(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		shard.Of("order-42-paid")
+	}
+}

@@ -1,0 +1,341 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// ClaimRequest asks for up to Max deliveries of one subscription.
+type ClaimRequest struct {
+	Topic        string
+	Subscription string
+	Consumer     string
+	Max          int
+	Lease        time.Duration
+	Token        uint64 // the new lease's claim token, non-zero, unguessable
+	MaxAttempts  int    // an expired lease at this many attempts dies instead
+	Now          time.Time
+}
+
+// Claimed is one leased delivery with its message.
+type Claimed struct {
+	Message      *Message
+	Attempt      int
+	Token        uint64
+	LeaseExpires time.Time
+}
+
+// Claim leases up to Max ready deliveries in one short transaction: lock
+// candidates with FOR UPDATE SKIP LOCKED, mark them leased, commit; the
+// message bodies are read after the commit. A candidate whose earlier lease
+// expired counts that lost attempt: it is traced lease_expired and, when it
+// has used MaxAttempts, dead-lettered instead of delivered.
+func (s *Store) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, error) {
+	expires := req.Now.Add(req.Lease)
+	var leased []delivery
+	err := s.inTx(ctx, 3, s.retryHook("claim"), func(tx *sql.Tx) error {
+		leased = leased[:0]
+		cands, err := claimCandidates(ctx, tx, req.Topic, req.Subscription, req.Now, req.Max)
+		if err != nil || len(cands) == 0 {
+			return err
+		}
+		var events []Event
+		var dead []uint64
+		ids := make([]uint64, 0, len(cands))
+		for _, d := range cands {
+			if d.lockedBy != "" || d.claimToken != 0 {
+				events = append(events, s.event(req.Now, d, EventLeaseExpired, d.lockedBy, d.attempts, "", ""))
+				if d.attempts >= req.MaxAttempts {
+					if _, err := killDelivery(ctx, tx, d.subscription, d.messageID, d.claimToken, req.Now, "lease_expired", "lease expired on the last attempt"); err != nil {
+						return err
+					}
+					events = append(events, s.event(req.Now, d, EventDeadLettered, d.lockedBy, d.attempts, "lease_expired", ""))
+					dead = append(dead, d.messageID)
+					continue
+				}
+			}
+			ids = append(ids, d.messageID)
+			d.attempts++
+			leased = append(leased, d)
+		}
+		if len(ids) > 0 {
+			if err := leaseDeliveries(ctx, tx, req.Subscription, ids, req.Consumer, req.Token, req.Now, expires); err != nil {
+				return err
+			}
+		}
+		if len(dead) > 0 {
+			if err := markDead(ctx, tx, dead, req.Now); err != nil {
+				return err
+			}
+		}
+		return insertEvents(ctx, tx, events)
+	})
+	if err != nil || len(leased) == 0 {
+		return nil, err
+	}
+	ids := make([]uint64, len(leased))
+	for i, d := range leased {
+		ids[i] = d.messageID
+	}
+	msgs, err := selectMessages(ctx, s.db, ids)
+	if err != nil {
+		// The leases are taken; the consumer never sees them and they
+		// expire into a new attempt. Nothing is lost.
+		return nil, translate(err)
+	}
+	out := make([]Claimed, 0, len(leased))
+	for _, d := range leased {
+		m, ok := msgs[d.messageID]
+		if !ok {
+			continue // a delivery without its message: reconciliation reports it
+		}
+		out = append(out, Claimed{Message: m, Attempt: d.attempts, Token: req.Token, LeaseExpires: expires})
+	}
+	return out, nil
+}
+
+func (s *Store) event(at time.Time, d delivery, typ, consumer string, attempt int, code, msg string) Event {
+	return Event{ID: s.ids.Next(), At: at, MessageID: d.messageID, VShard: d.vshard, Subscription: d.subscription,
+		Type: typ, Consumer: consumer, Attempt: attempt, ErrorCode: code, Error: msg}
+}
+
+// Lease names a leased delivery: what a receipt carries.
+type Lease struct {
+	MessageID    uint64
+	Subscription string
+	Token        uint64
+}
+
+// LeaseStatus is the outcome of an ack or extend.
+type LeaseStatus int
+
+const (
+	// LeaseOK: done.
+	LeaseOK LeaseStatus = iota
+	// LeaseLost: the delivery exists but the receipt's lease is no longer
+	// the current one (it expired and was claimed again, or it was nacked,
+	// acked by a newer lease or dead-lettered).
+	LeaseLost
+	// LeaseNotFound: no such delivery (already acked, or never existed).
+	LeaseNotFound
+)
+
+func (s LeaseStatus) String() string {
+	return [...]string{"ok", "lease_lost", "not_found"}[s]
+}
+
+// holds classifies a locked delivery against a lease.
+func holds(d delivery, found bool, l Lease) LeaseStatus {
+	switch {
+	case !found:
+		return LeaseNotFound
+	case d.isDead || d.claimToken == 0 || d.claimToken != l.Token:
+		return LeaseLost
+	}
+	return LeaseOK
+}
+
+// lockLeases locks the deliveries leases name, grouped by subscription.
+func lockLeases(ctx context.Context, tx *sql.Tx, leases []Lease) (map[Lease]delivery, map[Lease]bool, error) {
+	bySub := map[string][]uint64{}
+	for _, l := range leases {
+		bySub[l.Subscription] = append(bySub[l.Subscription], l.MessageID)
+	}
+	rows := map[Lease]delivery{}
+	found := map[Lease]bool{}
+	for sub, ids := range bySub {
+		ds, err := lockDeliveries(ctx, tx, sub, ids)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, l := range leases {
+			if l.Subscription != sub {
+				continue
+			}
+			if d, ok := ds[l.MessageID]; ok {
+				rows[l] = d
+				found[l] = true
+			}
+		}
+	}
+	return rows, found, nil
+}
+
+// Ack completes deliveries: each whose receipt still holds the lease is
+// deleted, traced acked (with its claim time, consumer and attempt), and its
+// message marked consumed when no subscription has it left — all in one
+// transaction. Results are in the order of leases.
+func (s *Store) Ack(ctx context.Context, leases []Lease, now time.Time) ([]LeaseStatus, error) {
+	out := make([]LeaseStatus, len(leases))
+	err := s.inTx(ctx, 5, s.retryHook("ack"), func(tx *sql.Tx) error {
+		rows, found, err := lockLeases(ctx, tx, leases)
+		if err != nil {
+			return err
+		}
+		bySub := map[string][]uint64{}
+		var events []Event
+		var acked []uint64
+		done := map[Lease]bool{}
+		for i, l := range leases {
+			out[i] = holds(rows[l], found[l], l)
+			if out[i] != LeaseOK || done[l] {
+				if done[l] {
+					out[i] = LeaseNotFound // the same receipt twice in one request
+				}
+				continue
+			}
+			done[l] = true
+			d := rows[l]
+			bySub[l.Subscription] = append(bySub[l.Subscription], l.MessageID)
+			acked = append(acked, l.MessageID)
+			ev := s.event(now, d, EventAcked, d.lockedBy, d.attempts, "", "")
+			ev.ClaimedAt = d.claimedAt
+			events = append(events, ev)
+		}
+		if len(acked) == 0 {
+			return nil
+		}
+		for sub, ids := range bySub {
+			if err := deleteDeliveries(ctx, tx, sub, ids); err != nil {
+				return err
+			}
+		}
+		if err := insertEvents(ctx, tx, events); err != nil {
+			return err
+		}
+		return markConsumed(ctx, tx, acked, now)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// NackItem is one failed delivery.
+type NackItem struct {
+	Lease
+	ErrorCode  string
+	Error      string
+	RetryAfter time.Duration // 0: use the subscription's backoff
+}
+
+// NackStatus is the outcome of a nack.
+type NackStatus int
+
+const (
+	RetryScheduled NackStatus = iota
+	Dead
+	NackLeaseLost
+	NackNotFound
+)
+
+func (s NackStatus) String() string {
+	return [...]string{"retry_scheduled", "dead", "lease_lost", "not_found"}[s]
+}
+
+// NackResult is one nack's outcome; NextAttemptAt is set for retries.
+type NackResult struct {
+	Status        NackStatus
+	NextAttemptAt time.Time
+}
+
+// Nack fails deliveries: each whose receipt holds the lease is either
+// scheduled for another attempt after its backoff or, when it has used the
+// policy's max attempts, dead-lettered with its message marked dead. Both
+// are traced. policy gives the subscription's current retry policy, so a
+// changed policy applies to the next attempt; rnd returns numbers in [0,1)
+// for jitter.
+func (s *Store) Nack(ctx context.Context, items []NackItem, policy func(topic, sub string) RetryPolicy, rnd func() float64, now time.Time) ([]NackResult, error) {
+	out := make([]NackResult, len(items))
+	leases := make([]Lease, len(items))
+	for i, it := range items {
+		leases[i] = it.Lease
+	}
+	err := s.inTx(ctx, 5, s.retryHook("nack"), func(tx *sql.Tx) error {
+		rows, found, err := lockLeases(ctx, tx, leases)
+		if err != nil {
+			return err
+		}
+		var events []Event
+		var dead []uint64
+		done := map[Lease]bool{}
+		for i, it := range items {
+			st := holds(rows[it.Lease], found[it.Lease], it.Lease)
+			if done[it.Lease] {
+				st = LeaseLost
+			}
+			switch st {
+			case LeaseNotFound:
+				out[i] = NackResult{Status: NackNotFound}
+				continue
+			case LeaseLost:
+				out[i] = NackResult{Status: NackLeaseLost}
+				continue
+			}
+			done[it.Lease] = true
+			d := rows[it.Lease]
+			p := policy(d.topic, d.subscription).WithDefaults()
+			events = append(events, s.event(now, d, EventNacked, d.lockedBy, d.attempts, it.ErrorCode, it.Error))
+			if d.attempts >= p.MaxAttempts {
+				if _, err := killDelivery(ctx, tx, d.subscription, d.messageID, it.Token, now, it.ErrorCode, it.Error); err != nil {
+					return err
+				}
+				events = append(events, s.event(now, d, EventDeadLettered, d.lockedBy, d.attempts, it.ErrorCode, it.Error))
+				dead = append(dead, d.messageID)
+				out[i] = NackResult{Status: Dead}
+				continue
+			}
+			wait := it.RetryAfter
+			if wait <= 0 {
+				wait = p.Backoff(d.attempts, rnd())
+			}
+			next := now.Add(wait)
+			if _, err := scheduleRetry(ctx, tx, d.subscription, d.messageID, it.Token, next, it.ErrorCode, it.Error); err != nil {
+				return err
+			}
+			ev := s.event(now, d, EventRetryScheduled, d.lockedBy, d.attempts, it.ErrorCode, "")
+			events = append(events, ev)
+			out[i] = NackResult{Status: RetryScheduled, NextAttemptAt: next}
+		}
+		if len(dead) > 0 {
+			if err := markDead(ctx, tx, dead, now); err != nil {
+				return err
+			}
+		}
+		return insertEvents(ctx, tx, events)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Extend moves the expiry of leases still held to now+lease.
+func (s *Store) Extend(ctx context.Context, leases []Lease, lease time.Duration, now time.Time) ([]LeaseStatus, time.Time, error) {
+	out := make([]LeaseStatus, len(leases))
+	expires := now.Add(lease)
+	err := s.inTx(ctx, 5, s.retryHook("extend"), func(tx *sql.Tx) error {
+		rows, found, err := lockLeases(ctx, tx, leases)
+		if err != nil {
+			return err
+		}
+		bySub := map[string][]uint64{}
+		for i, l := range leases {
+			out[i] = holds(rows[l], found[l], l)
+			if out[i] == LeaseOK {
+				bySub[l.Subscription] = append(bySub[l.Subscription], l.MessageID)
+			}
+		}
+		for sub, ids := range bySub {
+			if err := extendLeases(ctx, tx, sub, ids, expires); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return out, expires, nil
+}

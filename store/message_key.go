@@ -1,0 +1,95 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// message_key is the dedup registry: one row per (topic, key). Its primary
+// key is the unique constraint that makes a duplicate impossible; it is a
+// table of its own because message_store is partitioned by month and MySQL
+// requires every unique key of a partitioned table to include the
+// partitioning column. Keys compare byte for byte (VARBINARY).
+const createMessageKey = `CREATE TABLE IF NOT EXISTS message_key (
+  topic VARBINARY(128) NOT NULL,
+  msg_key VARBINARY(256) NOT NULL,
+  vshard SMALLINT UNSIGNED NOT NULL,
+  message_id BIGINT UNSIGNED NOT NULL,
+  payload_hash BINARY(16) NOT NULL,
+  created_at DATETIME(3) NOT NULL,
+  PRIMARY KEY (topic, msg_key)
+) ENGINE=InnoDB`
+
+// keyRow is one message_key row.
+type keyRow struct {
+	topic, key string
+	vshard     uint16
+	messageID  uint64
+	hash       []byte
+	createdAt  time.Time
+}
+
+// insertKeys registers keys, ignoring those already registered, and returns
+// how many were new. Rows are sorted by the caller so that concurrent
+// batches take row locks in one order (fewer deadlocks).
+func insertKeys(ctx context.Context, tx *sql.Tx, rows []keyRow) (int64, error) {
+	args := make([]any, 0, len(rows)*6)
+	for _, r := range rows {
+		args = append(args, r.topic, r.key, r.vshard, r.messageID, r.hash, r.createdAt)
+	}
+	res, err := tx.ExecContext(ctx, "INSERT IGNORE INTO message_key (topic, msg_key, vshard, message_id, payload_hash, created_at) VALUES "+placeholders(len(rows), 6), args...)
+	if err != nil {
+		return 0, fmt.Errorf("insert message_key: %w", err)
+	}
+	return res.RowsAffected()
+}
+
+// registeredKey is who holds a (topic, key).
+type registeredKey struct {
+	messageID uint64
+	hash      []byte
+}
+
+// selectKeys reads who holds each (topic, key), with a shared lock so that
+// the answer is the committed or our own row, never a stale snapshot.
+func selectKeys(ctx context.Context, tx *sql.Tx, rows []keyRow) (map[[2]string]registeredKey, error) {
+	var b strings.Builder
+	args := make([]any, 0, len(rows)*2)
+	b.WriteString("SELECT topic, msg_key, message_id, payload_hash FROM message_key WHERE (topic, msg_key) IN (")
+	for i, r := range rows {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("(?,?)")
+		args = append(args, r.topic, r.key)
+	}
+	b.WriteString(") LOCK IN SHARE MODE")
+	res, err := tx.QueryContext(ctx, b.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("select message_key: %w", err)
+	}
+	defer res.Close()
+	out := make(map[[2]string]registeredKey, len(rows))
+	for res.Next() {
+		var topic, key string
+		var k registeredKey
+		if err := res.Scan(&topic, &key, &k.messageID, &k.hash); err != nil {
+			return nil, fmt.Errorf("select message_key: %w", err)
+		}
+		out[[2]string{topic, key}] = k
+	}
+	return out, res.Err()
+}
+
+// LookupKey returns the message id registered for (topic, key).
+func (s *Store) LookupKey(ctx context.Context, topic, key string) (uint64, error) {
+	var id uint64
+	err := s.db.QueryRowContext(ctx, "SELECT message_id FROM message_key WHERE topic = ? AND msg_key = ?", topic, key).Scan(&id)
+	if err != nil {
+		return 0, translate(err)
+	}
+	return id, nil
+}

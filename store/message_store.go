@@ -1,0 +1,164 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/shardmq/shardmq/internal/idgen"
+)
+
+// Message status values of message_store.msg_status.
+const (
+	StatusPending  = 0
+	StatusConsumed = 1
+	StatusDead     = 2
+)
+
+// StatusName is the API name of a msg_status value.
+func StatusName(s int) string {
+	switch s {
+	case StatusConsumed:
+		return "consumed"
+	case StatusDead:
+		return "dead"
+	}
+	return "pending"
+}
+
+// message_store holds each message once, immutable but for its status,
+// partitioned by month on created_at. created_at is the time encoded in the
+// id, so a query by id can name its partition. The produced trace event is
+// this row's creation time, not a row of its own.
+func createMessageStore(now time.Time) string {
+	return `CREATE TABLE IF NOT EXISTS message_store (
+  id BIGINT UNSIGNED NOT NULL,
+  created_at DATETIME(3) NOT NULL,
+  vshard SMALLINT UNSIGNED NOT NULL,
+  topic VARBINARY(128) NOT NULL,
+  msg_key VARBINARY(256) NOT NULL,
+  order_key VARBINARY(256) NULL,
+  transaction_id VARBINARY(256) NULL,
+  priority TINYINT UNSIGNED NOT NULL,
+  headers BLOB NULL,
+  payload_json TINYINT(1) NOT NULL,
+  payload MEDIUMBLOB NOT NULL,
+  msg_status TINYINT UNSIGNED NOT NULL DEFAULT 0,
+  status_at DATETIME(6) NULL,
+  PRIMARY KEY (id, created_at),
+  KEY idx_transaction (transaction_id)
+) ENGINE=InnoDB
+` + monthPartitions("created_at", now)
+}
+
+// Message is a stored message.
+type Message struct {
+	ID            uint64
+	VShard        uint16
+	Topic         string
+	Key           string
+	OrderKey      string
+	TransactionID string
+	Priority      int
+	Headers       []byte // JSON object, or nil
+	PayloadJSON   bool   // payload is JSON text (else opaque bytes)
+	Payload       []byte
+	Status        int
+	CreatedAt     time.Time
+}
+
+func insertMessages(ctx context.Context, tx *sql.Tx, msgs []*Message) error {
+	args := make([]any, 0, len(msgs)*11)
+	for _, m := range msgs {
+		args = append(args, m.ID, m.CreatedAt, m.VShard, m.Topic, m.Key, nullString(m.OrderKey), nullString(m.TransactionID),
+			m.Priority, m.Headers, m.PayloadJSON, m.Payload)
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO message_store (id, created_at, vshard, topic, msg_key, order_key, transaction_id,
+  priority, headers, payload_json, payload) VALUES `+placeholders(len(msgs), 11), args...)
+	if err != nil {
+		return fmt.Errorf("insert message_store: %w", err)
+	}
+	return nil
+}
+
+// idList writes "id IN (…) AND created_at IN (…)" for ids, naming the
+// partitions through the creation times encoded in the ids.
+func idList(b *strings.Builder, args []any, ids []uint64) []any {
+	b.WriteString("id IN (")
+	seen := map[time.Time]bool{}
+	var times []any
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('?')
+		args = append(args, id)
+		t := idgen.Time(id)
+		if !seen[t] {
+			seen[t] = true
+			times = append(times, t)
+		}
+	}
+	b.WriteString(") AND created_at IN (")
+	b.WriteString(strings.TrimSuffix(strings.Repeat("?,", len(times)), ","))
+	b.WriteByte(')')
+	return append(args, times...)
+}
+
+// selectMessages reads messages by id.
+func selectMessages(ctx context.Context, q queryer, ids []uint64) (map[uint64]*Message, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var b strings.Builder
+	b.WriteString(`SELECT id, created_at, vshard, topic, msg_key, COALESCE(order_key, ''), COALESCE(transaction_id, ''), priority,
+  headers, payload_json, payload, msg_status FROM message_store WHERE `)
+	args := idList(&b, nil, ids)
+	rows, err := q.QueryContext(ctx, b.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("select message_store: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[uint64]*Message, len(ids))
+	for rows.Next() {
+		m := &Message{}
+		if err := rows.Scan(&m.ID, &m.CreatedAt, &m.VShard, &m.Topic, &m.Key, &m.OrderKey, &m.TransactionID, &m.Priority,
+			&m.Headers, &m.PayloadJSON, &m.Payload, &m.Status); err != nil {
+			return nil, fmt.Errorf("select message_store: %w", err)
+		}
+		out[m.ID] = m
+	}
+	return out, rows.Err()
+}
+
+// markConsumed sets consumed on those of ids that are pending and have no
+// delivery left in message_queue: every subscription has acked.
+func markConsumed(ctx context.Context, tx *sql.Tx, ids []uint64, now time.Time) error {
+	var b strings.Builder
+	b.WriteString("UPDATE message_store SET msg_status = ?, status_at = ? WHERE ")
+	args := idList(&b, []any{StatusConsumed, now}, ids)
+	b.WriteString(" AND msg_status = ? AND NOT EXISTS (SELECT 1 FROM message_queue q WHERE q.message_id = message_store.id)")
+	args = append(args, StatusPending)
+	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+		return fmt.Errorf("mark message_store consumed: %w", err)
+	}
+	return nil
+}
+
+// markDead sets dead on messages one of whose deliveries died.
+func markDead(ctx context.Context, tx *sql.Tx, ids []uint64, now time.Time) error {
+	var b strings.Builder
+	b.WriteString("UPDATE message_store SET msg_status = ?, status_at = ? WHERE ")
+	args := idList(&b, []any{StatusDead, now}, ids)
+	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+		return fmt.Errorf("mark message_store dead: %w", err)
+	}
+	return nil
+}
+
+// queryer is what reads need: a pool or a transaction.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}

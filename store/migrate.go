@@ -1,0 +1,98 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// migration is one versioned schema change. Statements are generated at
+// apply time so that month partitions start around the current month.
+type migration struct {
+	version int
+	name    string
+	stmts   func(now time.Time) []string
+}
+
+// migrations is the schema history, oldest first. Never edit an applied
+// migration; add a new one.
+var migrations = []migration{
+	{1, "initial tables", func(now time.Time) []string {
+		return []string{createMessageKey, createMessageStore(now), createMessageQueue, createMessageTrace(now)}
+	}},
+}
+
+// SchemaVersion is the newest migration this build knows.
+func SchemaVersion() int { return migrations[len(migrations)-1].version }
+
+const createSchemaMigrations = `CREATE TABLE IF NOT EXISTS schema_migrations (
+  version INT NOT NULL PRIMARY KEY,
+  name VARCHAR(128) NOT NULL,
+  applied_at DATETIME(6) NOT NULL
+) ENGINE=InnoDB`
+
+// Migrate applies the migrations this cluster lacks, in order, each once.
+// It holds a named lock so that routers starting together do not race, and
+// records each applied version in schema_migrations. Replicas get the schema
+// through replication.
+func (s *Store) Migrate(ctx context.Context, now time.Time) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", translate(err))
+	}
+	defer conn.Close()
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK('shardmq_migrate', 60)").Scan(&got); err != nil || got.Int64 != 1 {
+		return fmt.Errorf("migrate: take lock: %v", translate(err))
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK('shardmq_migrate')")
+	if _, err := conn.ExecContext(ctx, createSchemaMigrations); err != nil {
+		return fmt.Errorf("migrate: create schema_migrations: %w", translate(err))
+	}
+	applied := map[int]bool{}
+	rows, err := conn.QueryContext(ctx, "SELECT version FROM schema_migrations")
+	if err != nil {
+		return fmt.Errorf("migrate: read versions: %w", translate(err))
+	}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return fmt.Errorf("migrate: read versions: %w", err)
+		}
+		applied[v] = true
+	}
+	rows.Close()
+	for _, m := range migrations {
+		if applied[m.version] {
+			continue
+		}
+		for _, stmt := range m.stmts(now.UTC()) {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("migrate: version %d (%s): %w", m.version, m.name, translate(err))
+			}
+		}
+		if _, err := conn.ExecContext(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)", m.version, m.name, now.UTC()); err != nil {
+			return fmt.Errorf("migrate: record version %d: %w", m.version, translate(err))
+		}
+	}
+	return nil
+}
+
+// monthPartitions returns the PARTITION BY clause for a table partitioned by
+// month on column col: the previous month, this month and the next three,
+// plus a catch-all so that a write never fails for want of a partition. The
+// partition upkeep job splits the catch-all ahead of time.
+func monthPartitions(col string, now time.Time) string {
+	first := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC).AddDate(0, -1, 0)
+	var parts []string
+	for i := 0; i < 5; i++ {
+		m := first.AddDate(0, i, 0)
+		next := m.AddDate(0, 1, 0)
+		parts = append(parts, fmt.Sprintf("PARTITION p%s VALUES LESS THAN ('%s')", m.Format("200601"), next.Format("2006-01-02")))
+	}
+	parts = append(parts, "PARTITION pmax VALUES LESS THAN (MAXVALUE)")
+	return fmt.Sprintf("PARTITION BY RANGE COLUMNS(%s) (\n  %s\n)", col, strings.Join(parts, ",\n  "))
+}

@@ -1,0 +1,149 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"sort"
+	"time"
+)
+
+// ProduceStatus is the outcome of one produced item.
+type ProduceStatus int
+
+const (
+	// Created: the message is new and stored with its deliveries.
+	Created ProduceStatus = iota
+	// Duplicate: the key was already registered with the same payload; the
+	// result carries the original id.
+	Duplicate
+	// Conflict: the key was registered with a different payload; nothing
+	// was written for this item.
+	Conflict
+)
+
+func (s ProduceStatus) String() string {
+	return [...]string{"created", "duplicate", "conflict"}[s]
+}
+
+// ProduceItem is one message to store. The caller sets the message's id,
+// creation time and vshard, the payload hash used to tell a duplicate from
+// a conflict, when the deliveries become available, and the subscriptions
+// to deliver to.
+type ProduceItem struct {
+	Msg           *Message
+	Hash          []byte // 16 bytes
+	AvailableAt   time.Time
+	Subscriptions []string
+}
+
+// ProduceResult is one item's outcome and the id that holds its key.
+type ProduceResult struct {
+	Status ProduceStatus
+	ID     uint64
+}
+
+// Produce stores a batch in one local transaction: it registers the keys
+// (the primary key of message_key decides what is new), then inserts the
+// new messages and one delivery per subscription each, with one multi-row
+// statement per table. Nothing is answered before the commit. A key that
+// repeats inside the batch is created once and duplicate for the rest. On
+// deadlock or lock wait the whole transaction runs again with the same ids.
+func (s *Store) Produce(ctx context.Context, items []ProduceItem) ([]ProduceResult, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	// Register keys in one order across batches so that concurrent batches
+	// lock rows in the same order.
+	order := make([]int, len(items))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		ma, mb := items[order[a]].Msg, items[order[b]].Msg
+		if ma.Topic != mb.Topic {
+			return ma.Topic < mb.Topic
+		}
+		return ma.Key < mb.Key
+	})
+	keys := make([]keyRow, len(items))
+	for i, idx := range order {
+		m := items[idx].Msg
+		keys[i] = keyRow{topic: m.Topic, key: m.Key, vshard: m.VShard, messageID: m.ID, hash: items[idx].Hash, createdAt: m.CreatedAt}
+	}
+
+	results := make([]ProduceResult, len(items))
+	err := s.inTx(ctx, 5, s.retryHook("produce"), func(tx *sql.Tx) error {
+		n, err := insertKeys(ctx, tx, keys)
+		if err != nil {
+			return err
+		}
+		var held map[[2]string]registeredKey
+		if n < int64(len(keys)) {
+			if held, err = selectKeys(ctx, tx, keys); err != nil {
+				return err
+			}
+		}
+		var created []*Message
+		at := make(map[uint64]time.Time, len(items))
+		bySubs := map[string][]*Message{}
+		subsOf := map[string][]string{}
+		for i, it := range items {
+			results[i] = ProduceResult{Status: Created, ID: it.Msg.ID}
+			if held != nil {
+				h, ok := held[[2]string{it.Msg.Topic, it.Msg.Key}]
+				switch {
+				case !ok:
+					// The key was neither new nor found: only possible if a
+					// purge raced us. Fail the batch; it is retried whole.
+					return errKeyVanished
+				case h.messageID != it.Msg.ID && bytes.Equal(h.hash, it.Hash):
+					results[i] = ProduceResult{Status: Duplicate, ID: h.messageID}
+					continue
+				case h.messageID != it.Msg.ID:
+					results[i] = ProduceResult{Status: Conflict, ID: h.messageID}
+					continue
+				}
+			}
+			created = append(created, it.Msg)
+			at[it.Msg.ID] = it.AvailableAt
+			sk := subsKey(it.Subscriptions)
+			bySubs[sk] = append(bySubs[sk], it.Msg)
+			subsOf[sk] = it.Subscriptions
+		}
+		if len(created) == 0 {
+			return nil
+		}
+		if err := insertMessages(ctx, tx, created); err != nil {
+			return err
+		}
+		for sk, msgs := range bySubs {
+			if len(subsOf[sk]) == 0 {
+				continue
+			}
+			if err := insertDeliveries(ctx, tx, msgs, subsOf[sk], at); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+type storeError string
+
+func (e storeError) Error() string { return string(e) }
+
+const errKeyVanished = storeError("message_key row neither inserted nor found")
+
+func subsKey(subs []string) string {
+	var b bytes.Buffer
+	for _, s := range subs {
+		b.WriteString(s)
+		b.WriteByte(0)
+	}
+	return b.String()
+}

@@ -1,0 +1,249 @@
+// Package store is everything shardmq does to one MySQL cluster: the schema
+// and its migrations, and the transactions of produce, claim, ack, nack and
+// extend. All SQL lives here, one file per table.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/shardmq/shardmq/internal/idgen"
+)
+
+// Errors callers match with errors.Is.
+var (
+	// ErrNotFound: the row asked for does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrUnavailable: the cluster could not be reached or refused service
+	// (connection errors, read-only server, too many connections). The
+	// operation may or may not have been applied only when it says so.
+	ErrUnavailable = errors.New("cluster unavailable")
+)
+
+// Options configure a Store.
+type Options struct {
+	// MaxOpen caps the cluster's connection pool. Defaults to 64: enough
+	// for group-committed batches and claims on 2 cores; each router holds
+	// up to this many connections to each primary.
+	MaxOpen int
+	// MaxIdle defaults to half of MaxOpen.
+	MaxIdle int
+	// MaxLifetime defaults to 30 minutes.
+	MaxLifetime time.Duration
+	// IDs makes trace event ids. Defaults to a new generator.
+	IDs *idgen.Gen
+	// OnRetry is called each time a transaction is run again after a
+	// deadlock or lock wait timeout, with the operation's name (metrics).
+	OnRetry func(op string)
+}
+
+func (p Options) withDefaults() Options {
+	if p.MaxOpen <= 0 {
+		p.MaxOpen = 64
+	}
+	if p.MaxIdle <= 0 {
+		p.MaxIdle = p.MaxOpen / 2
+	}
+	if p.MaxLifetime <= 0 {
+		p.MaxLifetime = 30 * time.Minute
+	}
+	if p.IDs == nil {
+		p.IDs = idgen.New(nil)
+	}
+	return p
+}
+
+// Store is one cluster's primary (or a replica, for reads).
+type Store struct {
+	db      *sql.DB
+	ids     *idgen.Gen
+	onRetry func(op string)
+}
+
+// Open connects to dsn (go-sql-driver form) with the session settings
+// shardmq relies on: UTC times, one round trip per statement
+// (interpolateParams), READ COMMITTED (fewer gap locks on the dedup insert),
+// and a refusal to write to a read-only server (so a demoted primary is
+// noticed). It checks the connection before returning.
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse DSN: %w", err)
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	cfg.InterpolateParams = true
+	cfg.RejectReadOnly = true
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 2 * time.Second
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["time_zone"] = "'+00:00'"
+	// MariaDB before 11.1 only knows tx_isolation; MySQL 8 only
+	// transaction_isolation. Ask the server which it is.
+	isoVar, err := isolationVariable(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Params[isoVar] = "'READ-COMMITTED'"
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", cfg.Addr, err)
+	}
+	db := sql.OpenDB(conn)
+	p := opts.withDefaults()
+	db.SetMaxOpenConns(p.MaxOpen)
+	db.SetMaxIdleConns(p.MaxIdle)
+	db.SetConnMaxLifetime(p.MaxLifetime)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connect %s: %w", cfg.Addr, translate(err))
+	}
+	return &Store{db: db, ids: p.IDs, onRetry: p.OnRetry}, nil
+}
+
+func (s *Store) retryHook(op string) func() {
+	if s.onRetry == nil {
+		return nil
+	}
+	return func() { s.onRetry(op) }
+}
+
+func isolationVariable(ctx context.Context, cfg *mysql.Config) (string, error) {
+	probe := cfg.Clone()
+	probe.DBName = ""
+	conn, err := mysql.NewConnector(probe)
+	if err != nil {
+		return "", fmt.Errorf("open %s: %w", cfg.Addr, err)
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return "", fmt.Errorf("connect %s: %w", cfg.Addr, translate(err))
+	}
+	if strings.Contains(strings.ToLower(version), "mariadb") {
+		var has int
+		err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.GLOBAL_VARIABLES WHERE VARIABLE_NAME = 'TRANSACTION_ISOLATION'").Scan(&has)
+		if err != nil {
+			return "", fmt.Errorf("probe %s: %w", cfg.Addr, translate(err))
+		}
+		if has == 0 {
+			return "tx_isolation", nil
+		}
+	}
+	return "transaction_isolation", nil
+}
+
+// DB exposes the pool for the test bed and the load tester's baseline.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Close closes the pool.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Ping checks the server answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return translate(err)
+	}
+	return nil
+}
+
+// MySQL error numbers we act on.
+const (
+	errDupEntry      = 1062
+	errLockWait      = 1205
+	errDeadlock      = 1213
+	errReadOnly      = 1290
+	errReadOnlyTx    = 1792
+	errTooManyConns  = 1040
+	errServerShutdow = 1053
+)
+
+// translate turns driver errors into the package's errors at the boundary.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case errReadOnly, errReadOnlyTx, errTooManyConns, errServerShutdow:
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	// Anything else from the driver is a broken or refused connection.
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+// retryable reports a deadlock or lock wait timeout: the transaction was
+// rolled back and may be run again whole.
+func retryable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == errDeadlock || me.Number == errLockWait)
+}
+
+// inTx runs fn in a transaction, retrying the whole of it on deadlock or lock
+// wait timeout up to attempts times. onRetry counts retries for metrics.
+func (s *Store) inTx(ctx context.Context, attempts int, onRetry func(), fn func(tx *sql.Tx) error) error {
+	var err error
+	for i := 0; i < attempts; i++ {
+		if i > 0 && onRetry != nil {
+			onRetry()
+		}
+		err = s.tryTx(ctx, fn)
+		if err == nil || !retryable(err) {
+			return translate(err)
+		}
+	}
+	return fmt.Errorf("gave up after %d deadlocks or lock waits: %w", attempts, err)
+}
+
+func (s *Store) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// placeholders returns "(?,?,?),(?,?,?)" for rows rows of n columns.
+func placeholders(rows, n int) string {
+	one := "(" + strings.Repeat("?,", n-1) + "?)"
+	var b strings.Builder
+	b.Grow(rows * (len(one) + 1))
+	for i := 0; i < rows; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(one)
+	}
+	return b.String()
+}
+
+// nullString maps "" to NULL.
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

@@ -1,0 +1,398 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardmq/shardmq/internal/idgen"
+	"github.com/shardmq/shardmq/internal/testbed"
+)
+
+var bed *testbed.Bed
+
+func TestMain(m *testing.M) {
+	os.Exit(testbed.Main(m, testbed.Spec{Clusters: 1}, func(b *testbed.Bed) { bed = b }))
+}
+
+// fixture is one test's own database on the first cluster's primary.
+type fixture struct {
+	st  *Store
+	db  *sql.DB
+	ids *idgen.Gen
+	now time.Time
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	name := "t_store_" + hex.EncodeToString(rnd[:])
+	if err := testbed.CreateDatabase(ctx, bed, name); err != nil {
+		t.Fatal(err)
+	}
+	dsn := bed.Clusters[0].Primary.DSN(name)
+	ids := idgen.New(nil)
+	st, err := Open(ctx, dsn, Options{IDs: ids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		st.Close()
+		if db, err := sql.Open("mysql", bed.Clusters[0].Primary.DSN("")); err == nil {
+			db.Exec("DROP DATABASE " + name)
+			db.Close()
+		}
+	})
+	now := time.Now().UTC()
+	if err := st.Migrate(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{st: st, db: st.DB(), ids: ids, now: now}
+}
+
+func (f *fixture) item(topic, key, payload string, subs ...string) ProduceItem {
+	id := f.ids.Next()
+	if len(subs) == 0 {
+		subs = []string{"default"}
+	}
+	return ProduceItem{
+		Msg: &Message{ID: id, VShard: 7, Topic: topic, Key: key, Priority: 0, PayloadJSON: true,
+			Payload: []byte(payload), CreatedAt: idgen.Time(id)},
+		Hash:          hash16(payload),
+		AvailableAt:   f.now,
+		Subscriptions: subs,
+	}
+}
+
+func hash16(s string) []byte {
+	b := make([]byte, 16)
+	copy(b, s)
+	return b
+}
+
+func (f *fixture) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := f.db.QueryRow(query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if err := f.st.Migrate(context.Background(), f.now); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.count(t, "SELECT COUNT(*) FROM schema_migrations"); n != SchemaVersion() {
+		t.Fatalf("schema_migrations has %d rows, want %d", n, SchemaVersion())
+	}
+	if n := f.count(t, "SELECT COUNT(*) FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'message_store'"); n != 6 {
+		t.Fatalf("message_store has %d partitions, want 6", n)
+	}
+}
+
+func TestProduceDedupAndConflict(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	a := f.item("orders", "k1", `{"a":1}`)
+	aAgain := f.item("orders", "k1", `{"a":1}`) // same key, same payload, same batch
+	b := f.item("orders", "K1", `{"b":1}`)      // keys are byte-exact: K1 is not k1
+	res, err := f.st.Produce(ctx, []ProduceItem{a, aAgain, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ProduceResult{{Created, a.Msg.ID}, {Duplicate, a.Msg.ID}, {Created, b.Msg.ID}}
+	for i := range want {
+		if res[i] != want[i] {
+			t.Errorf("item %d: got %+v, want %+v", i, res[i], want[i])
+		}
+	}
+	dup := f.item("orders", "k1", `{"a":1}`)
+	conflict := f.item("orders", "K1", `{"b":2}`)
+	other := f.item("payments", "k1", `{"a":1}`) // same key, other topic: new
+	res, err = f.st.Produce(ctx, []ProduceItem{dup, conflict, other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []ProduceResult{{Duplicate, a.Msg.ID}, {Conflict, b.Msg.ID}, {Created, other.Msg.ID}}
+	for i := range want {
+		if res[i] != want[i] {
+			t.Errorf("second batch item %d: got %+v, want %+v", i, res[i], want[i])
+		}
+	}
+	for table, n := range map[string]int{"message_key": 3, "message_store": 3, "message_queue": 3} {
+		if got := f.count(t, "SELECT COUNT(*) FROM "+table); got != n {
+			t.Errorf("%s has %d rows, want %d", table, got, n)
+		}
+	}
+	if got := f.count(t, "SELECT COUNT(*) FROM message_store WHERE id = ?", conflict.Msg.ID); got != 0 {
+		t.Errorf("conflict wrote a message")
+	}
+}
+
+func TestProduceFansOutToSubscriptions(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	it := f.item("t", "k", `1`, "billing", "shipping")
+	if _, err := f.st.Produce(context.Background(), []ProduceItem{it}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.count(t, "SELECT COUNT(*) FROM message_queue WHERE message_id = ?", it.Msg.ID); got != 2 {
+		t.Fatalf("%d deliveries, want 2", got)
+	}
+}
+
+func (f *fixture) claim(t *testing.T, sub string, max int, lease time.Duration, at time.Time) []Claimed {
+	t.Helper()
+	got, err := f.st.Claim(context.Background(), ClaimRequest{Topic: "t", Subscription: sub, Consumer: "w1", Max: max,
+		Lease: lease, Token: f.ids.Next(), MaxAttempts: 5, Now: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func lease(c Claimed, sub string) Lease {
+	return Lease{MessageID: c.Message.ID, Subscription: sub, Token: c.Token}
+}
+
+func TestClaimAckConsumes(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	it := f.item("t", "k", `{"x":1}`, "a", "b")
+	if _, err := f.st.Produce(ctx, []ProduceItem{it}); err != nil {
+		t.Fatal(err)
+	}
+	ca := f.claim(t, "a", 10, time.Minute, f.now)
+	if len(ca) != 1 || ca[0].Attempt != 1 || string(ca[0].Message.Payload) != `{"x":1}` {
+		t.Fatalf("claim = %+v", ca)
+	}
+	if again := f.claim(t, "a", 10, time.Minute, f.now); len(again) != 0 {
+		t.Fatalf("a leased delivery was claimed twice")
+	}
+	st, err := f.st.Ack(ctx, []Lease{lease(ca[0], "a")}, f.now)
+	if err != nil || st[0] != LeaseOK {
+		t.Fatalf("ack = %v, %v", st, err)
+	}
+	if s := f.count(t, "SELECT msg_status FROM message_store WHERE id = ?", it.Msg.ID); s != StatusPending {
+		t.Fatalf("status %d after one of two subscriptions acked", s)
+	}
+	cb := f.claim(t, "b", 10, time.Minute, f.now)
+	st, err = f.st.Ack(ctx, []Lease{lease(cb[0], "b"), lease(cb[0], "b")}, f.now)
+	if err != nil || st[0] != LeaseOK || st[1] != LeaseNotFound {
+		t.Fatalf("ack = %v, %v", st, err)
+	}
+	if s := f.count(t, "SELECT msg_status FROM message_store WHERE id = ?", it.Msg.ID); s != StatusConsumed {
+		t.Fatalf("status %d after every subscription acked, want consumed", s)
+	}
+	if n := f.count(t, "SELECT COUNT(*) FROM message_trace WHERE message_id = ? AND event = 'acked' AND attempt = 1 AND consumer = 'w1' AND claimed_at IS NOT NULL", it.Msg.ID); n != 2 {
+		t.Fatalf("%d acked events, want 2", n)
+	}
+	st, _ = f.st.Ack(ctx, []Lease{lease(ca[0], "a")}, f.now)
+	if st[0] != LeaseNotFound {
+		t.Fatalf("second ack = %v, want not_found", st[0])
+	}
+}
+
+func TestExpiredLeaseIsReclaimedAsNewAttempt(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	it := f.item("t", "k", `1`)
+	if _, err := f.st.Produce(ctx, []ProduceItem{it}); err != nil {
+		t.Fatal(err)
+	}
+	first := f.claim(t, "default", 1, time.Second, f.now)
+	if got := f.claim(t, "default", 1, time.Second, f.now.Add(500*time.Millisecond)); len(got) != 0 {
+		t.Fatal("claimed before the lease expired")
+	}
+	second := f.claim(t, "default", 1, time.Second, f.now.Add(2*time.Second))
+	if len(second) != 1 || second[0].Attempt != 2 {
+		t.Fatalf("reclaim = %+v, want attempt 2", second)
+	}
+	st, err := f.st.Ack(ctx, []Lease{lease(first[0], "default")}, f.now.Add(2*time.Second))
+	if err != nil || st[0] != LeaseLost {
+		t.Fatalf("stale ack = %v, %v; want lease_lost", st, err)
+	}
+	ext, _, err := f.st.Extend(ctx, []Lease{lease(first[0], "default"), lease(second[0], "default")}, time.Minute, f.now.Add(2*time.Second))
+	if err != nil || ext[0] != LeaseLost || ext[1] != LeaseOK {
+		t.Fatalf("extend = %v, %v", ext, err)
+	}
+	if got := f.claim(t, "default", 1, time.Second, f.now.Add(30*time.Second)); len(got) != 0 {
+		t.Fatal("claimed within the extended lease")
+	}
+	if n := f.count(t, "SELECT COUNT(*) FROM message_trace WHERE message_id = ? AND event = 'lease_expired' AND attempt = 1", it.Msg.ID); n != 1 {
+		t.Fatalf("%d lease_expired events, want 1", n)
+	}
+}
+
+func TestNackBacksOffThenDies(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	it := f.item("t", "k", `1`)
+	if _, err := f.st.Produce(ctx, []ProduceItem{it}); err != nil {
+		t.Fatal(err)
+	}
+	policy := func(string, string) RetryPolicy {
+		return RetryPolicy{MaxAttempts: 5, Initial: time.Second, Multiplier: 2, Max: time.Hour, Jitter: 0}
+	}
+	at := f.now
+	for attempt := 1; attempt <= 5; attempt++ {
+		got := f.claim(t, "default", 1, time.Minute, at)
+		if len(got) != 1 || got[0].Attempt != attempt {
+			t.Fatalf("attempt %d: claim = %+v", attempt, got)
+		}
+		res, err := f.st.Nack(ctx, []NackItem{{Lease: lease(got[0], "default"), ErrorCode: "E_STOCK", Error: "out of stock"}}, policy, func() float64 { return 0.5 }, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if attempt < 5 {
+			wantNext := at.Add(time.Second << (attempt - 1))
+			if res[0].Status != RetryScheduled || !res[0].NextAttemptAt.Equal(wantNext) {
+				t.Fatalf("attempt %d: nack = %+v, want retry at %v", attempt, res[0], wantNext)
+			}
+			if early := f.claim(t, "default", 1, time.Minute, wantNext.Add(-time.Millisecond)); len(early) != 0 {
+				t.Fatalf("attempt %d: claimed before the backoff ended", attempt)
+			}
+			at = wantNext
+			continue
+		}
+		if res[0].Status != Dead {
+			t.Fatalf("fifth nack = %+v, want dead", res[0])
+		}
+		stale, _ := f.st.Nack(ctx, []NackItem{{Lease: lease(got[0], "default")}}, policy, func() float64 { return 0.5 }, at)
+		if stale[0].Status != NackLeaseLost {
+			t.Fatalf("nack of a dead delivery = %v", stale[0].Status)
+		}
+	}
+	if s := f.count(t, "SELECT msg_status FROM message_store WHERE id = ?", it.Msg.ID); s != StatusDead {
+		t.Fatalf("message status %d, want dead", s)
+	}
+	if n := f.count(t, "SELECT COUNT(*) FROM message_queue WHERE message_id = ? AND is_dead = 1 AND error_code = 'E_STOCK'", it.Msg.ID); n != 1 {
+		t.Fatal("delivery not dead with its error code")
+	}
+	if n := f.count(t, "SELECT COUNT(*) FROM message_trace WHERE message_id = ? AND event IN ('nacked','retry_scheduled','dead_lettered')", it.Msg.ID); n != 10 {
+		t.Fatalf("%d nack-related events, want 10", n)
+	}
+	if got := f.claim(t, "default", 1, time.Minute, at.Add(time.Hour)); len(got) != 0 {
+		t.Fatal("a dead delivery was claimed")
+	}
+}
+
+func TestExpiredLeaseOnLastAttemptDies(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	if _, err := f.st.Produce(ctx, []ProduceItem{f.item("t", "k", `1`)}); err != nil {
+		t.Fatal(err)
+	}
+	at := f.now
+	for attempt := 1; attempt <= 5; attempt++ {
+		if got := f.claim(t, "default", 1, time.Second, at); len(got) != 1 || got[0].Attempt != attempt {
+			t.Fatalf("attempt %d: %+v", attempt, got)
+		}
+		at = at.Add(2 * time.Second)
+	}
+	if got := f.claim(t, "default", 1, time.Second, at); len(got) != 0 {
+		t.Fatalf("a sixth attempt was delivered")
+	}
+	if n := f.count(t, "SELECT COUNT(*) FROM message_queue WHERE is_dead = 1 AND error_code = 'lease_expired'"); n != 1 {
+		t.Fatal("the delivery did not die after its last lease expired")
+	}
+}
+
+func TestClaimOrdersByPriorityThenAgeAndHidesDelayed(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	old := f.item("t", "old", `1`)
+	young := f.item("t", "young", `1`)
+	urgent := f.item("t", "urgent", `1`)
+	urgent.Msg.Priority = 9
+	later := f.item("t", "later", `1`)
+	later.Msg.Priority = 9
+	later.AvailableAt = f.now.Add(time.Hour)
+	if _, err := f.st.Produce(context.Background(), []ProduceItem{old, young, urgent, later}); err != nil {
+		t.Fatal(err)
+	}
+	got := f.claim(t, "default", 10, time.Minute, f.now)
+	var keys []string
+	for _, c := range got {
+		keys = append(keys, c.Message.Key)
+	}
+	if strings.Join(keys, ",") != "urgent,old,young" {
+		t.Fatalf("claim order %v, want urgent,old,young (later is delayed)", keys)
+	}
+	var leases []Lease
+	for _, c := range got {
+		leases = append(leases, lease(c, "default"))
+	}
+	if _, err := f.st.Ack(context.Background(), leases, f.now); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.claim(t, "default", 10, time.Minute, f.now.Add(time.Hour)); len(got) != 1 || got[0].Message.Key != "later" {
+		t.Fatalf("the delayed message was not claimable when due: %+v", got)
+	}
+}
+
+func TestClaimPlanUsesIndexWithoutFilesort(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var items []ProduceItem
+	for i := 0; i < 2000; i++ {
+		it := f.item("t", fmt.Sprint("k", i), `1`)
+		it.Msg.Priority = i % 10
+		items = append(items, it)
+	}
+	for i := 0; i < len(items); i += 500 {
+		if _, err := f.st.Produce(context.Background(), items[i:i+500]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.db.Exec("ANALYZE TABLE message_queue")
+	rows, err := f.db.Query(`EXPLAIN SELECT message_id, vshard, attempts, COALESCE(locked_by, ''), claim_token
+FROM message_queue FORCE INDEX (idx_claim)
+WHERE topic = 't' AND subscription = 'default' AND is_dead = 0 AND available_at <= NOW(6)
+ORDER BY priority DESC, message_id LIMIT 100 FOR UPDATE SKIP LOCKED`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	for rows.Next() {
+		vals := make([]sql.RawBytes, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		rows.Scan(ptrs...)
+		plan := map[string]string{}
+		for i, c := range cols {
+			plan[c] = string(vals[i])
+		}
+		if plan["key"] != "idx_claim" || strings.Contains(plan["Extra"], "filesort") {
+			t.Fatalf("claim plan %v: want idx_claim without filesort", plan)
+		}
+	}
+}
+
+func TestTranslateUnavailable(t *testing.T) {
+	t.Parallel()
+	_, err := Open(context.Background(), "root@tcp(127.0.0.1:1)/x", Options{})
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("open of a closed port: %v, want ErrUnavailable", err)
+	}
+}
