@@ -28,11 +28,14 @@ import (
 type Config struct {
 	// Listen is the HTTP address. Defaults to 127.0.0.1:8080.
 	Listen string
-	// TopologyFile is the static topology (required for now).
+	// TopologyFile is the static topology, used when Source is nil.
 	TopologyFile string
 	// ReloadEvery is how often the topology file is checked for changes.
 	// Defaults to 1s.
 	ReloadEvery time.Duration
+	// Source is where the topology comes from. Defaults to the file
+	// TopologyFile.
+	Source topology.Source
 	// Limits bound requests (see api.Limits for each default).
 	Limits api.Limits
 	// Broker tunes routing and claims (see broker.Config).
@@ -51,14 +54,17 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
 	}
-	if c.TopologyFile == "" {
-		return c, errors.New("config: TopologyFile is required")
-	}
 	if c.ReloadEvery <= 0 {
 		c.ReloadEvery = time.Second
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Source == nil {
+		if c.TopologyFile == "" {
+			return c, errors.New("config: TopologyFile or Source is required")
+		}
+		c.Source = &topology.FileSource{Path: c.TopologyFile, Every: c.ReloadEvery, Log: c.Log}
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -92,9 +98,9 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	top, err := topology.LoadFile(cfg.TopologyFile)
+	top, err := cfg.Source.Load(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("load topology: %w", err)
 	}
 	r := &Router{cfg: cfg, ids: idgen.New(cfg.Now), conns: map[string]*clusterConn{}}
 	if cfg.Store.IDs == nil {
@@ -264,7 +270,7 @@ func (r *Router) Run(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: r.api, ReadHeaderTimeout: 10 * time.Second}
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	go topology.WatchFile(wctx, r.cfg.TopologyFile, r.cfg.ReloadEvery, r.cfg.Log, func(t *topology.Topology) { r.apply(wctx, t) })
+	go r.cfg.Source.Watch(wctx, func(t *topology.Topology) { r.apply(wctx, t) })
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

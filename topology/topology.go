@@ -4,6 +4,7 @@
 package topology
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"regexp"
@@ -51,3 +52,14 @@ func (e *fieldError) Error() string {
 }
 
 func (e *fieldError) Unwrap() error { return ErrInvalid }
+
+// Source is where a router learns its topology: the static file (the
+// embedded default) or Consul.
+type Source interface {
+	// Load returns the current topology, validated.
+	Load(ctx context.Context) (*Topology, error)
+	// Watch calls apply with every new valid topology until ctx is done.
+	// An invalid update is logged and skipped: the router keeps the last
+	// good topology.
+	Watch(ctx context.Context, apply func(*Topology))
+}
