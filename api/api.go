@@ -20,7 +20,7 @@ import (
 
 // Broker is what the API needs from the broker.
 type Broker interface {
-	Produce(ctx context.Context, topic string, msgs []broker.Message) ([]broker.ProduceResult, error)
+	Produce(ctx context.Context, topic string, msgs []broker.Message, dur broker.Durability) ([]broker.ProduceResult, error)
 	Claim(ctx context.Context, req broker.ClaimRequest) ([]broker.Delivery, error)
 	Ack(ctx context.Context, receipts []broker.Receipt) []broker.LeaseResult
 	Nack(ctx context.Context, items []broker.NackItem) []broker.NackResult

@@ -55,7 +55,11 @@ func (s *Server) produce(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	res, err := s.b.Produce(r.Context(), topic, msgs)
+	dur := broker.DurabilityPrimary
+	if req.Durability == "replicated" {
+		dur = broker.DurabilityReplicated
+	}
+	res, err := s.b.Produce(r.Context(), topic, msgs, dur)
 	if err != nil {
 		s.log.Error("produce failed", "topic", topic, "err", err)
 		writeError(w, fail(CodeUnavailable, err.Error()))
@@ -82,7 +86,7 @@ func (s *Server) produce(w http.ResponseWriter, r *http.Request) {
 func (s *Server) validateProduce(req *produceRequest) ([]broker.Message, *apiError) {
 	l := s.limits
 	switch req.Durability {
-	case "", "primary":
+	case "", "primary", "replicated":
 	default:
 		return nil, fail(CodeInvalidRequest, `durability must be "primary" or "replicated", got `+strconv.Quote(req.Durability))
 	}

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/expirable"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shardmq/shardmq/internal/idgen"
@@ -54,8 +55,27 @@ var (
 	ErrUnknownSubscription = errors.New("unknown subscription")
 )
 
+// ReplicaWaiter is what replicated durability needs: a wait until at least
+// one replica of a cluster has applied a GTID position.
+type ReplicaWaiter interface {
+	WaitReplicated(ctx context.Context, cluster, gtid string, timeout time.Duration) error
+}
+
 // Config tunes the broker. Zero fields take the defaults named.
 type Config struct {
+	// Commit tunes group commit (see CommitConfig).
+	Commit CommitConfig
+	// ReplicatedTimeout bounds the wait for a replica under replicated
+	// durability; past it the items are answered unavailable (they are
+	// committed on the primary, and a retry answers duplicate). Defaults
+	// to 5s.
+	ReplicatedTimeout time.Duration
+	// RecentKeys is the size of the recent-keys cache that answers known
+	// duplicates and conflicts without a round trip. It never decides that
+	// a key is new. Defaults to 100,000 entries (about 20 MB); -1 disables.
+	RecentKeys int
+	// RecentKeysTTL is how long a key stays in that cache. Defaults to 1h.
+	RecentKeysTTL time.Duration
 	// FrozenWait bounds how long a request for a frozen vshard (resharding
 	// cut-over) is held before it is answered unavailable. Defaults to 2s.
 	FrozenWait time.Duration
@@ -65,6 +85,16 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
+	c.Commit = c.Commit.withDefaults()
+	if c.ReplicatedTimeout <= 0 {
+		c.ReplicatedTimeout = 5 * time.Second
+	}
+	if c.RecentKeys == 0 {
+		c.RecentKeys = 100000
+	}
+	if c.RecentKeysTTL <= 0 {
+		c.RecentKeysTTL = time.Hour
+	}
 	if c.FrozenWait <= 0 {
 		c.FrozenWait = 2 * time.Second
 	}
@@ -79,42 +109,86 @@ func (c Config) withDefaults() Config {
 
 // Broker is safe for concurrent use.
 type Broker struct {
-	cfg    Config
-	table  *routing.Table
-	shards atomic.Pointer[map[string]Shard]
-	subs   Subscriptions
-	ids    *idgen.Gen
-	now    func() time.Time
-	log    *slog.Logger
-	wake   *notifier
-	rr     atomic.Uint64
+	cfg      Config
+	table    *routing.Table
+	shards   atomic.Pointer[map[string]*clusterShard]
+	subs     Subscriptions
+	replicas ReplicaWaiter
+	ids      *idgen.Gen
+	now      func() time.Time
+	log      *slog.Logger
+	wake     *notifier
+	rr       atomic.Uint64
+	recent   *expirable.LRU[string, recentKey]
+	setMu    sync.Mutex
+}
+
+// clusterShard is a cluster's connection and its group committer.
+type clusterShard struct {
+	Shard
+	commit *committer
+}
+
+// recentKey is what the recent-keys cache remembers of a registered key.
+type recentKey struct {
+	id   uint64
+	hash [16]byte
 }
 
 // New returns a broker routing by table to shards (cluster name → shard).
-func New(cfg Config, table *routing.Table, shards map[string]Shard, subs Subscriptions, ids *idgen.Gen, now func() time.Time, log *slog.Logger) *Broker {
+// replicas may be nil: replicated durability then answers unavailable.
+func New(cfg Config, table *routing.Table, shards map[string]Shard, subs Subscriptions, replicas ReplicaWaiter, ids *idgen.Gen, now func() time.Time, log *slog.Logger) *Broker {
 	if now == nil {
 		now = time.Now
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b := &Broker{cfg: cfg.withDefaults(), table: table, subs: subs, ids: ids, now: now, log: log, wake: newNotifier()}
+	b := &Broker{cfg: cfg.withDefaults(), table: table, subs: subs, replicas: replicas, ids: ids, now: now, log: log, wake: newNotifier()}
+	if b.cfg.RecentKeys > 0 {
+		b.recent = expirable.NewLRU[string, recentKey](b.cfg.RecentKeys, nil, b.cfg.RecentKeysTTL)
+	}
+	empty := map[string]*clusterShard{}
+	b.shards.Store(&empty)
 	b.SetShards(shards)
 	return b
 }
 
-// SetShards swaps the cluster connections (after a topology change).
+// SetShards swaps the cluster connections (after a topology change). A
+// cluster whose connection is unchanged keeps its committer; the committers
+// of replaced connections finish what they have queued and stop.
 func (b *Broker) SetShards(shards map[string]Shard) {
-	m := make(map[string]Shard, len(shards))
-	for k, v := range shards {
-		m[k] = v
+	b.setMu.Lock()
+	defer b.setMu.Unlock()
+	old := *b.shards.Load()
+	m := make(map[string]*clusterShard, len(shards))
+	for name, s := range shards {
+		if cs, ok := old[name]; ok && cs.Shard == s {
+			m[name] = cs
+			continue
+		}
+		m[name] = &clusterShard{Shard: s, commit: newCommitter(name, s, b.cfg.Commit)}
 	}
 	b.shards.Store(&m)
+	for name, cs := range old {
+		if m[name] != cs {
+			go cs.commit.stop()
+		}
+	}
+}
+
+// Close stops the group committers after they commit what is queued.
+func (b *Broker) Close() {
+	b.setMu.Lock()
+	defer b.setMu.Unlock()
+	for _, cs := range *b.shards.Load() {
+		cs.commit.stop()
+	}
 }
 
 // route returns the shard serving v, holding the caller while v is frozen,
 // up to FrozenWait.
-func (b *Broker) route(ctx context.Context, v shard.ID) (string, Shard, error) {
+func (b *Broker) route(ctx context.Context, v shard.ID) (string, *clusterShard, error) {
 	deadline := time.Now().Add(b.cfg.FrozenWait)
 	for {
 		name, state := b.table.Load().Lookup(v)
@@ -178,10 +252,23 @@ func FingerprintKey(topic, transactionID string, payload []byte) string {
 	return "fp-" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// Produce stores msgs on topic: one transaction per cluster, run
-// concurrently, each answered only after its commit. A cluster that fails
-// makes only its own items unavailable.
-func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message) ([]ProduceResult, error) {
+// Durability says when a produce is answered.
+type Durability int
+
+const (
+	// DurabilityPrimary answers after the commit on the primary.
+	DurabilityPrimary Durability = iota
+	// DurabilityReplicated also waits until one replica has applied it.
+	DurabilityReplicated
+)
+
+// Produce stores msgs on topic. Items are group-committed per cluster (one
+// transaction holds this request's items of that cluster together with
+// other requests'), clusters run concurrently, and each item is answered
+// only after its transaction committed — and, with replicated durability,
+// after a replica applied it. A cluster that fails makes only its own items
+// unavailable.
+func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur Durability) ([]ProduceResult, error) {
 	subs, err := b.subs.ForProduce(ctx, topic)
 	if err != nil {
 		return nil, fmt.Errorf("list subscriptions of %s: %w", topic, err)
@@ -189,7 +276,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message) ([]P
 	now := b.now().UTC()
 	results := make([]ProduceResult, len(msgs))
 	groups := map[string][]int{}
-	shards := map[string]Shard{}
+	shards := map[string]*clusterShard{}
 	items := make([]store.ProduceItem, len(msgs))
 	for i, m := range msgs {
 		key := m.Key
@@ -198,6 +285,17 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message) ([]P
 		}
 		v := shard.Of(shard.Key(m.OrderKey, key))
 		results[i] = ProduceResult{Key: key, VShard: v}
+		hash := PayloadHash(m.Payload)
+		if dur == DurabilityPrimary && b.recent != nil {
+			if rk, ok := b.recent.Get(topic + "\x00" + key); ok {
+				results[i].ID = rk.id
+				results[i].Status = "conflict"
+				if string(rk.hash[:]) == string(hash) {
+					results[i].Status = "duplicate"
+				}
+				continue
+			}
+		}
 		id := b.ids.Next()
 		avail := now
 		switch {
@@ -210,9 +308,10 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message) ([]P
 			Msg: &store.Message{ID: id, VShard: uint16(v), Topic: topic, Key: key, OrderKey: m.OrderKey,
 				TransactionID: m.TransactionID, Priority: m.Priority, Headers: m.Headers, PayloadJSON: m.PayloadJSON,
 				Payload: m.Payload, CreatedAt: idgen.Time(id)},
-			Hash:          PayloadHash(m.Payload),
+			Hash:          hash,
 			AvailableAt:   avail,
 			Subscriptions: subs,
+			WantGTID:      dur == DurabilityReplicated,
 		}
 		name, s, err := b.route(ctx, v)
 		if err != nil {
@@ -227,27 +326,58 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message) ([]P
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			batch := make([]store.ProduceItem, len(idx))
-			for j, i := range idx {
-				batch[j] = items[i]
-			}
-			res, err := shards[name].Produce(ctx, batch)
-			for j, i := range idx {
-				if err != nil {
-					results[i].Status, results[i].Err = "unavailable", fmt.Errorf("cluster %s: %w", name, err)
-					continue
-				}
-				results[i].ID = res[j].ID
-				results[i].Status = res[j].Status.String()
-			}
-			if err != nil {
-				b.log.Warn("produce failed on cluster", "cluster", name, "items", len(idx), "err", err)
-			}
+			b.produceOn(ctx, name, shards[name], topic, idx, items, results, dur)
 		}()
 	}
 	wg.Wait()
 	b.wake.signal(topic)
 	return results, nil
+}
+
+// produceOn commits one cluster's share of a request and fills its results.
+func (b *Broker) produceOn(ctx context.Context, name string, cs *clusterShard, topic string, idx []int, items []store.ProduceItem, results []ProduceResult, dur Durability) {
+	batch := make([]store.ProduceItem, len(idx))
+	for j, i := range idx {
+		batch[j] = items[i]
+	}
+	resp := cs.commit.submit(ctx, batch)
+	var gtid string
+	for j, i := range idx {
+		if err := resp.errs[j]; err != nil {
+			results[i].Status, results[i].Err = "unavailable", err
+			continue
+		}
+		r := resp.res[j]
+		results[i].ID = r.ID
+		results[i].Status = r.Status.String()
+		if r.GTID != "" {
+			gtid = r.GTID
+		}
+		if b.recent != nil {
+			var h [16]byte
+			if r.Status == store.Conflict {
+				continue // the holder's hash is not ours; let the database answer again
+			}
+			copy(h[:], items[i].Hash)
+			b.recent.Add(topic+"\x00"+results[i].Key, recentKey{id: r.ID, hash: h})
+		}
+	}
+	if dur != DurabilityReplicated {
+		return
+	}
+	err := errors.New("no replica can confirm it")
+	if b.replicas != nil && gtid != "" {
+		err = b.replicas.WaitReplicated(ctx, name, gtid, b.cfg.ReplicatedTimeout)
+	}
+	if err == nil {
+		return
+	}
+	for _, i := range idx {
+		if results[i].Status == "created" || results[i].Status == "duplicate" {
+			results[i].Err = fmt.Errorf("committed on the primary of cluster %s but not confirmed on a replica (a retry with the same key answers duplicate): %w", name, err)
+			results[i].Status = "unavailable"
+		}
+	}
 }
 
 // ClaimRequest asks for up to Max deliveries of topic/sub.
@@ -341,9 +471,9 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, p store.RetryP
 
 // byCluster groups receipts by the cluster serving their vshard; receipts
 // whose cluster cannot be reached get err set in errs.
-func (b *Broker) byCluster(ctx context.Context, receipts []Receipt) (map[string][]int, map[string]Shard, []error) {
+func (b *Broker) byCluster(ctx context.Context, receipts []Receipt) (map[string][]int, map[string]*clusterShard, []error) {
 	groups := map[string][]int{}
-	shards := map[string]Shard{}
+	shards := map[string]*clusterShard{}
 	errs := make([]error, len(receipts))
 	for i, r := range receipts {
 		name, s, err := b.route(ctx, r.VShard)

@@ -31,6 +31,7 @@ func TestMain(m *testing.M) {
 
 // env is one test's router over its own database on every cluster.
 type env struct {
+	name  string // the test's database
 	url   string
 	dbs   map[string]*sql.DB // cluster name → its primary
 	owner func(shard.ID) string
@@ -38,6 +39,13 @@ type env struct {
 }
 
 func setup(t *testing.T) *env {
+	t.Helper()
+	return setupOn(t, bed, nil)
+}
+
+// setupOn starts a router over bed with its own database; tune may adjust
+// the router's config.
+func setupOn(t *testing.T, bed *testbed.Bed, tune func(*Config)) *env {
 	t.Helper()
 	ctx := context.Background()
 	var rnd [4]byte
@@ -48,9 +56,15 @@ func setup(t *testing.T) *env {
 	}
 	var y strings.Builder
 	y.WriteString("clusters:\n")
-	e := &env{dbs: map[string]*sql.DB{}}
+	e := &env{name: name, dbs: map[string]*sql.DB{}}
 	for _, c := range bed.Clusters {
 		fmt.Fprintf(&y, "  - name: %s\n    primary: %q\n", c.Name, c.Primary.DSN(name))
+		if len(c.Replicas) > 0 {
+			fmt.Fprintf(&y, "    replicas:\n")
+			for _, r := range c.Replicas {
+				fmt.Fprintf(&y, "      - %q\n", r.DSN(name))
+			}
+		}
 		db, err := sql.Open("mysql", c.Primary.DSN(name))
 		if err != nil {
 			t.Fatal(err)
@@ -70,7 +84,11 @@ func setup(t *testing.T) *env {
 	if err := os.WriteFile(path, []byte(y.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(ctx, Config{TopologyFile: path})
+	cfg := Config{TopologyFile: path}
+	if tune != nil {
+		tune(&cfg)
+	}
+	r, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,14 +80,26 @@ type Router struct {
 	broker *broker.Broker
 	api    *api.Server
 
-	mu     sync.Mutex
-	conns  map[string]*clusterConn // by cluster name
-	closed bool
+	mu       sync.Mutex
+	conns    map[string]*clusterConn // by cluster name
+	closed   bool
+	replicas *replicaWaiter
+}
+
+// replicaDSNs lists a cluster's replicas in the topology in use.
+func (r *Router) replicaDSNs(cluster string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cc, ok := r.conns[cluster]; ok {
+		return cc.replicas
+	}
+	return nil
 }
 
 type clusterConn struct {
-	dsn   string
-	store *store.Store
+	dsn      string
+	replicas []string
+	store    *store.Store
 }
 
 // New loads the topology, connects to and migrates every primary, and
@@ -103,6 +115,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		return nil, fmt.Errorf("load topology: %w", err)
 	}
 	r := &Router{cfg: cfg, ids: idgen.New(cfg.Now), conns: map[string]*clusterConn{}}
+	r.replicas = &replicaWaiter{r: r, pools: map[string]*store.Store{}}
 	if cfg.Store.IDs == nil {
 		r.cfg.Store.IDs = r.ids
 	}
@@ -113,7 +126,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	}
 	r.table = routing.NewTable(top.Map)
 	subs := broker.NewMemorySubscriptions(cfg.RetryPolicy)
-	r.broker = broker.New(cfg.Broker, r.table, shards, subs, r.ids, cfg.Now, cfg.Log)
+	r.broker = broker.New(cfg.Broker, r.table, shards, subs, r.replicas, r.ids, cfg.Now, cfg.Log)
 	r.api = api.New(r.broker, cfg.Limits, r.ready, cfg.Log)
 	return r, nil
 }
@@ -133,6 +146,9 @@ func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[strin
 	g, gctx := errgroup.WithContext(ctx)
 	for name, c := range top.Clusters {
 		if cc, ok := have[name]; ok && cc.dsn == c.Primary {
+			r.mu.Lock()
+			cc.replicas = append([]string(nil), c.Replicas...)
+			r.mu.Unlock()
 			continue
 		}
 		g.Go(func() error {
@@ -144,8 +160,13 @@ func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[strin
 				st.Close()
 				return fmt.Errorf("cluster %s primary: %w", name, err)
 			}
+			if warn, err := st.DurabilityWarnings(gctx); err == nil {
+				for _, w := range warn {
+					r.cfg.Log.Warn("primary is not fully durable: acknowledged messages can be lost in a crash", "cluster", name, "setting", w)
+				}
+			}
 			mu.Lock()
-			fresh[name] = &clusterConn{dsn: c.Primary, store: st}
+			fresh[name] = &clusterConn{dsn: c.Primary, replicas: append([]string(nil), c.Replicas...), store: st}
 			mu.Unlock()
 			return nil
 		})
@@ -259,9 +280,13 @@ func (r *Router) Close() {
 		return
 	}
 	r.closed = true
+	if r.broker != nil {
+		r.broker.Close() // commits what is queued before the pools close
+	}
 	for _, cc := range r.conns {
 		cc.store.Close()
 	}
+	r.replicas.close()
 }
 
 // Run serves until ctx is done, following topology file changes, then

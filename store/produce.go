@@ -35,12 +35,17 @@ type ProduceItem struct {
 	Hash          []byte // 16 bytes
 	AvailableAt   time.Time
 	Subscriptions []string
+	// WantGTID asks for the GTID of the batch's transaction (replicated
+	// durability); one such item makes the batch read it.
+	WantGTID bool
 }
 
 // ProduceResult is one item's outcome and the id that holds its key.
 type ProduceResult struct {
 	Status ProduceStatus
 	ID     uint64
+	// GTID of the transaction that committed the batch, when an item asked.
+	GTID string
 }
 
 // Produce stores a batch in one local transaction: it registers the keys
@@ -72,8 +77,12 @@ func (s *Store) Produce(ctx context.Context, items []ProduceItem) ([]ProduceResu
 		keys[i] = keyRow{topic: m.Topic, key: m.Key, vshard: m.VShard, messageID: m.ID, hash: items[idx].Hash, createdAt: m.CreatedAt}
 	}
 
+	wantGTID := false
+	for _, it := range items {
+		wantGTID = wantGTID || it.WantGTID
+	}
 	results := make([]ProduceResult, len(items))
-	err := s.inTx(ctx, 5, s.retryHook("produce"), func(tx *sql.Tx) error {
+	gtid, err := s.inTxGTID(ctx, 5, s.retryHook("produce"), wantGTID, func(tx *sql.Tx) error {
 		n, err := insertKeys(ctx, tx, keys)
 		if err != nil {
 			return err
@@ -129,6 +138,11 @@ func (s *Store) Produce(ctx context.Context, items []ProduceItem) ([]ProduceResu
 	})
 	if err != nil {
 		return nil, err
+	}
+	if gtid != "" {
+		for i := range results {
+			results[i].GTID = gtid
+		}
 	}
 	return results, nil
 }

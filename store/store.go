@@ -64,6 +64,7 @@ type Store struct {
 	db      *sql.DB
 	ids     *idgen.Gen
 	onRetry func(op string)
+	mariadb bool // else MySQL: GTID functions differ
 }
 
 // Open connects to dsn (go-sql-driver form) with the session settings
@@ -89,7 +90,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg.Params["time_zone"] = "'+00:00'"
 	// MariaDB before 11.1 only knows tx_isolation; MySQL 8 only
 	// transaction_isolation. Ask the server which it is.
-	isoVar, err := isolationVariable(ctx, cfg)
+	isoVar, mariadb, err := probeServer(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +108,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("connect %s: %w", cfg.Addr, translate(err))
 	}
-	return &Store{db: db, ids: p.IDs, onRetry: p.OnRetry}, nil
+	return &Store{db: db, ids: p.IDs, onRetry: p.OnRetry, mariadb: mariadb}, nil
 }
 
 func (s *Store) retryHook(op string) func() {
@@ -117,30 +118,33 @@ func (s *Store) retryHook(op string) func() {
 	return func() { s.onRetry(op) }
 }
 
-func isolationVariable(ctx context.Context, cfg *mysql.Config) (string, error) {
+// probeServer tells MariaDB from MySQL and names the session variable of
+// the isolation level.
+func probeServer(ctx context.Context, cfg *mysql.Config) (isoVar string, mariadb bool, err error) {
 	probe := cfg.Clone()
 	probe.DBName = ""
 	conn, err := mysql.NewConnector(probe)
 	if err != nil {
-		return "", fmt.Errorf("open %s: %w", cfg.Addr, err)
+		return "", false, fmt.Errorf("open %s: %w", cfg.Addr, err)
 	}
 	db := sql.OpenDB(conn)
 	defer db.Close()
 	var version string
 	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
-		return "", fmt.Errorf("connect %s: %w", cfg.Addr, translate(err))
+		return "", false, fmt.Errorf("connect %s: %w", cfg.Addr, translate(err))
 	}
 	if strings.Contains(strings.ToLower(version), "mariadb") {
 		var has int
 		err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.GLOBAL_VARIABLES WHERE VARIABLE_NAME = 'TRANSACTION_ISOLATION'").Scan(&has)
 		if err != nil {
-			return "", fmt.Errorf("probe %s: %w", cfg.Addr, translate(err))
+			return "", true, fmt.Errorf("probe %s: %w", cfg.Addr, translate(err))
 		}
 		if has == 0 {
-			return "tx_isolation", nil
+			return "tx_isolation", true, nil
 		}
+		return "transaction_isolation", true, nil
 	}
-	return "transaction_isolation", nil
+	return "transaction_isolation", false, nil
 }
 
 // DB exposes the pool for the test bed and the load tester's baseline.
@@ -201,29 +205,104 @@ func retryable(err error) bool {
 // inTx runs fn in a transaction, retrying the whole of it on deadlock or lock
 // wait timeout up to attempts times. onRetry counts retries for metrics.
 func (s *Store) inTx(ctx context.Context, attempts int, onRetry func(), fn func(tx *sql.Tx) error) error {
+	_, err := s.inTxGTID(ctx, attempts, onRetry, false, fn)
+	return err
+}
+
+// inTxGTID is inTx that, when wantGTID is set, also returns the GTID of the
+// committed transaction (read on the same connection right after COMMIT),
+// for callers that wait until a replica has applied it.
+func (s *Store) inTxGTID(ctx context.Context, attempts int, onRetry func(), wantGTID bool, fn func(tx *sql.Tx) error) (string, error) {
 	var err error
 	for i := 0; i < attempts; i++ {
 		if i > 0 && onRetry != nil {
 			onRetry()
 		}
-		err = s.tryTx(ctx, fn)
+		var gtid string
+		gtid, err = s.tryTx(ctx, wantGTID, fn)
 		if err == nil || !retryable(err) {
-			return translate(err)
+			return gtid, translate(err)
 		}
 	}
-	return fmt.Errorf("gave up after %d deadlocks or lock waits: %w", attempts, err)
+	return "", fmt.Errorf("gave up after %d deadlocks or lock waits: %w", attempts, err)
 }
 
-func (s *Store) tryTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+func (s *Store) tryTx(ctx context.Context, wantGTID bool, fn func(tx *sql.Tx) error) (string, error) {
+	conn, err := s.db.Conn(ctx)
 	if err != nil {
-		return err
+		return "", err
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return "", err
 	}
 	if err := fn(tx); err != nil {
 		tx.Rollback()
-		return err
+		return "", err
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return "", err
+	}
+	if !wantGTID {
+		return "", nil
+	}
+	// The server's binlog position right after our commit contains our
+	// transaction — and, when every item was a duplicate and nothing was
+	// written, the original's. Waiting for it waits for at least ours.
+	q := "SELECT @@GLOBAL.gtid_binlog_pos"
+	if !s.mariadb {
+		q = "SELECT @@GLOBAL.gtid_executed"
+	}
+	var gtid string
+	if err := conn.QueryRowContext(ctx, q).Scan(&gtid); err != nil {
+		return "", fmt.Errorf("%w: committed, but reading its GTID failed: %v", errCommittedNoGTID, err)
+	}
+	return gtid, nil
+}
+
+// errCommittedNoGTID: the transaction committed but its GTID is unknown, so
+// a replicated-durability wait cannot be done (the write itself is safe).
+var errCommittedNoGTID = errors.New("committed without GTID")
+
+// WaitGTID waits until this server (a replica) has applied gtid, up to
+// timeout. It returns ErrReplicaBehind when the time runs out.
+func (s *Store) WaitGTID(ctx context.Context, gtid string, timeout time.Duration) error {
+	q := "SELECT MASTER_GTID_WAIT(?, ?)"
+	timeoutOK := int64(-1)
+	if !s.mariadb {
+		q = "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)"
+		timeoutOK = 1
+	}
+	var rc sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, q, gtid, timeout.Seconds()).Scan(&rc); err != nil {
+		return fmt.Errorf("wait for GTID %s: %w", gtid, translate(err))
+	}
+	if !rc.Valid || rc.Int64 == timeoutOK {
+		return fmt.Errorf("%w: GTID %s not applied within %s", ErrReplicaBehind, gtid, timeout)
+	}
+	return nil
+}
+
+// ErrReplicaBehind: a replica did not apply a transaction in time.
+var ErrReplicaBehind = errors.New("replica has not applied the write")
+
+// DurabilityWarnings lists server settings that make a commit less than
+// durable (innodb_flush_log_at_trx_commit != 1, sync_binlog != 1), for the
+// router to warn about at start.
+func (s *Store) DurabilityWarnings(ctx context.Context) ([]string, error) {
+	var flush, syncBinlog int
+	if err := s.db.QueryRowContext(ctx, "SELECT @@innodb_flush_log_at_trx_commit, @@sync_binlog").Scan(&flush, &syncBinlog); err != nil {
+		return nil, fmt.Errorf("read durability settings: %w", translate(err))
+	}
+	var out []string
+	if flush != 1 {
+		out = append(out, fmt.Sprintf("innodb_flush_log_at_trx_commit = %d (1 is needed for every commit to survive a crash)", flush))
+	}
+	if syncBinlog != 1 {
+		out = append(out, fmt.Sprintf("sync_binlog = %d (1 is needed for the binary log, and so replicas, to keep every commit)", syncBinlog))
+	}
+	return out, nil
 }
 
 // placeholders returns "(?,?,?),(?,?,?)" for rows rows of n columns.

@@ -1,0 +1,264 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardmq/shardmq/store"
+)
+
+// CommitConfig tunes group commit: concurrent produce requests for one
+// cluster are coalesced into one transaction with multi-row statements, so
+// throughput grows with concurrency instead of with round trips. Zero
+// fields take the defaults named.
+type CommitConfig struct {
+	// MaxMessages caps the messages of one transaction. Defaults to 500
+	// (measured: batches of 500 ran at 45–49k messages/s on 2 cores, of
+	// 100 at 32–36k). A request larger than this is committed alone.
+	MaxMessages int
+	// MaxBytes caps the payload, header and key bytes of one transaction.
+	// Defaults to 8 MiB (under MariaDB's default max_allowed_packet of
+	// 16 MiB for the message_store statement).
+	MaxBytes int
+	// Linger is how long a transaction that is not full waits for more
+	// requests before it starts. Defaults to 0: a batch starts as soon as a
+	// committer is free, and batches grow by themselves while all
+	// committers are busy, which adds no latency at low load.
+	Linger time.Duration
+	// Committers is the number of transactions in flight per cluster.
+	// Defaults to 8.
+	Committers int
+	// Timeout bounds one batch's transaction. Defaults to 10s.
+	Timeout time.Duration
+}
+
+func (c CommitConfig) withDefaults() CommitConfig {
+	if c.MaxMessages <= 0 {
+		c.MaxMessages = 500
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = 8 << 20
+	}
+	if c.Committers <= 0 {
+		c.Committers = 8
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 10 * time.Second
+	}
+	return c
+}
+
+// produceReq is one caller's share of a group commit.
+type produceReq struct {
+	items []store.ProduceItem
+	bytes int
+	done  chan produceResp // buffered 1: a committer never blocks on it
+}
+
+type produceResp struct {
+	res  []store.ProduceResult
+	errs []error // per item; nil entries succeeded
+}
+
+// committer group-commits the produce requests of one cluster.
+type committer struct {
+	name  string
+	shard Shard
+	cfg   CommitConfig
+	in    chan *produceReq
+	quit  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+
+	// gate orders submissions before stop: once stopped is set under the
+	// write lock, nothing more enters in, so the drain on quit is complete.
+	gate    sync.RWMutex
+	stopped bool
+
+	transactions, messages, splits atomic.Int64
+}
+
+// CommitStats counts what a cluster's group committer did.
+type CommitStats struct {
+	Transactions int64 // transactions run
+	Messages     int64 // messages they carried
+	Splits       int64 // batches split to isolate a failing item
+}
+
+func newCommitter(name string, s Shard, cfg CommitConfig) *committer {
+	c := &committer{name: name, shard: s, cfg: cfg, in: make(chan *produceReq, 4*cfg.Committers), quit: make(chan struct{})}
+	for i := 0; i < cfg.Committers; i++ {
+		c.wg.Add(1)
+		go c.run()
+	}
+	return c
+}
+
+// stop lets queued requests finish, then ends the committers. Safe to call
+// twice.
+func (c *committer) stop() {
+	c.once.Do(func() {
+		c.gate.Lock()
+		c.stopped = true
+		c.gate.Unlock()
+		close(c.quit)
+	})
+	c.wg.Wait()
+}
+
+var errCommitterStopped = errors.New("router is shutting down")
+
+// submit queues items and waits for their outcome. A caller whose ctx ends
+// while waiting gets ctx's error; its items may still commit (a retry with
+// the same keys then answers duplicate).
+func (c *committer) submit(ctx context.Context, items []store.ProduceItem) produceResp {
+	req := &produceReq{items: items, done: make(chan produceResp, 1)}
+	for _, it := range items {
+		req.bytes += itemBytes(it)
+	}
+	fail := func(err error) produceResp {
+		errs := make([]error, len(items))
+		for i := range errs {
+			errs[i] = err
+		}
+		return produceResp{errs: errs}
+	}
+	c.gate.RLock()
+	if c.stopped {
+		c.gate.RUnlock()
+		return fail(errCommitterStopped)
+	}
+	select {
+	case c.in <- req:
+	case <-ctx.Done():
+		c.gate.RUnlock()
+		return fail(ctx.Err())
+	}
+	c.gate.RUnlock()
+	select {
+	case r := <-req.done:
+		return r
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	}
+}
+
+func itemBytes(it store.ProduceItem) int {
+	m := it.Msg
+	return len(m.Payload) + len(m.Headers) + len(m.Key) + len(m.OrderKey) + len(m.TransactionID) + 64
+}
+
+func (c *committer) run() {
+	defer c.wg.Done()
+	var carry *produceReq
+	for {
+		first := carry
+		carry = nil
+		if first == nil {
+			select {
+			case first = <-c.in:
+			case <-c.quit:
+				// Drain what is queued so no caller waits forever.
+				for {
+					select {
+					case r := <-c.in:
+						c.commit([]*produceReq{r})
+					default:
+						return
+					}
+				}
+			}
+		}
+		batch := []*produceReq{first}
+		n, size := len(first.items), first.bytes
+		var linger <-chan time.Time
+		var timer *time.Timer
+		if c.cfg.Linger > 0 {
+			timer = time.NewTimer(c.cfg.Linger)
+			linger = timer.C
+		}
+	fill:
+		for n < c.cfg.MaxMessages && size < c.cfg.MaxBytes {
+			var r *produceReq
+			select {
+			case r = <-c.in:
+			default:
+				if linger == nil {
+					break fill
+				}
+				select {
+				case r = <-c.in:
+				case <-linger:
+					break fill
+				}
+			}
+			if n+len(r.items) > c.cfg.MaxMessages || size+r.bytes > c.cfg.MaxBytes {
+				carry = r
+				break
+			}
+			batch = append(batch, r)
+			n += len(r.items)
+			size += r.bytes
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		c.commit(batch)
+	}
+}
+
+// commit runs one transaction for the batch and answers every request.
+func (c *committer) commit(batch []*produceReq) {
+	var items []store.ProduceItem
+	for _, r := range batch {
+		items = append(items, r.items...)
+	}
+	res, errs := c.produceIsolated(items)
+	c.transactions.Add(1)
+	c.messages.Add(int64(len(items)))
+	off := 0
+	for _, r := range batch {
+		k := len(r.items)
+		r.done <- produceResp{res: res[off : off+k], errs: errs[off : off+k]}
+		off += k
+	}
+}
+
+// produceIsolated commits items in one transaction. If that fails for a
+// reason other than the cluster being unavailable, it splits the batch in
+// halves and tries each, so one bad item fails only itself and never its
+// neighbours. Nothing is half-applied: each attempt is one transaction.
+func (c *committer) produceIsolated(items []store.ProduceItem) ([]store.ProduceResult, []error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
+	res, err := c.shard.Produce(ctx, items)
+	cancel()
+	if err == nil {
+		return res, make([]error, len(items))
+	}
+	if len(items) == 1 || errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		errs := make([]error, len(items))
+		for i := range errs {
+			errs[i] = fmt.Errorf("cluster %s: %w", c.name, err)
+		}
+		return make([]store.ProduceResult, len(items)), errs
+	}
+	c.splits.Add(1)
+	half := len(items) / 2
+	r1, e1 := c.produceIsolated(items[:half])
+	r2, e2 := c.produceIsolated(items[half:])
+	return append(r1, r2...), append(e1, e2...)
+}
+
+// CommitStats returns each cluster's group-commit counters.
+func (b *Broker) CommitStats() map[string]CommitStats {
+	out := map[string]CommitStats{}
+	for name, cs := range *b.shards.Load() {
+		c := cs.commit
+		out[name] = CommitStats{Transactions: c.transactions.Load(), Messages: c.messages.Load(), Splits: c.splits.Load()}
+	}
+	return out
+}

@@ -1,0 +1,120 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"os"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/shardmq/shardmq/internal/idgen"
+	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/store"
+)
+
+var bed *testbed.Bed
+
+func TestMain(m *testing.M) {
+	os.Exit(testbed.Main(m, testbed.Spec{Clusters: 1}, func(b *testbed.Bed) { bed = b }))
+}
+
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	ctx := context.Background()
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	name := "t_broker_" + hex.EncodeToString(rnd[:])
+	if err := testbed.CreateDatabase(ctx, bed, name); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, bed.Clusters[0].Primary.DSN(name), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		st.Close()
+		if db, err := sql.Open("mysql", bed.Clusters[0].Primary.DSN("")); err == nil {
+			db.Exec("DROP DATABASE " + name)
+			db.Close()
+		}
+	})
+	if err := st.Migrate(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func item(id uint64, key string) store.ProduceItem {
+	return store.ProduceItem{
+		Msg:           &store.Message{ID: id, Topic: "t", Key: key, PayloadJSON: true, Payload: []byte("1"), CreatedAt: idgen.Time(id)},
+		Hash:          PayloadHash([]byte("1")),
+		AvailableAt:   time.Now(),
+		Subscriptions: []string{"default"},
+	}
+}
+
+// One item that the database refuses (here: an id already taken) fails
+// alone; its neighbours in the same group commit are stored.
+func TestCommitterIsolatesAFailingItem(t *testing.T) {
+	t.Parallel()
+	st := openStore(t)
+	ids := idgen.New(nil)
+	c := newCommitter("c1", st, CommitConfig{Committers: 1}.withDefaults())
+	defer c.stop()
+	a := ids.Next()
+	items := []store.ProduceItem{item(a, "a"), item(ids.Next(), "b"), item(a, "clash"), item(ids.Next(), "d")}
+	resp := c.submit(context.Background(), items)
+	for i, want := range []bool{true, true, false, true} {
+		ok := resp.errs[i] == nil && resp.res[i].Status == store.Created
+		if ok != want {
+			t.Errorf("item %d (%s): created=%v err=%v, want created=%v", i, items[i].Msg.Key, ok, resp.errs[i], want)
+		}
+	}
+	if c.splits.Load() == 0 {
+		t.Fatal("the batch was not split")
+	}
+	var n int
+	st.DB().QueryRow("SELECT COUNT(*) FROM message_key WHERE msg_key = 'clash'").Scan(&n)
+	if n != 0 {
+		t.Fatal("the failing item's key was registered: half-applied")
+	}
+}
+
+// A stopped committer still answers what was queued, and refuses new work.
+func TestCommitterStopAnswersEveryone(t *testing.T) {
+	t.Parallel()
+	st := openStore(t)
+	ids := idgen.New(nil)
+	c := newCommitter("c1", st, CommitConfig{Committers: 2}.withDefaults())
+	resp := c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "x")})
+	if resp.errs[0] != nil {
+		t.Fatal(resp.errs[0])
+	}
+	c.stop()
+	c.stop() // twice is fine
+	resp = c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "y")})
+	if resp.errs[0] == nil {
+		t.Fatal("a stopped committer accepted work")
+	}
+}
+
+func BenchmarkFingerprintKey(b *testing.B) {
+	p := []byte(`{"order":42,"amount":"19.90","currency":"EUR"}`)
+	for i := 0; i < b.N; i++ {
+		FingerprintKey("orders", "tx-9", p)
+	}
+}
+
+func BenchmarkReceiptRoundTrip(b *testing.B) {
+	r := Receipt{VShard: 517}
+	r.MessageID, r.Token, r.Subscription = 385432089608519680, 0xdeadbeef, "billing"
+	for i := 0; i < b.N; i++ {
+		if _, err := DecodeReceipt(r.Encode()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
