@@ -1,0 +1,33 @@
+//go:build unix && !linux
+
+package testbed
+
+import (
+	"errors"
+	"os"
+	"syscall"
+)
+
+// sysProcAttr: outside Linux there is no parent-death signal, so a server of
+// a test run killed with SIGKILL outlives it; Main still stops its bed on
+// SIGINT and SIGTERM.
+func sysProcAttr(detach bool) *syscall.SysProcAttr {
+	if detach {
+		return &syscall.SysProcAttr{Setsid: true}
+	}
+	return &syscall.SysProcAttr{Setpgid: true}
+}
+
+func pidAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// isServerOf cannot read another process's arguments portably; it trusts
+// the PID.
+func isServerOf(pid int, dataDir string) bool { return pidAlive(pid) }
+
+func allocate(f *os.File, size int64) {}
