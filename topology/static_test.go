@@ -3,6 +3,7 @@ package topology
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -77,12 +78,23 @@ func TestWatchFileAppliesGoodAndIgnoresBad(t *testing.T) {
 	if err := os.WriteFile(path, []byte(strings.Replace(good, "version: 4", "version: 5", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case top := <-got:
-		if top.Map.Version() != 5 {
-			t.Fatalf("applied version %d, want 5 (the bad file must be skipped)", top.Map.Version())
+	// The watcher reads its first file when its goroutine starts, which may
+	// be after the writes above: until it applies one, rewrite version 5
+	// (with a comment that changes) so that it sees a change.
+	deadline := time.After(5 * time.Second)
+	for i := 0; ; i++ {
+		select {
+		case top := <-got:
+			if top.Map.Version() != 5 {
+				t.Fatalf("applied version %d, want 5 (the bad file must be skipped)", top.Map.Version())
+			}
+			return
+		case <-deadline:
+			t.Fatal("reload not applied within 5s")
+		case <-time.After(100 * time.Millisecond):
+			if err := os.WriteFile(path, []byte(strings.Replace(good, "version: 4", fmt.Sprintf("version: 5 # %d", i), 1)), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("reload not applied within 5s")
 	}
 }

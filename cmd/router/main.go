@@ -19,6 +19,7 @@ func main() {
 	flag.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "HTTP listen address")
 	flag.StringVar(&cfg.TopologyFile, "topology", "topology.yaml", "static topology file (reloaded when it changes)")
 	level := flag.String("log-level", "info", "debug, info, warn or error")
+	co := addConsulFlags(flag.CommandLine)
 	flag.Parse()
 
 	var lv slog.Level
@@ -30,17 +31,23 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, cfg); err != nil {
+	if err := run(ctx, cfg, co); err != nil {
 		cfg.Log.Error("router stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, cfg server.Config) error {
+func run(ctx context.Context, cfg server.Config, co *consulOptions) error {
+	c, err := co.setup(ctx, &cfg)
+	if err != nil {
+		return err
+	}
+	defer c.stop()
 	r, err := server.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
+	c.serving(ctx, r)
 	ln, err := r.Listen()
 	if err != nil {
 		r.Close()

@@ -1,0 +1,82 @@
+// Command consul-seed moves a static topology file into Consul, for
+// operators leaving the embedded default: it stores the file's shard map in
+// KV (with check-and-set) and prints, or registers through the agent, a
+// service definition for every MySQL instance the file names.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/shardmq/shardmq/topology"
+	"github.com/shardmq/shardmq/topology/consul"
+)
+
+func main() {
+	var o options
+	flag.StringVar(&o.file, "topology", "topology.yaml", "static topology file to seed from")
+	flag.StringVar(&o.addr, "consul-addr", "", "Consul HTTP address (default $CONSUL_HTTP_ADDR or 127.0.0.1:8500)")
+	flag.StringVar(&o.prefix, "consul-prefix", "shardmq/", "Consul KV prefix")
+	flag.StringVar(&o.service, "consul-service", "mysql", "Consul service name of the MySQL instances")
+	flag.BoolVar(&o.replace, "replace", false, "replace a shard map already in Consul (written as its successor)")
+	flag.BoolVar(&o.register, "register", false, "register the instances' services through the agent at -consul-addr (otherwise print their definitions)")
+	flag.BoolVar(&o.skipMap, "services-only", false, "do not touch the shard map")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "consul-seed:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	file, addr, prefix, service string
+	replace, register, skipMap  bool
+}
+
+func run(ctx context.Context, o options, out io.Writer) error {
+	top, err := topology.LoadFile(o.file)
+	if err != nil {
+		return err
+	}
+	src, err := consul.New(consul.Config{Address: o.addr, Prefix: o.prefix, Service: o.service})
+	if err != nil {
+		return err
+	}
+	defs, err := consul.ServiceDefinitions(top, o.service)
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.file, err)
+	}
+	if o.register {
+		for _, d := range defs {
+			if err := src.API().Agent().ServiceRegister(d); err != nil {
+				return fmt.Errorf("register %s: %w", d.ID, err)
+			}
+			fmt.Fprintf(out, "registered service %s (%s %s) at %s:%d\n", d.ID, d.Meta[consul.MetaCluster], d.Meta[consul.MetaRole], d.Address, d.Port)
+		}
+	} else {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		for _, d := range defs {
+			if err := enc.Encode(map[string]any{"service": d}); err != nil {
+				return err
+			}
+		}
+	}
+	if o.skipMap {
+		return nil
+	}
+	v, err := consul.SeedMap(ctx, src, top.Map, o.replace)
+	if err != nil {
+		return fmt.Errorf("seed shard map: %w (use -replace to overwrite)", err)
+	}
+	fmt.Fprintf(out, "shard map version %d stored at %sshardmap\n", v, src.Prefix())
+	return nil
+}

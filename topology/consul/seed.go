@@ -1,0 +1,95 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/hashicorp/consul/api"
+
+	"github.com/shardmq/shardmq/routing"
+	"github.com/shardmq/shardmq/topology"
+)
+
+// SeedMap stores m, the shard map of a static topology, as the first map
+// in Consul. When a map is already stored it is refused with
+// *topology.ConflictError unless replace is set; then m is written as the
+// successor of the stored map (its version raised above the stored one if
+// need be) with check-and-set. It returns the version written.
+func SeedMap(ctx context.Context, s *Source, m *routing.Map, replace bool) (int64, error) {
+	cur, err := s.ShardMap(ctx)
+	var prev int64
+	switch {
+	case err == nil:
+		prev = cur.Version()
+	case errors.Is(err, topology.ErrInvalid):
+		prev = 0 // nothing (valid) stored
+	default:
+		return 0, err
+	}
+	if prev > 0 && !replace {
+		return 0, &topology.ConflictError{Want: 0, Have: prev}
+	}
+	next := m
+	if m.Version() <= prev {
+		if next, err = routing.NewMap(prev+1, m.Ranges(), nil); err != nil {
+			return 0, err
+		}
+	}
+	if err := s.UpdateShardMap(ctx, prev, next); err != nil {
+		return 0, err
+	}
+	return next.Version(), nil
+}
+
+// ServiceDefinitions returns the Consul service registration of every
+// instance of a static topology, named service, with meta cluster and role
+// and a TCP check on the MySQL port, as each instance's Consul agent would
+// register it.
+func ServiceDefinitions(top *topology.Topology, service string) ([]*api.AgentServiceRegistration, error) {
+	var out []*api.AgentServiceRegistration
+	for _, name := range sortedClusters(top) {
+		c := top.Clusters[name]
+		dsns := append([]string{c.Primary}, c.Replicas...)
+		for i, dsn := range dsns {
+			cfg, err := mysql.ParseDSN(dsn)
+			if err != nil {
+				return nil, fmt.Errorf("cluster %s: %w", name, err)
+			}
+			host, port, err := net.SplitHostPort(cfg.Addr)
+			if err != nil {
+				return nil, fmt.Errorf("cluster %s: address %q: %w", name, cfg.Addr, err)
+			}
+			p, err := strconv.Atoi(port)
+			if err != nil {
+				return nil, fmt.Errorf("cluster %s: port %q: %w", name, port, err)
+			}
+			role, id := RolePrimary, service+"-"+name+"-primary"
+			if i > 0 {
+				role, id = RoleReplica, fmt.Sprintf("%s-%s-replica%d", service, name, i)
+			}
+			out = append(out, &api.AgentServiceRegistration{
+				ID: id, Name: service, Address: host, Port: p,
+				Meta: map[string]string{MetaCluster: name, MetaRole: role},
+				Check: &api.AgentServiceCheck{
+					Name: "mysql port", TCP: cfg.Addr, Interval: "5s", Timeout: "2s",
+					Status: api.HealthPassing,
+				},
+			})
+		}
+	}
+	return out, nil
+}
+
+func sortedClusters(top *topology.Topology) []string {
+	names := make([]string, 0, len(top.Clusters))
+	for n := range top.Clusters {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
