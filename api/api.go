@@ -25,6 +25,7 @@ type Broker interface {
 	Ack(ctx context.Context, receipts []broker.Receipt) []broker.LeaseResult
 	Nack(ctx context.Context, items []broker.NackItem) []broker.NackResult
 	Extend(ctx context.Context, receipts []broker.Receipt, lease time.Duration) []broker.LeaseResult
+	Subscriptions
 }
 
 var _ Broker = (*broker.Broker)(nil)
@@ -78,6 +79,7 @@ type Server struct {
 	ready  Health
 	log    *slog.Logger
 	mux    *http.ServeMux
+	subs   Subscriptions
 }
 
 // New returns the API handler. ready may be nil (always ready).
@@ -95,6 +97,7 @@ func New(b Broker, limits Limits, ready Health, log *slog.Logger) *Server {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.routeSubscriptions(b)
 	return s
 }
 

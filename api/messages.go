@@ -177,6 +177,7 @@ type claimRequest struct {
 	VisibilityMS *int64 `json:"visibility_timeout_ms"`
 	WaitMS       *int64 `json:"wait_ms"`
 	Consumer     string `json:"consumer"`
+	ErrorCode    string `json:"error_code"` // dead-letter channel only
 }
 
 type claimedMessage struct {
@@ -196,15 +197,13 @@ type claimedMessage struct {
 	LeaseExpires  string            `json:"lease_expires_at"`
 }
 
-func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
-	topic, e := pathName(r, "topic", CodeInvalidTopic)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	sub, e := pathName(r, "sub", CodeInvalidSubscription)
-	if e != nil {
-		writeError(w, e)
+func (s *Server) claim(w http.ResponseWriter, r *http.Request) { s.claimWith(w, r, false) }
+
+// claimWith serves a claim on the subscription (dead false) or on its
+// dead-letter channel (dead true), which may filter by error_code.
+func (s *Server) claimWith(w http.ResponseWriter, r *http.Request, dead bool) {
+	topic, sub, ok := topicAndSub(w, r)
+	if !ok {
 		return
 	}
 	var req claimRequest
@@ -214,8 +213,13 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if req.ErrorCode != "" && !dead {
+		writeError(w, fail(CodeInvalidRequest, "error_code filters only the dead-letter channel (…/dead-letters/claim)"))
+		return
+	}
 	l := s.limits
-	cr := broker.ClaimRequest{Topic: topic, Subscription: sub, Consumer: req.Consumer, Max: 1, Lease: l.DefaultLease}
+	cr := broker.ClaimRequest{Topic: topic, Subscription: sub, Consumer: req.Consumer, Max: 1, Lease: l.DefaultLease,
+		Dead: dead, ErrorCode: req.ErrorCode}
 	if req.Max != nil {
 		if *req.Max < 1 || *req.Max > l.MaxClaim {
 			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("max must be 1-%d", l.MaxClaim)))

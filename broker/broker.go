@@ -23,6 +23,7 @@ import (
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
 	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/subscription"
 )
 
 // Shard is what the broker needs from one cluster's primary.
@@ -32,19 +33,18 @@ type Shard interface {
 	Ack(ctx context.Context, leases []store.Lease, now time.Time) ([]store.LeaseStatus, error)
 	Nack(ctx context.Context, items []store.NackItem, policy func(topic, sub string) store.RetryPolicy, rnd func() float64, now time.Time) ([]store.NackResult, error)
 	Extend(ctx context.Context, leases []store.Lease, lease time.Duration, now time.Time) ([]store.LeaseStatus, time.Time, error)
+
+	// Dead letters and subscription upkeep: rarer, per cluster.
+	ListDead(ctx context.Context, topic, sub, errorCode string, before uint64, limit int, now time.Time) ([]store.DeadLetter, map[uint64]*store.Message, error)
+	Redrive(ctx context.Context, req store.RedriveRequest) (int64, error)
+	PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error)
+	CountDead(ctx context.Context, topic, sub string) (int64, error)
+	ArchiveDead(ctx context.Context, topic, sub string, cutoff, now time.Time) (int64, error)
+	DropSubscription(ctx context.Context, topic, sub string, now time.Time) (int64, error)
+	Unpark(ctx context.Context, topic, sub string, now time.Time) (int64, error)
 }
 
 var _ Shard = (*store.Store)(nil)
-
-// Subscriptions is what the broker needs to know about subscriptions.
-type Subscriptions interface {
-	// ForProduce lists the subscriptions a message produced to topic now is
-	// delivered to; a topic with none gets its implicit default one.
-	ForProduce(ctx context.Context, topic string) ([]string, error)
-	// Policy is a subscription's current retry policy; ok is false when the
-	// subscription does not exist.
-	Policy(ctx context.Context, topic, sub string) (p store.RetryPolicy, ok bool, err error)
-}
 
 // Errors callers match with errors.Is.
 var (
@@ -386,6 +386,9 @@ type ClaimRequest struct {
 	Max                           int
 	Lease                         time.Duration
 	Wait                          time.Duration
+	// Dead claims from the dead-letter channel (only ErrorCode's when set).
+	Dead      bool
+	ErrorCode string
 }
 
 // Delivery is a leased message.
@@ -400,19 +403,18 @@ type Delivery struct {
 // otherwise re-polls with a backoff from PollMin to PollMax. If every
 // cluster failed it returns ErrUnavailable rather than an empty answer.
 func (b *Broker) Claim(ctx context.Context, req ClaimRequest) ([]Delivery, error) {
-	p, ok, err := b.subs.Policy(ctx, req.Topic, req.Subscription)
+	sub, ok, err := b.subs.Get(ctx, req.Topic, req.Subscription)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return nil, ErrUnknownSubscription
 	}
-	p = p.WithDefaults()
 	deadline := time.Now().Add(req.Wait)
 	poll := b.cfg.PollMin
 	for {
 		woken := b.wake.channel(req.Topic)
-		out, err := b.claimOnce(ctx, req, p)
+		out, err := b.claimOnce(ctx, req, sub)
 		if len(out) > 0 || err != nil {
 			return out, err
 		}
@@ -434,7 +436,8 @@ func (b *Broker) Claim(ctx context.Context, req ClaimRequest) ([]Delivery, error
 	}
 }
 
-func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, p store.RetryPolicy) ([]Delivery, error) {
+func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscription.Subscription) ([]Delivery, error) {
+	ordered := sub.Ordered && !req.Dead
 	m := b.table.Load()
 	names := m.Clusters()
 	shards := *b.shards.Load()
@@ -451,7 +454,8 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, p store.RetryP
 		}
 		token := rand.Uint64() | 1
 		got, err := s.Claim(ctx, store.ClaimRequest{Topic: req.Topic, Subscription: req.Subscription, Consumer: req.Consumer,
-			Max: req.Max - len(out), Lease: req.Lease, Token: token, MaxAttempts: p.MaxAttempts, Now: b.now().UTC()})
+			Max: req.Max - len(out), Lease: req.Lease, Token: token, MaxAttempts: sub.Policy().MaxAttempts, Now: b.now().UTC(),
+			Ordered: ordered, Dead: req.Dead, ErrorCode: req.ErrorCode})
 		if err != nil {
 			failed++
 			lastErr = err
@@ -459,7 +463,7 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, p store.RetryP
 			continue
 		}
 		for _, c := range got {
-			r := Receipt{VShard: shard.ID(c.Message.VShard), Lease: store.Lease{MessageID: c.Message.ID, Subscription: req.Subscription, Token: c.Token}}
+			r := Receipt{VShard: shard.ID(c.Message.VShard), Lease: store.Lease{MessageID: c.Message.ID, Subscription: req.Subscription, Token: c.Token, Ordered: ordered}}
 			out = append(out, Delivery{Claimed: c, Receipt: r.Encode()})
 		}
 	}
@@ -574,11 +578,13 @@ func (b *Broker) Nack(ctx context.Context, items []NackItem) []NackResult {
 		}
 	}
 	policy := func(topic, sub string) store.RetryPolicy {
-		p, _, err := b.subs.Policy(ctx, topic, sub)
-		if err != nil {
-			b.log.Warn("subscription policy unreadable; using defaults", "topic", topic, "subscription", sub, "err", err)
+		s, ok, err := b.subs.Get(ctx, topic, sub)
+		if err != nil || !ok {
+			// A deleted subscription's deliveries are being dropped; the
+			// default policy serves until they are gone.
+			return subscription.Subscription{}.WithDefaults().Policy()
 		}
-		return p
+		return s.Policy()
 	}
 	var g errgroup.Group
 	for name, idx := range groups {

@@ -18,15 +18,22 @@ type Receipt struct {
 	store.Lease
 }
 
-const receiptVersion = 1
+const (
+	receiptVersion = 1
+	flagOrdered    = 1 << 0
+)
 
 // ErrBadReceipt: the receipt is not one this router made.
 var ErrBadReceipt = errors.New("malformed receipt")
 
 // Encode returns the opaque text form (URL-safe base64).
 func (r Receipt) Encode() string {
-	b := make([]byte, 0, 1+2+8+8+len(r.Subscription))
-	b = append(b, receiptVersion)
+	b := make([]byte, 0, 2+2+8+8+len(r.Subscription))
+	var flags byte
+	if r.Ordered {
+		flags |= flagOrdered
+	}
+	b = append(b, receiptVersion, flags)
 	b = binary.BigEndian.AppendUint16(b, uint16(r.VShard))
 	b = binary.BigEndian.AppendUint64(b, r.MessageID)
 	b = binary.BigEndian.AppendUint64(b, r.Token)
@@ -37,13 +44,14 @@ func (r Receipt) Encode() string {
 // DecodeReceipt parses a receipt's text form.
 func DecodeReceipt(s string) (Receipt, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) < 20 || b[0] != receiptVersion {
+	if err != nil || len(b) < 21 || b[0] != receiptVersion || b[1]&^flagOrdered != 0 {
 		return Receipt{}, ErrBadReceipt
 	}
-	r := Receipt{VShard: shard.ID(binary.BigEndian.Uint16(b[1:3]))}
-	r.MessageID = binary.BigEndian.Uint64(b[3:11])
-	r.Token = binary.BigEndian.Uint64(b[11:19])
-	r.Subscription = string(b[19:])
+	r := Receipt{VShard: shard.ID(binary.BigEndian.Uint16(b[2:4]))}
+	r.Ordered = b[1]&flagOrdered != 0
+	r.MessageID = binary.BigEndian.Uint64(b[4:12])
+	r.Token = binary.BigEndian.Uint64(b[12:20])
+	r.Subscription = string(b[20:])
 	if int(r.VShard) >= shard.Count || r.Token == 0 || r.Subscription == "" || len(r.Subscription) > 128 {
 		return Receipt{}, ErrBadReceipt
 	}

@@ -2,69 +2,107 @@ package broker
 
 import (
 	"context"
-	"sort"
+	"errors"
+	"fmt"
 	"sync"
 
-	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/subscription"
 )
 
-// DefaultSubscription is the implicit subscription of a topic that has none.
-const DefaultSubscription = "default"
-
-// MemorySubscriptions keeps subscriptions in the router's memory: each
-// topic has its implicit default subscription with the default policy.
-// It serves a single router on a static topology.
-type MemorySubscriptions struct {
-	mu     sync.Mutex
-	policy store.RetryPolicy
-	topics map[string]map[string]store.RetryPolicy
+// Subscriptions is what the broker needs to know about subscriptions.
+type Subscriptions interface {
+	// ForProduce lists the subscriptions a message produced to topic now is
+	// delivered to; a topic with none gets its default one.
+	ForProduce(ctx context.Context, topic string) ([]string, error)
+	// Get returns a subscription; ok is false when it does not exist.
+	Get(ctx context.Context, topic, name string) (s subscription.Subscription, ok bool, err error)
+	// Put creates or replaces a subscription and says whether it is new.
+	Put(ctx context.Context, s subscription.Subscription) (subscription.Subscription, bool, error)
+	// Delete removes a subscription (subscription.ErrNotFound if absent).
+	Delete(ctx context.Context, topic, name string) error
+	// List returns a topic's subscriptions ("" for all topics).
+	List(topic string) []subscription.Subscription
 }
 
-var _ Subscriptions = (*MemorySubscriptions)(nil)
+var _ Subscriptions = (*subscription.Registry)(nil)
 
-// NewMemorySubscriptions returns a registry whose default subscriptions use
-// policy (zero fields take store.RetryPolicy's defaults).
-func NewMemorySubscriptions(policy store.RetryPolicy) *MemorySubscriptions {
-	return &MemorySubscriptions{policy: policy.WithDefaults(), topics: map[string]map[string]store.RetryPolicy{}}
+// GetSubscription returns a subscription's configuration.
+func (b *Broker) GetSubscription(ctx context.Context, topic, name string) (subscription.Subscription, error) {
+	s, ok, err := b.subs.Get(ctx, topic, name)
+	if err != nil {
+		return s, err
+	}
+	if !ok {
+		return s, ErrUnknownSubscription
+	}
+	return s, nil
 }
 
-// Put creates or replaces a subscription.
-func (m *MemorySubscriptions) Put(topic, sub string, p store.RetryPolicy) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.topics[topic] == nil {
-		m.topics[topic] = map[string]store.RetryPolicy{}
+// PutSubscription creates or replaces a subscription. When a subscription
+// stops being ordered, its parked deliveries are released on every cluster.
+func (b *Broker) PutSubscription(ctx context.Context, s subscription.Subscription) (subscription.Subscription, bool, error) {
+	old, existed, err := b.subs.Get(ctx, s.Topic, s.Name)
+	if err != nil {
+		return s, false, err
 	}
-	m.topics[topic][sub] = p.WithDefaults()
+	s, created, err := b.subs.Put(ctx, s)
+	if err != nil {
+		return s, false, err
+	}
+	if existed && old.Ordered && !s.Ordered {
+		err := b.eachCluster(ctx, func(ctx context.Context, name string, sh Shard) error {
+			_, err := sh.Unpark(ctx, s.Topic, s.Name, b.now().UTC())
+			return err
+		})
+		if err != nil {
+			return s, created, fmt.Errorf("subscription saved, but its parked deliveries were not all released (put it again to retry): %w", err)
+		}
+	}
+	return s, created, nil
 }
 
-// ForProduce implements Subscriptions.
-func (m *MemorySubscriptions) ForProduce(_ context.Context, topic string) ([]string, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	subs := m.topics[topic]
-	if len(subs) == 0 {
-		subs = map[string]store.RetryPolicy{DefaultSubscription: m.policy}
-		m.topics[topic] = subs
+// DeleteSubscription removes a subscription and its deliveries on every
+// cluster. A message left with no delivery is consumed.
+func (b *Broker) DeleteSubscription(ctx context.Context, topic, name string) error {
+	if err := b.subs.Delete(ctx, topic, name); err != nil {
+		if errors.Is(err, subscription.ErrNotFound) {
+			return ErrUnknownSubscription
+		}
+		return err
 	}
-	out := make([]string, 0, len(subs))
-	for s := range subs {
-		out = append(out, s)
+	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Shard) error {
+		_, err := sh.DropSubscription(ctx, topic, name, b.now().UTC())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("subscription deleted, but not all of its deliveries were removed: %w", err)
 	}
-	sort.Strings(out)
-	return out, nil
+	return nil
 }
 
-// Policy implements Subscriptions. The default subscription of any topic
-// exists, so a consumer may wait on it before the first produce.
-func (m *MemorySubscriptions) Policy(_ context.Context, topic, sub string) (store.RetryPolicy, bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if p, ok := m.topics[topic][sub]; ok {
-		return p, true, nil
+// eachCluster runs fn on every cluster of the current shard map at once and
+// joins the errors, each naming its cluster.
+func (b *Broker) eachCluster(ctx context.Context, fn func(ctx context.Context, name string, sh Shard) error) error {
+	shards := *b.shards.Load()
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for _, name := range b.table.Load().Clusters() {
+		cs, ok := shards[name]
+		if !ok {
+			errs = append(errs, fmt.Errorf("cluster %s: %w: no connection", name, ErrUnavailable))
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx, name, cs.Shard); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("cluster %s: %w", name, err))
+				mu.Unlock()
+			}
+		}()
 	}
-	if sub == DefaultSubscription && len(m.topics[topic]) == 0 {
-		return m.policy, true, nil
-	}
-	return store.RetryPolicy{}, false, nil
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/subscription"
 	"github.com/shardmq/shardmq/topology"
 )
 
@@ -42,8 +43,15 @@ type Config struct {
 	Broker broker.Config
 	// Store sizes each cluster's pool (see store.Options).
 	Store store.Options
-	// RetryPolicy is the default subscription's policy.
-	RetryPolicy store.RetryPolicy
+	// Subscriptions is where subscriptions are kept. Defaults to the
+	// subscription table on every cluster's primary.
+	Subscriptions subscription.Store
+	// SubscriptionRefresh is how often subscriptions made through other
+	// routers are picked up. Defaults to 1s.
+	SubscriptionRefresh time.Duration
+	// HA tunes replica reads, circuit breakers, failover and
+	// reconciliation (see HAConfig).
+	HA HAConfig
 	// Log defaults to discarding.
 	Log *slog.Logger
 	// Now is the clock. Defaults to time.Now.
@@ -80,10 +88,12 @@ type Router struct {
 	broker *broker.Broker
 	api    *api.Server
 
+	subs     *subscription.Registry
 	mu       sync.Mutex
 	conns    map[string]*clusterConn // by cluster name
 	closed   bool
 	replicas *replicaWaiter
+	ha       *ha // replicas, breakers, failover, trace, reconciliation (ha.go)
 }
 
 // replicaDSNs lists a cluster's replicas in the topology in use.
@@ -116,6 +126,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	}
 	r := &Router{cfg: cfg, ids: idgen.New(cfg.Now), conns: map[string]*clusterConn{}}
 	r.replicas = &replicaWaiter{r: r, pools: map[string]*store.Store{}}
+	r.ha = newHA(r)
 	if cfg.Store.IDs == nil {
 		r.cfg.Store.IDs = r.ids
 	}
@@ -125,9 +136,21 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		return nil, err
 	}
 	r.table = routing.NewTable(top.Map)
-	subs := broker.NewMemorySubscriptions(cfg.RetryPolicy)
-	r.broker = broker.New(cfg.Broker, r.table, shards, subs, r.replicas, r.ids, cfg.Now, cfg.Log)
+	subStore := cfg.Subscriptions
+	if subStore == nil {
+		subStore = &subscription.MySQLStore{Primaries: r.Stores, Now: cfg.Now}
+	}
+	r.subs = subscription.NewRegistry(subStore, cfg.SubscriptionRefresh, cfg.Now, cfg.Log)
+	if err := r.subs.Start(ctx); err != nil {
+		r.Close()
+		return nil, err
+	}
+	r.broker = broker.New(cfg.Broker, r.table, shards, r.subs, r.replicas, r.ids, cfg.Now, cfg.Log)
 	r.api = api.New(r.broker, cfg.Limits, r.ready, cfg.Log)
+	if err := r.ha.start(top); err != nil {
+		r.Close()
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -159,6 +182,10 @@ func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[strin
 			if err := st.Migrate(gctx, r.cfg.Now()); err != nil {
 				st.Close()
 				return fmt.Errorf("cluster %s primary: %w", name, err)
+			}
+			if err := r.ha.checkWritable(gctx, name, st); err != nil {
+				st.Close()
+				return err
 			}
 			if warn, err := st.DurabilityWarnings(gctx); err == nil {
 				for _, w := range warn {
@@ -192,7 +219,7 @@ func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[strin
 	}
 	shards := make(map[string]broker.Shard, len(r.conns))
 	for name, cc := range r.conns {
-		shards[name] = cc.store
+		shards[name] = r.ha.shard(name, cc.dsn, cc.store)
 	}
 	// Requests already routed to a retired pool finish on it; close it
 	// once they are surely done.
@@ -205,15 +232,22 @@ func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[strin
 // apply switches to a reloaded topology: connections first, then the map,
 // so that no request is routed to a cluster without a pool.
 func (r *Router) apply(ctx context.Context, top *topology.Topology) {
+	release, current := r.ha.beginApply(top)
+	defer release()
+	if !current {
+		return // a newer topology arrived while this one waited for a retry
+	}
 	shards, err := r.connect(ctx, top)
 	if err != nil {
-		r.cfg.Log.Error("topology change not applied: cannot reach its clusters; keeping the last one", "err", err)
+		r.cfg.Log.Error("topology change not applied: cannot reach its clusters; keeping the last one and retrying", "err", err)
+		r.ha.retryApply(ctx, top, r.apply)
 		return
 	}
 	r.broker.SetShards(shards)
 	if !r.table.Store(top.Map) {
 		r.cfg.Log.Warn("reloaded shard map is older than the one in use; map kept", "version", top.Map.Version(), "current", r.table.Load().Version())
 	}
+	r.ha.applied(top)
 }
 
 // Handler is the router's HTTP handler.
@@ -266,10 +300,10 @@ func (r *Router) ready(ctx context.Context) (any, error) {
 	wg.Wait()
 	for _, h := range out {
 		if h.OK {
-			return map[string]any{"clusters": out, "shard_map_version": r.table.Load().Version()}, nil
+			return r.withTopologyStatus(map[string]any{"clusters": out}), nil
 		}
 	}
-	return map[string]any{"clusters": out}, errors.New("no cluster answers")
+	return r.withTopologyStatus(map[string]any{"clusters": out}), errors.New("no cluster answers")
 }
 
 // Close releases every pool. Safe to call twice.
@@ -280,6 +314,10 @@ func (r *Router) Close() {
 		return
 	}
 	r.closed = true
+	r.ha.stop()
+	if r.subs != nil {
+		r.subs.Stop()
+	}
 	if r.broker != nil {
 		r.broker.Close() // commits what is queued before the pools close
 	}

@@ -16,6 +16,13 @@ type ClaimRequest struct {
 	Token        uint64 // the new lease's claim token, non-zero, unguessable
 	MaxAttempts  int    // an expired lease at this many attempts dies instead
 	Now          time.Time
+	// Ordered delivers each order key's messages one at a time, in
+	// produce order (DESIGN §6).
+	Ordered bool
+	// Dead claims dead letters (the dead-letter channel) instead, those of
+	// ErrorCode when it is set. Attempts are not counted there.
+	Dead      bool
+	ErrorCode string
 }
 
 // Claimed is one leased delivery with its message.
@@ -24,27 +31,36 @@ type Claimed struct {
 	Attempt      int
 	Token        uint64
 	LeaseExpires time.Time
+	ErrorCode    string // dead-letter channel: why it died
 }
 
 // Claim leases up to Max ready deliveries in one short transaction: lock
 // candidates with FOR UPDATE SKIP LOCKED, mark them leased, commit; the
 // message bodies are read after the commit. A candidate whose earlier lease
 // expired counts that lost attempt: it is traced lease_expired and, when it
-// has used MaxAttempts, dead-lettered instead of delivered.
+// has used MaxAttempts, dead-lettered instead of delivered. On an ordered
+// subscription a candidate behind an older live delivery of its order key is
+// parked instead of delivered.
 func (s *Store) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, error) {
 	expires := req.Now.Add(req.Lease)
 	var leased []delivery
 	err := s.inTx(ctx, 3, s.retryHook("claim"), func(tx *sql.Tx) error {
 		leased = leased[:0]
-		cands, err := claimCandidates(ctx, tx, req.Topic, req.Subscription, req.Now, req.Max)
+		cands, err := claimCandidates(ctx, tx, req.Topic, req.Subscription, req.Now, req.Max, req.Dead, req.ErrorCode)
 		if err != nil || len(cands) == 0 {
 			return err
 		}
+		if req.Ordered && !req.Dead {
+			if cands, err = s.keepHeads(ctx, tx, req, cands); err != nil || len(cands) == 0 {
+				return err
+			}
+		}
 		var events []Event
 		var dead []uint64
+		var unpark []delivery
 		ids := make([]uint64, 0, len(cands))
 		for _, d := range cands {
-			if d.lockedBy != "" || d.claimToken != 0 {
+			if !req.Dead && (d.lockedBy != "" || d.claimToken != 0) {
 				events = append(events, s.event(req.Now, d, EventLeaseExpired, d.lockedBy, d.attempts, "", ""))
 				if d.attempts >= req.MaxAttempts {
 					if _, err := killDelivery(ctx, tx, d.subscription, d.messageID, d.claimToken, req.Now, "lease_expired", "lease expired on the last attempt"); err != nil {
@@ -52,15 +68,20 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, error) 
 					}
 					events = append(events, s.event(req.Now, d, EventDeadLettered, d.lockedBy, d.attempts, "lease_expired", ""))
 					dead = append(dead, d.messageID)
+					if req.Ordered && d.orderKey != "" {
+						unpark = append(unpark, d)
+					}
 					continue
 				}
 			}
 			ids = append(ids, d.messageID)
-			d.attempts++
+			if !req.Dead {
+				d.attempts++
+			}
 			leased = append(leased, d)
 		}
 		if len(ids) > 0 {
-			if err := leaseDeliveries(ctx, tx, req.Subscription, ids, req.Consumer, req.Token, req.Now, expires); err != nil {
+			if err := leaseDeliveries(ctx, tx, req.Subscription, ids, req.Consumer, req.Token, req.Now, expires, !req.Dead); err != nil {
 				return err
 			}
 		}
@@ -68,6 +89,9 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, error) 
 			if err := markDead(ctx, tx, dead, req.Now); err != nil {
 				return err
 			}
+		}
+		if err := s.unparkNext(ctx, tx, unpark, req.Now); err != nil {
+			return err
 		}
 		return insertEvents(ctx, tx, events)
 	})
@@ -95,6 +119,59 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, error) 
 	return out, nil
 }
 
+// keepHeads returns the candidates that head their order key (messages
+// without an order key are their own key) and parks the others, so that
+// later claims skip them until their turn.
+func (s *Store) keepHeads(ctx context.Context, tx *sql.Tx, req ClaimRequest, cands []delivery) ([]delivery, error) {
+	var keys []string
+	seen := map[string]bool{}
+	for _, d := range cands {
+		if d.orderKey != "" && !seen[d.orderKey] {
+			seen[d.orderKey] = true
+			keys = append(keys, d.orderKey)
+		}
+	}
+	if len(keys) == 0 {
+		return cands, nil
+	}
+	heads, err := orderHeads(ctx, tx, req.Topic, req.Subscription, keys)
+	if err != nil {
+		return nil, err
+	}
+	var keep []delivery
+	var park []uint64
+	for _, d := range cands {
+		if d.orderKey == "" || heads[d.orderKey] == d.messageID {
+			keep = append(keep, d)
+			continue
+		}
+		park = append(park, d.messageID)
+	}
+	if len(park) > 0 {
+		if err := parkDeliveries(ctx, tx, req.Subscription, park); err != nil {
+			return nil, err
+		}
+	}
+	return keep, nil
+}
+
+// unparkNext lets the next delivery of each finished delivery's order key
+// go (the finished one was acked or died).
+func (s *Store) unparkNext(ctx context.Context, tx *sql.Tx, finished []delivery, now time.Time) error {
+	done := map[[3]string]bool{}
+	for _, d := range finished {
+		k := [3]string{d.topic, d.subscription, d.orderKey}
+		if d.orderKey == "" || done[k] {
+			continue
+		}
+		done[k] = true
+		if err := unparkHead(ctx, tx, d.topic, d.subscription, d.orderKey, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (s *Store) event(at time.Time, d delivery, typ, consumer string, attempt int, code, msg string) Event {
 	return Event{ID: s.ids.Next(), At: at, MessageID: d.messageID, VShard: d.vshard, Subscription: d.subscription,
 		Type: typ, Consumer: consumer, Attempt: attempt, ErrorCode: code, Error: msg}
@@ -105,6 +182,9 @@ type Lease struct {
 	MessageID    uint64
 	Subscription string
 	Token        uint64
+	// Ordered: the subscription was ordered when the lease was taken, so
+	// finishing it lets the next delivery of its order key go.
+	Ordered bool
 }
 
 // LeaseStatus is the outcome of an ack or extend.
@@ -130,7 +210,7 @@ func holds(d delivery, found bool, l Lease) LeaseStatus {
 	switch {
 	case !found:
 		return LeaseNotFound
-	case d.isDead || d.claimToken == 0 || d.claimToken != l.Token:
+	case d.claimToken == 0 || d.claimToken != l.Token:
 		return LeaseLost
 	}
 	return LeaseOK
@@ -165,7 +245,8 @@ func lockLeases(ctx context.Context, tx *sql.Tx, leases []Lease) (map[Lease]deli
 // Ack completes deliveries: each whose receipt still holds the lease is
 // deleted, traced acked (with its claim time, consumer and attempt), and its
 // message marked consumed when no subscription has it left — all in one
-// transaction. Results are in the order of leases.
+// transaction. On an ordered subscription (Lease.Ordered) the next delivery
+// of the key is un-parked. Results are in the order of leases.
 func (s *Store) Ack(ctx context.Context, leases []Lease, now time.Time) ([]LeaseStatus, error) {
 	out := make([]LeaseStatus, len(leases))
 	err := s.inTx(ctx, 5, s.retryHook("ack"), func(tx *sql.Tx) error {
@@ -176,6 +257,7 @@ func (s *Store) Ack(ctx context.Context, leases []Lease, now time.Time) ([]Lease
 		bySub := map[string][]uint64{}
 		var events []Event
 		var acked []uint64
+		var unpark []delivery
 		done := map[Lease]bool{}
 		for i, l := range leases {
 			out[i] = holds(rows[l], found[l], l)
@@ -192,6 +274,9 @@ func (s *Store) Ack(ctx context.Context, leases []Lease, now time.Time) ([]Lease
 			ev := s.event(now, d, EventAcked, d.lockedBy, d.attempts, "", "")
 			ev.ClaimedAt = d.claimedAt
 			events = append(events, ev)
+			if d.orderKey != "" && !d.isDead && l.Ordered {
+				unpark = append(unpark, d)
+			}
 		}
 		if len(acked) == 0 {
 			return nil
@@ -200,6 +285,9 @@ func (s *Store) Ack(ctx context.Context, leases []Lease, now time.Time) ([]Lease
 			if err := deleteDeliveries(ctx, tx, sub, ids); err != nil {
 				return err
 			}
+		}
+		if err := s.unparkNext(ctx, tx, unpark, now); err != nil {
+			return err
 		}
 		if err := insertEvents(ctx, tx, events); err != nil {
 			return err
@@ -246,6 +334,9 @@ type NackResult struct {
 // are traced. policy gives the subscription's current retry policy, so a
 // changed policy applies to the next attempt; rnd returns numbers in [0,1)
 // for jitter.
+//
+// A nack of a dead letter leased on the dead-letter channel keeps it dead
+// and offers it again on that channel after the backoff.
 func (s *Store) Nack(ctx context.Context, items []NackItem, policy func(topic, sub string) RetryPolicy, rnd func() float64, now time.Time) ([]NackResult, error) {
 	out := make([]NackResult, len(items))
 	leases := make([]Lease, len(items))
@@ -259,6 +350,7 @@ func (s *Store) Nack(ctx context.Context, items []NackItem, policy func(topic, s
 		}
 		var events []Event
 		var dead []uint64
+		var unpark []delivery
 		done := map[Lease]bool{}
 		for i, it := range items {
 			st := holds(rows[it.Lease], found[it.Lease], it.Lease)
@@ -277,12 +369,27 @@ func (s *Store) Nack(ctx context.Context, items []NackItem, policy func(topic, s
 			d := rows[it.Lease]
 			p := policy(d.topic, d.subscription).WithDefaults()
 			events = append(events, s.event(now, d, EventNacked, d.lockedBy, d.attempts, it.ErrorCode, it.Error))
+			if d.isDead {
+				wait := it.RetryAfter
+				if wait <= 0 {
+					wait = p.Backoff(1, rnd())
+				}
+				next := now.Add(wait)
+				if _, err := scheduleRetry(ctx, tx, d.subscription, d.messageID, it.Token, next, it.ErrorCode, it.Error); err != nil {
+					return err
+				}
+				out[i] = NackResult{Status: RetryScheduled, NextAttemptAt: next}
+				continue
+			}
 			if d.attempts >= p.MaxAttempts {
 				if _, err := killDelivery(ctx, tx, d.subscription, d.messageID, it.Token, now, it.ErrorCode, it.Error); err != nil {
 					return err
 				}
 				events = append(events, s.event(now, d, EventDeadLettered, d.lockedBy, d.attempts, it.ErrorCode, it.Error))
 				dead = append(dead, d.messageID)
+				if d.orderKey != "" && it.Ordered {
+					unpark = append(unpark, d)
+				}
 				out[i] = NackResult{Status: Dead}
 				continue
 			}
@@ -302,6 +409,9 @@ func (s *Store) Nack(ctx context.Context, items []NackItem, policy func(topic, s
 			if err := markDead(ctx, tx, dead, now); err != nil {
 				return err
 			}
+		}
+		if err := s.unparkNext(ctx, tx, unpark, now); err != nil {
+			return err
 		}
 		return insertEvents(ctx, tx, events)
 	})

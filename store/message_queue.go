@@ -22,7 +22,13 @@ import (
 //
 // idx_claim matches the claim's ORDER BY exactly: equality columns, then
 // priority DESC, message_id (which grows with age), with available_at
-// covered for filtering, so EXPLAIN shows no filesort (see DESIGN §2).
+// covered for filtering, so EXPLAIN shows no filesort (see DESIGN §2). The
+// dead-letter channel claims through the same index with is_dead = 1.
+//
+// Ordered subscriptions park (parked = 1) a delivery that a claim found
+// behind an older live delivery of its order key, so that later claims do
+// not scan it again; the ack or death of the key's head un-parks the next
+// one. idx_order finds a key's head (see docs/consume.md).
 const createMessageQueue = `CREATE TABLE IF NOT EXISTS message_queue (
   message_id BIGINT UNSIGNED NOT NULL,
   subscription VARBINARY(128) NOT NULL,
@@ -36,11 +42,13 @@ const createMessageQueue = `CREATE TABLE IF NOT EXISTS message_queue (
   claim_token BIGINT UNSIGNED NOT NULL DEFAULT 0,
   claimed_at DATETIME(6) NULL,
   is_dead TINYINT(1) NOT NULL DEFAULT 0,
+  parked TINYINT(1) NOT NULL DEFAULT 0,
   dead_at DATETIME(6) NULL,
   error_code VARBINARY(64) NULL,
   last_error VARBINARY(2048) NULL,
   PRIMARY KEY (message_id, subscription),
-  KEY idx_claim (topic, subscription, is_dead, priority DESC, message_id, available_at)
+  KEY idx_claim (topic, subscription, is_dead, parked, priority DESC, message_id, available_at),
+  KEY idx_order (topic, subscription, order_key, is_dead, message_id)
 ) ENGINE=InnoDB`
 
 // delivery is one message_queue row as the consume paths need it.
@@ -77,20 +85,35 @@ func insertDeliveries(ctx context.Context, tx *sql.Tx, msgs []*Message, subs []s
 // claimCandidates locks up to max ready deliveries (and expired leases) of a
 // subscription, highest priority first, then oldest, skipping rows other
 // claimers hold.
-func claimCandidates(ctx context.Context, tx *sql.Tx, topic, sub string, now time.Time, max int) ([]delivery, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT message_id, vshard, attempts, COALESCE(locked_by, ''), claim_token
+// claimQuery is the claim's statement; byErrorCode adds the dead-letter
+// channel's error_code filter.
+func claimQuery(byErrorCode bool) string {
+	q := `SELECT message_id, vshard, attempts, COALESCE(locked_by, ''), claim_token, COALESCE(order_key, '')
 FROM message_queue FORCE INDEX (idx_claim)
-WHERE topic = ? AND subscription = ? AND is_dead = 0 AND available_at <= ?
-ORDER BY priority DESC, message_id
-LIMIT ? FOR UPDATE SKIP LOCKED`, topic, sub, now, max)
+WHERE topic = ? AND subscription = ? AND is_dead = ? AND parked = 0 AND available_at <= ?`
+	if byErrorCode {
+		q += " AND error_code = ?"
+	}
+	return q + "\nORDER BY priority DESC, message_id\nLIMIT ? FOR UPDATE SKIP LOCKED"
+}
+
+// With dead set it claims dead letters instead (the dead-letter channel),
+// optionally only those of one error code.
+func claimCandidates(ctx context.Context, tx *sql.Tx, topic, sub string, now time.Time, max int, dead bool, errorCode string) ([]delivery, error) {
+	args := []any{topic, sub, dead, now}
+	if errorCode != "" {
+		args = append(args, errorCode)
+	}
+	args = append(args, max)
+	rows, err := tx.QueryContext(ctx, claimQuery(errorCode != ""), args...)
 	if err != nil {
 		return nil, fmt.Errorf("select claimable message_queue: %w", err)
 	}
 	defer rows.Close()
 	var out []delivery
 	for rows.Next() {
-		d := delivery{subscription: sub, topic: topic}
-		if err := rows.Scan(&d.messageID, &d.vshard, &d.attempts, &d.lockedBy, &d.claimToken); err != nil {
+		d := delivery{subscription: sub, topic: topic, isDead: dead}
+		if err := rows.Scan(&d.messageID, &d.vshard, &d.attempts, &d.lockedBy, &d.claimToken, &d.orderKey); err != nil {
 			return nil, fmt.Errorf("select claimable message_queue: %w", err)
 		}
 		out = append(out, d)
@@ -100,12 +123,18 @@ LIMIT ? FOR UPDATE SKIP LOCKED`, topic, sub, now, max)
 
 // leaseDeliveries gives the rows to a consumer: a new attempt, a new claim
 // token, and available_at moved to the lease's expiry.
-func leaseDeliveries(ctx context.Context, tx *sql.Tx, sub string, ids []uint64, consumer string, token uint64, now, expires time.Time) error {
-	args := []any{consumer, token, now, expires, sub}
+// countAttempt is false on the dead-letter channel, whose leases are not
+// attempts of the subscription's retry policy.
+func leaseDeliveries(ctx context.Context, tx *sql.Tx, sub string, ids []uint64, consumer string, token uint64, now, expires time.Time, countAttempt bool) error {
+	inc := 0
+	if countAttempt {
+		inc = 1
+	}
+	args := []any{inc, consumer, token, now, expires, sub}
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	_, err := tx.ExecContext(ctx, `UPDATE message_queue SET attempts = attempts + 1, locked_by = ?, claim_token = ?, claimed_at = ?, available_at = ?
+	_, err := tx.ExecContext(ctx, `UPDATE message_queue SET attempts = attempts + ?, locked_by = ?, claim_token = ?, claimed_at = ?, available_at = ?
 WHERE subscription = ? AND message_id IN (`+strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")+")", args...)
 	if err != nil {
 		return fmt.Errorf("lease message_queue: %w", err)
@@ -120,7 +149,8 @@ func lockDeliveries(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) (
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT message_id, topic, vshard, attempts, COALESCE(locked_by, ''), claim_token, claimed_at, is_dead, available_at
+	rows, err := tx.QueryContext(ctx, `SELECT message_id, topic, vshard, attempts, COALESCE(locked_by, ''), claim_token, claimed_at, is_dead, available_at,
+  COALESCE(order_key, '')
 FROM message_queue WHERE subscription = ? AND message_id IN (`+strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")+") FOR UPDATE", args...)
 	if err != nil {
 		return nil, fmt.Errorf("lock message_queue: %w", err)
@@ -130,7 +160,7 @@ FROM message_queue WHERE subscription = ? AND message_id IN (`+strings.TrimSuffi
 	for rows.Next() {
 		d := delivery{subscription: sub}
 		var claimedAt sql.NullTime
-		if err := rows.Scan(&d.messageID, &d.topic, &d.vshard, &d.attempts, &d.lockedBy, &d.claimToken, &claimedAt, &d.isDead, &d.availableAt); err != nil {
+		if err := rows.Scan(&d.messageID, &d.topic, &d.vshard, &d.attempts, &d.lockedBy, &d.claimToken, &claimedAt, &d.isDead, &d.availableAt, &d.orderKey); err != nil {
 			return nil, fmt.Errorf("lock message_queue: %w", err)
 		}
 		d.claimedAt = claimedAt.Time
@@ -195,4 +225,350 @@ func extendLeases(ctx context.Context, tx *sql.Tx, sub string, ids []uint64, exp
 		return fmt.Errorf("extend message_queue: %w", err)
 	}
 	return nil
+}
+
+// orderHeads returns, for each order key, the id of its oldest live (not
+// dead) delivery: the only one an ordered subscription may deliver. A plain
+// read: a claim that parks a delivery behind a head that is being acked at
+// that moment is un-parked by that ack, which waits for the claim's lock.
+func orderHeads(ctx context.Context, tx *sql.Tx, topic, sub string, keys []string) (map[string]uint64, error) {
+	args := make([]any, 0, 3*len(keys))
+	for _, k := range keys {
+		args = append(args, topic, sub, k)
+	}
+	rows, err := tx.QueryContext(ctx, orderHeadsQuery(len(keys)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("select order heads in message_queue: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]uint64, len(keys))
+	for rows.Next() {
+		var k string
+		var id uint64
+		if err := rows.Scan(&k, &id); err != nil {
+			return nil, fmt.Errorf("select order heads in message_queue: %w", err)
+		}
+		out[k] = id
+	}
+	return out, rows.Err()
+}
+
+// orderHeadsQuery reads each key's head with one index dive per key (a
+// UNION ALL of LIMIT 1 lookups): a GROUP BY with MIN over an IN list reads
+// every live delivery of the keys instead.
+func orderHeadsQuery(keys int) string {
+	one := `(SELECT order_key, message_id FROM message_queue FORCE INDEX (idx_order)
+WHERE topic = ? AND subscription = ? AND order_key = ? AND is_dead = 0 ORDER BY message_id LIMIT 1)`
+	parts := make([]string, keys)
+	for i := range parts {
+		parts[i] = one
+	}
+	return strings.Join(parts, "\nUNION ALL\n")
+}
+
+// parkDeliveries parks deliveries the caller holds locked.
+func parkDeliveries(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) error {
+	args := []any{sub}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	_, err := tx.ExecContext(ctx, "UPDATE message_queue SET parked = 1 WHERE subscription = ? AND message_id IN ("+
+		strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")+")", args...)
+	if err != nil {
+		return fmt.Errorf("park message_queue: %w", err)
+	}
+	return nil
+}
+
+// unparkHead makes the oldest live delivery of an order key claimable now
+// if it is parked (its predecessor was acked or died). The SET order
+// matters: available_at reads parked before it is cleared.
+func unparkHead(ctx context.Context, tx *sql.Tx, topic, sub, orderKey string, now time.Time) error {
+	_, err := tx.ExecContext(ctx, `UPDATE message_queue FORCE INDEX (idx_order) SET available_at = IF(parked = 1, ?, available_at), parked = 0
+WHERE topic = ? AND subscription = ? AND order_key = ? AND is_dead = 0 ORDER BY message_id LIMIT 1`, now, topic, sub, orderKey)
+	if err != nil {
+		return fmt.Errorf("unpark message_queue: %w", err)
+	}
+	return nil
+}
+
+// unparkAll releases every parked delivery of a subscription (it stopped
+// being ordered), up to limit rows; it returns how many.
+func unparkAll(ctx context.Context, db *sql.DB, topic, sub string, now time.Time, limit int) (int64, error) {
+	res, err := db.ExecContext(ctx, `UPDATE message_queue SET parked = 0, available_at = ? WHERE topic = ? AND subscription = ? AND is_dead = 0 AND parked = 1 LIMIT ?`,
+		now, topic, sub, limit)
+	if err != nil {
+		return 0, fmt.Errorf("unpark message_queue: %w", err)
+	}
+	return res.RowsAffected()
+}
+
+// hasOtherLive reports whether an order key has a live delivery other than id.
+func hasOtherLive(ctx context.Context, tx *sql.Tx, topic, sub, orderKey string, id uint64) (bool, error) {
+	var n int
+	err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM message_queue FORCE INDEX (idx_order)
+WHERE topic = ? AND subscription = ? AND order_key = ? AND is_dead = 0 AND message_id <> ?`, topic, sub, orderKey, id).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("count live message_queue of an order key: %w", err)
+	}
+	return n > 0, nil
+}
+
+// DeadLetter is a dead delivery as the dead-letter tools list it.
+type DeadLetter struct {
+	MessageID    uint64
+	VShard       uint16
+	Subscription string
+	Attempts     int
+	ErrorCode    string
+	LastError    string
+	DeadAt       time.Time
+	OrderKey     string
+	InFlight     bool // leased on the dead-letter channel right now
+}
+
+// listDead reads a subscription's dead letters newest first (by message
+// id), those before cursor when it is not 0.
+func listDead(ctx context.Context, q queryer, topic, sub, errorCode string, before uint64, limit int, now time.Time) ([]DeadLetter, error) {
+	query := `SELECT message_id, vshard, attempts, COALESCE(error_code, ''), COALESCE(last_error, ''), COALESCE(dead_at, available_at),
+  COALESCE(order_key, ''), claim_token <> 0 AND available_at > ?
+FROM message_queue WHERE topic = ? AND subscription = ? AND is_dead = 1`
+	args := []any{now, topic, sub}
+	if errorCode != "" {
+		query += " AND error_code = ?"
+		args = append(args, errorCode)
+	}
+	if before != 0 {
+		query += " AND message_id < ?"
+		args = append(args, before)
+	}
+	query += " ORDER BY message_id DESC LIMIT ?"
+	args = append(args, limit)
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list dead message_queue: %w", err)
+	}
+	defer rows.Close()
+	var out []DeadLetter
+	for rows.Next() {
+		d := DeadLetter{Subscription: sub}
+		if err := rows.Scan(&d.MessageID, &d.VShard, &d.Attempts, &d.ErrorCode, &d.LastError, &d.DeadAt, &d.OrderKey, &d.InFlight); err != nil {
+			return nil, fmt.Errorf("list dead message_queue: %w", err)
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// lockDead locks up to limit dead letters of a subscription (all, one
+// error code, or the given ids).
+func lockDead(ctx context.Context, tx *sql.Tx, topic, sub, errorCode string, ids []uint64, limit int) ([]delivery, error) {
+	query := `SELECT message_id, vshard, attempts, COALESCE(order_key, ''), COALESCE(error_code, '') FROM message_queue
+WHERE topic = ? AND subscription = ? AND is_dead = 1`
+	args := []any{topic, sub}
+	if errorCode != "" {
+		query += " AND error_code = ?"
+		args = append(args, errorCode)
+	}
+	if len(ids) > 0 {
+		query += " AND message_id IN (" + strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",") + ")"
+		for _, id := range ids {
+			args = append(args, id)
+		}
+	}
+	query += " ORDER BY message_id LIMIT ? FOR UPDATE"
+	args = append(args, limit)
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("lock dead message_queue: %w", err)
+	}
+	defer rows.Close()
+	var out []delivery
+	for rows.Next() {
+		d := delivery{topic: topic, subscription: sub, isDead: true}
+		var code string
+		if err := rows.Scan(&d.messageID, &d.vshard, &d.attempts, &d.orderKey, &code); err != nil {
+			return nil, fmt.Errorf("lock dead message_queue: %w", err)
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// reviveDelivery makes a dead letter ready again with its attempts reset;
+// parked when its ordered key has another live delivery.
+func reviveDelivery(ctx context.Context, tx *sql.Tx, sub string, id uint64, parked bool, now time.Time) error {
+	_, err := tx.ExecContext(ctx, `UPDATE message_queue SET is_dead = 0, dead_at = NULL, attempts = 0, available_at = ?, parked = ?,
+  locked_by = NULL, claim_token = 0, error_code = NULL
+WHERE subscription = ? AND message_id = ? AND is_dead = 1`, now, parked, sub, id)
+	if err != nil {
+		return fmt.Errorf("redrive message_queue: %w", err)
+	}
+	return nil
+}
+
+// deleteDeadBatch deletes up to limit dead letters of a subscription (one
+// error code or all) and returns the message ids it deleted.
+func deleteDeadBatch(ctx context.Context, tx *sql.Tx, topic, sub, errorCode string, limit int) ([]uint64, error) {
+	ds, err := lockDead(ctx, tx, topic, sub, errorCode, nil, limit)
+	if err != nil || len(ds) == 0 {
+		return nil, err
+	}
+	ids := make([]uint64, len(ds))
+	for i, d := range ds {
+		ids[i] = d.messageID
+	}
+	return ids, deleteDeliveries(ctx, tx, sub, ids)
+}
+
+// countDead counts a subscription's dead letters (an index range).
+func countDead(ctx context.Context, q queryer, topic, sub string) (int64, error) {
+	var n int64
+	row, err := q.QueryContext(ctx, "SELECT COUNT(*) FROM message_queue WHERE topic = ? AND subscription = ? AND is_dead = 1", topic, sub)
+	if err != nil {
+		return 0, fmt.Errorf("count dead message_queue: %w", err)
+	}
+	defer row.Close()
+	if row.Next() {
+		if err := row.Scan(&n); err != nil {
+			return 0, fmt.Errorf("count dead message_queue: %w", err)
+		}
+	}
+	return n, row.Err()
+}
+
+// lockSubscriptionBatch locks up to limit deliveries of a subscription.
+func lockSubscriptionBatch(ctx context.Context, tx *sql.Tx, topic, sub string, limit int) ([]uint64, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT message_id FROM message_queue WHERE topic = ? AND subscription = ? LIMIT ? FOR UPDATE", topic, sub, limit)
+	if err != nil {
+		return nil, fmt.Errorf("lock message_queue of a subscription: %w", err)
+	}
+	defer rows.Close()
+	var ids []uint64
+	for rows.Next() {
+		var id uint64
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("lock message_queue of a subscription: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// lockStaleDead locks up to limit dead letters of a subscription that died
+// before cutoff and are not leased on the dead-letter channel, with every
+// column the archive keeps.
+func lockStaleDead(ctx context.Context, tx *sql.Tx, topic, sub string, cutoff time.Time, limit int) ([]DeadLetter, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT message_id, vshard, subscription, attempts, COALESCE(error_code, ''), COALESCE(last_error, ''), dead_at,
+  COALESCE(order_key, '')
+FROM message_queue WHERE topic = ? AND subscription = ? AND is_dead = 1 AND dead_at < ? AND claim_token = 0 LIMIT ? FOR UPDATE`, topic, sub, cutoff, limit)
+	if err != nil {
+		return nil, fmt.Errorf("lock stale dead message_queue: %w", err)
+	}
+	defer rows.Close()
+	var out []DeadLetter
+	for rows.Next() {
+		var d DeadLetter
+		if err := rows.Scan(&d.MessageID, &d.VShard, &d.Subscription, &d.Attempts, &d.ErrorCode, &d.LastError, &d.DeadAt, &d.OrderKey); err != nil {
+			return nil, fmt.Errorf("lock stale dead message_queue: %w", err)
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// deliveryRow is a whole message_queue row, for the trace and
+// reconciliation.
+type deliveryRow struct {
+	delivery
+	errorCode, lastError string
+	deadAt               time.Time
+}
+
+const selectDeliveryRows = `SELECT message_id, subscription, topic, vshard, priority, COALESCE(order_key, ''), available_at, attempts,
+  COALESCE(locked_by, ''), claim_token, claimed_at, is_dead, dead_at, COALESCE(error_code, ''), COALESCE(last_error, '')
+FROM message_queue WHERE message_id IN (`
+
+// deliveriesOf reads every subscription's delivery of messages ids; with
+// lock, it locks them too (FOR UPDATE).
+func deliveriesOf(ctx context.Context, q queryer, ids []uint64, lock bool) ([]deliveryRow, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	query := selectDeliveryRows + strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",") + ") ORDER BY message_id, subscription"
+	if lock {
+		query += " FOR UPDATE"
+	}
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("select message_queue by message: %w", err)
+	}
+	defer rows.Close()
+	var out []deliveryRow
+	for rows.Next() {
+		var d deliveryRow
+		var claimedAt, deadAt sql.NullTime
+		if err := rows.Scan(&d.messageID, &d.subscription, &d.topic, &d.vshard, &d.priority, &d.orderKey, &d.availableAt, &d.attempts,
+			&d.lockedBy, &d.claimToken, &claimedAt, &d.isDead, &deadAt, &d.errorCode, &d.lastError); err != nil {
+			return nil, fmt.Errorf("select message_queue by message: %w", err)
+		}
+		d.claimedAt, d.deadAt = claimedAt.Time, deadAt.Time
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// orphanDeliveries reads up to limit deliveries, after the cursor
+// (message id, subscription), whose message is not in message_store.
+func orphanDeliveries(ctx context.Context, q queryer, afterID uint64, afterSub string, vshards []uint16, limit int) ([]deliveryRow, error) {
+	var b strings.Builder
+	b.WriteString(`SELECT q.message_id, q.subscription, q.topic, q.vshard, q.attempts, q.is_dead FROM message_queue q
+WHERE (q.message_id, q.subscription) > (?, ?)`)
+	args := []any{afterID, afterSub}
+	if len(vshards) > 0 {
+		b.WriteString(" AND q.vshard IN (")
+		for i, v := range vshards {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteByte('?')
+			args = append(args, v)
+		}
+		b.WriteByte(')')
+	}
+	b.WriteString(" AND NOT EXISTS (SELECT 1 FROM message_store s WHERE s.id = q.message_id) ORDER BY q.message_id, q.subscription LIMIT ?")
+	args = append(args, limit)
+	rows, err := q.QueryContext(ctx, b.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("select orphan message_queue rows: %w", err)
+	}
+	defer rows.Close()
+	var out []deliveryRow
+	for rows.Next() {
+		var d deliveryRow
+		if err := rows.Scan(&d.messageID, &d.subscription, &d.topic, &d.vshard, &d.attempts, &d.isDead); err != nil {
+			return nil, fmt.Errorf("select orphan message_queue rows: %w", err)
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// restoreDeliveries re-creates lost deliveries as ready now, first attempt;
+// a delivery that exists meanwhile is left as it is.
+func restoreDeliveries(ctx context.Context, tx *sql.Tx, ds []delivery, now time.Time) (int64, error) {
+	args := make([]any, 0, len(ds)*7)
+	for _, d := range ds {
+		args = append(args, d.messageID, d.subscription, d.topic, d.vshard, d.priority, nullString(d.orderKey), now)
+	}
+	res, err := tx.ExecContext(ctx, `INSERT IGNORE INTO message_queue (message_id, subscription, topic, vshard, priority, order_key, available_at) VALUES `+
+		placeholders(len(ds), 7), args...)
+	if err != nil {
+		return 0, fmt.Errorf("restore message_queue rows: %w", err)
+	}
+	return res.RowsAffected()
 }

@@ -133,16 +133,31 @@ func selectMessages(ctx context.Context, q queryer, ids []uint64) (map[uint64]*M
 	return out, rows.Err()
 }
 
-// markConsumed sets consumed on those of ids that are pending and have no
-// delivery left in message_queue: every subscription has acked.
+// markConsumed sets consumed on those of ids that have no delivery left in
+// message_queue: every subscription has acked (a dead letter acked on the
+// dead-letter channel counts as handled).
 func markConsumed(ctx context.Context, tx *sql.Tx, ids []uint64, now time.Time) error {
 	var b strings.Builder
 	b.WriteString("UPDATE message_store SET msg_status = ?, status_at = ? WHERE ")
 	args := idList(&b, []any{StatusConsumed, now}, ids)
-	b.WriteString(" AND msg_status = ? AND NOT EXISTS (SELECT 1 FROM message_queue q WHERE q.message_id = message_store.id)")
-	args = append(args, StatusPending)
+	b.WriteString(" AND msg_status <> ? AND NOT EXISTS (SELECT 1 FROM message_queue q WHERE q.message_id = message_store.id)")
+	args = append(args, StatusConsumed)
 	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
 		return fmt.Errorf("mark message_store consumed: %w", err)
+	}
+	return nil
+}
+
+// markRevived sets pending on dead messages of ids that have no dead
+// delivery left (their dead letters were redriven).
+func markRevived(ctx context.Context, tx *sql.Tx, ids []uint64, now time.Time) error {
+	var b strings.Builder
+	b.WriteString("UPDATE message_store SET msg_status = ?, status_at = ? WHERE ")
+	args := idList(&b, []any{StatusPending, now}, ids)
+	b.WriteString(" AND msg_status = ? AND NOT EXISTS (SELECT 1 FROM message_queue q WHERE q.message_id = message_store.id AND q.is_dead = 1)")
+	args = append(args, StatusDead)
+	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+		return fmt.Errorf("mark message_store pending: %w", err)
 	}
 	return nil
 }
@@ -161,4 +176,124 @@ func markDead(ctx context.Context, tx *sql.Tx, ids []uint64, now time.Time) erro
 // queryer is what reads need: a pool or a transaction.
 type queryer interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// selectMessagesByTransaction reads up to limit messages that carry
+// transaction id txID, oldest first, through idx_transaction.
+func selectMessagesByTransaction(ctx context.Context, q queryer, txID string, limit int) ([]*Message, error) {
+	rows, err := q.QueryContext(ctx, `SELECT id, created_at, vshard, topic, msg_key, COALESCE(order_key, ''), COALESCE(transaction_id, ''), priority,
+  headers, payload_json, payload, msg_status FROM message_store WHERE transaction_id = ? ORDER BY id LIMIT ?`, txID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("select message_store by transaction: %w", err)
+	}
+	defer rows.Close()
+	var out []*Message
+	for rows.Next() {
+		m := &Message{}
+		if err := rows.Scan(&m.ID, &m.CreatedAt, &m.VShard, &m.Topic, &m.Key, &m.OrderKey, &m.TransactionID, &m.Priority,
+			&m.Headers, &m.PayloadJSON, &m.Payload, &m.Status); err != nil {
+			return nil, fmt.Errorf("select message_store by transaction: %w", err)
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+// countTransactions returns how many messages carry each of ids, for those
+// that have any. idx_transaction covers it: no row is read.
+func countTransactions(ctx context.Context, q queryer, ids []string) (map[string]int, error) {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	rows, err := q.QueryContext(ctx, "SELECT transaction_id, COUNT(*) FROM message_store WHERE transaction_id IN ("+
+		strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")+") GROUP BY transaction_id", args...)
+	if err != nil {
+		return nil, fmt.Errorf("count message_store by transaction: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, fmt.Errorf("count message_store by transaction: %w", err)
+		}
+		out[id] = n
+	}
+	return out, rows.Err()
+}
+
+// scanMessages reads a page of messages (without payloads) created in
+// [since, until), with ids above after, in id order, optionally only of
+// some vshards: the reconciliation's walk. Ids grow with creation time, so
+// the walk prunes to the partitions of the window.
+func scanMessages(ctx context.Context, q queryer, since, until time.Time, after uint64, vshards []uint16, limit int) ([]*Message, error) {
+	var b strings.Builder
+	b.WriteString(`SELECT id, created_at, vshard, topic, msg_key, COALESCE(order_key, ''), COALESCE(transaction_id, ''), priority, msg_status
+FROM message_store WHERE created_at >= ? AND created_at < ? AND id > ?`)
+	args := []any{since.UTC(), until.UTC(), after}
+	if len(vshards) > 0 {
+		b.WriteString(" AND vshard IN (")
+		for i, v := range vshards {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteByte('?')
+			args = append(args, v)
+		}
+		b.WriteByte(')')
+	}
+	b.WriteString(" ORDER BY id LIMIT ?")
+	args = append(args, limit)
+	rows, err := q.QueryContext(ctx, b.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("scan message_store: %w", err)
+	}
+	defer rows.Close()
+	var out []*Message
+	for rows.Next() {
+		m := &Message{}
+		if err := rows.Scan(&m.ID, &m.CreatedAt, &m.VShard, &m.Topic, &m.Key, &m.OrderKey, &m.TransactionID, &m.Priority, &m.Status); err != nil {
+			return nil, fmt.Errorf("scan message_store: %w", err)
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+// lockMessages reads and locks messages by id (without payloads), for a
+// repair that must see the current status.
+func lockMessages(ctx context.Context, tx *sql.Tx, ids []uint64) (map[uint64]*Message, error) {
+	var b strings.Builder
+	b.WriteString(`SELECT id, created_at, vshard, topic, msg_key, COALESCE(order_key, ''), COALESCE(transaction_id, ''), priority, msg_status
+FROM message_store WHERE `)
+	args := idList(&b, nil, ids)
+	b.WriteString(" FOR UPDATE")
+	rows, err := tx.QueryContext(ctx, b.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("lock message_store: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[uint64]*Message, len(ids))
+	for rows.Next() {
+		m := &Message{}
+		if err := rows.Scan(&m.ID, &m.CreatedAt, &m.VShard, &m.Topic, &m.Key, &m.OrderKey, &m.TransactionID, &m.Priority, &m.Status); err != nil {
+			return nil, fmt.Errorf("lock message_store: %w", err)
+		}
+		out[m.ID] = m
+	}
+	return out, rows.Err()
+}
+
+// setStatus moves one message from status from to status to; false when it
+// no longer had from.
+func setStatus(ctx context.Context, tx *sql.Tx, m *Message, from, to int, now time.Time) (bool, error) {
+	res, err := tx.ExecContext(ctx, "UPDATE message_store SET msg_status = ?, status_at = ? WHERE id = ? AND created_at = ? AND msg_status = ?",
+		to, now, m.ID, m.CreatedAt, from)
+	if err != nil {
+		return false, fmt.Errorf("set message_store status: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return n == 1, nil
 }

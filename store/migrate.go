@@ -22,6 +22,10 @@ var migrations = []migration{
 	{1, "initial tables", func(now time.Time) []string {
 		return []string{createMessageKey, createMessageStore(now), createMessageQueue, createMessageTrace(now)}
 	}},
+	{2, "replica lag heartbeat", func(time.Time) []string { return []string{createHeartbeat} }},
+	{3, "subscriptions and dead-letter archive", func(time.Time) []string {
+		return []string{createSubscription, createDeadLetterArchive}
+	}},
 }
 
 // SchemaVersion is the newest migration this build knows.

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -345,47 +344,6 @@ func TestClaimOrdersByPriorityThenAgeAndHidesDelayed(t *testing.T) {
 	}
 	if got := f.claim(t, "default", 10, time.Minute, f.now.Add(time.Hour)); len(got) != 1 || got[0].Message.Key != "later" {
 		t.Fatalf("the delayed message was not claimable when due: %+v", got)
-	}
-}
-
-func TestClaimPlanUsesIndexWithoutFilesort(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	var items []ProduceItem
-	for i := 0; i < 2000; i++ {
-		it := f.item("t", fmt.Sprint("k", i), `1`)
-		it.Msg.Priority = i % 10
-		items = append(items, it)
-	}
-	for i := 0; i < len(items); i += 500 {
-		if _, err := f.st.Produce(context.Background(), items[i:i+500]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f.db.Exec("ANALYZE TABLE message_queue")
-	rows, err := f.db.Query(`EXPLAIN SELECT message_id, vshard, attempts, COALESCE(locked_by, ''), claim_token
-FROM message_queue FORCE INDEX (idx_claim)
-WHERE topic = 't' AND subscription = 'default' AND is_dead = 0 AND available_at <= NOW(6)
-ORDER BY priority DESC, message_id LIMIT 100 FOR UPDATE SKIP LOCKED`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	cols, _ := rows.Columns()
-	for rows.Next() {
-		vals := make([]sql.RawBytes, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		rows.Scan(ptrs...)
-		plan := map[string]string{}
-		for i, c := range cols {
-			plan[c] = string(vals[i])
-		}
-		if plan["key"] != "idx_claim" || strings.Contains(plan["Extra"], "filesort") {
-			t.Fatalf("claim plan %v: want idx_claim without filesort", plan)
-		}
 	}
 }
 

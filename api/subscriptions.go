@@ -1,0 +1,317 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/subscription"
+)
+
+// Subscriptions is what the subscription and dead-letter endpoints need.
+type Subscriptions interface {
+	GetSubscription(ctx context.Context, topic, name string) (subscription.Subscription, error)
+	PutSubscription(ctx context.Context, s subscription.Subscription) (subscription.Subscription, bool, error)
+	DeleteSubscription(ctx context.Context, topic, name string) error
+	ListDead(ctx context.Context, topic, sub, errorCode, cursor string, limit int) (broker.DeadPage, error)
+	Redrive(ctx context.Context, topic, sub string, ids []uint64, errorCode string) (int64, error)
+	PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error)
+}
+
+var _ Subscriptions = (*broker.Broker)(nil)
+
+func (s *Server) routeSubscriptions(sb Subscriptions) {
+	s.subs = sb
+	s.mux.HandleFunc("PUT /v1/topics/{topic}/subscriptions/{sub}", s.putSubscription)
+	s.mux.HandleFunc("GET /v1/topics/{topic}/subscriptions/{sub}", s.getSubscription)
+	s.mux.HandleFunc("DELETE /v1/topics/{topic}/subscriptions/{sub}", s.deleteSubscription)
+	s.mux.HandleFunc("GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters", s.listDead)
+	s.mux.HandleFunc("DELETE /v1/topics/{topic}/subscriptions/{sub}/dead-letters", s.purgeDead)
+	s.mux.HandleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/redrive", s.redrive)
+	s.mux.HandleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/claim", s.claimDead)
+}
+
+// subscriptionBody is a PUT body: omitted fields take their defaults (a PUT
+// replaces the whole configuration).
+type subscriptionBody struct {
+	MaxAttempts *int `json:"max_attempts"`
+	Backoff     *struct {
+		InitialMS  *int64   `json:"initial_ms"`
+		MaxMS      *int64   `json:"max_ms"`
+		Multiplier *float64 `json:"multiplier"`
+		Jitter     *float64 `json:"jitter"`
+	} `json:"backoff"`
+	Ordered         *bool `json:"ordered"`
+	DeadLetterAlarm *struct {
+		GrowthPercent *float64 `json:"growth_percent"`
+		Window        *string  `json:"window"`
+	} `json:"dead_letter_alarm"`
+}
+
+// zeroNotAllowed names fields whose 0 would read as "use the default".
+func (b subscriptionBody) build(topic, name string) (subscription.Subscription, *apiError) {
+	sub := subscription.Subscription{Topic: topic, Name: name}
+	bad := func(field string) *apiError {
+		return fail(CodeInvalidRequest, field+" must be above 0")
+	}
+	if b.MaxAttempts != nil {
+		if *b.MaxAttempts <= 0 {
+			return sub, bad("max_attempts")
+		}
+		sub.MaxAttempts = *b.MaxAttempts
+	}
+	jitter := 0.2
+	if b.Backoff != nil {
+		if v := b.Backoff.InitialMS; v != nil {
+			if *v <= 0 {
+				return sub, bad("backoff.initial_ms")
+			}
+			sub.Backoff.InitialMS = *v
+		}
+		if v := b.Backoff.MaxMS; v != nil {
+			if *v <= 0 {
+				return sub, bad("backoff.max_ms")
+			}
+			sub.Backoff.MaxMS = *v
+		}
+		if v := b.Backoff.Multiplier; v != nil {
+			if *v <= 0 {
+				return sub, bad("backoff.multiplier")
+			}
+			sub.Backoff.Multiplier = *v
+		}
+		if v := b.Backoff.Jitter; v != nil {
+			jitter = *v
+		}
+	}
+	sub.Backoff.Jitter = jitter
+	if b.Ordered != nil {
+		sub.Ordered = *b.Ordered
+	}
+	if a := b.DeadLetterAlarm; a != nil {
+		if a.GrowthPercent != nil {
+			if *a.GrowthPercent <= 0 {
+				return sub, bad("dead_letter_alarm.growth_percent")
+			}
+			sub.DeadLetterAlarm.GrowthPercent = *a.GrowthPercent
+		}
+		if a.Window != nil {
+			sub.DeadLetterAlarm.Window = *a.Window
+		}
+	}
+	return sub, nil
+}
+
+func topicAndSub(w http.ResponseWriter, r *http.Request) (string, string, bool) {
+	topic, e := pathName(r, "topic", CodeInvalidTopic)
+	if e != nil {
+		writeError(w, e)
+		return "", "", false
+	}
+	sub, e := pathName(r, "sub", CodeInvalidSubscription)
+	if e != nil {
+		writeError(w, e)
+		return "", "", false
+	}
+	return topic, sub, true
+}
+
+// subscriptionError answers an error from the subscription operations.
+func (s *Server) subscriptionError(w http.ResponseWriter, topic, sub string, err error) {
+	switch {
+	case errors.Is(err, broker.ErrUnknownSubscription):
+		writeError(w, fail(CodeUnknownSubscription, fmt.Sprintf("topic %s has no subscription %s", topic, sub)))
+	case errors.Is(err, subscription.ErrInvalid):
+		writeError(w, fail(CodeInvalidRequest, err.Error()))
+	case errors.Is(err, broker.ErrBadCursor):
+		writeError(w, fail(CodeInvalidRequest, err.Error()))
+	default:
+		s.log.Error("subscription operation failed", "topic", topic, "subscription", sub, "err", err)
+		writeError(w, fail(CodeUnavailable, err.Error()))
+	}
+}
+
+func (s *Server) putSubscription(w http.ResponseWriter, r *http.Request) {
+	topic, name, ok := topicAndSub(w, r)
+	if !ok {
+		return
+	}
+	var body subscriptionBody
+	if r.ContentLength != 0 {
+		if e := s.decode(w, r, &body); e != nil {
+			writeError(w, e)
+			return
+		}
+	}
+	sub, e := body.build(topic, name)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	saved, created, err := s.subs.PutSubscription(r.Context(), sub)
+	if err != nil {
+		s.subscriptionError(w, topic, name, err)
+		return
+	}
+	st := http.StatusOK
+	if created {
+		st = http.StatusCreated
+	}
+	writeJSON(w, st, saved)
+}
+
+func (s *Server) getSubscription(w http.ResponseWriter, r *http.Request) {
+	topic, name, ok := topicAndSub(w, r)
+	if !ok {
+		return
+	}
+	sub, err := s.subs.GetSubscription(r.Context(), topic, name)
+	if err != nil {
+		s.subscriptionError(w, topic, name, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sub)
+}
+
+func (s *Server) deleteSubscription(w http.ResponseWriter, r *http.Request) {
+	topic, name, ok := topicAndSub(w, r)
+	if !ok {
+		return
+	}
+	if err := s.subs.DeleteSubscription(r.Context(), topic, name); err != nil {
+		s.subscriptionError(w, topic, name, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"topic": topic, "name": name, "deleted": true})
+}
+
+type deadLetterJSON struct {
+	ID            string            `json:"id"`
+	Key           string            `json:"key"`
+	VShard        int               `json:"vshard"`
+	Attempts      int               `json:"attempts"`
+	ErrorCode     string            `json:"error_code"`
+	LastError     string            `json:"last_error"`
+	DeadAt        string            `json:"dead_at"`
+	OrderKey      string            `json:"order_key,omitempty"`
+	TransactionID string            `json:"transaction_id,omitempty"`
+	ProducedAt    string            `json:"produced_at,omitempty"`
+	Payload       any               `json:"payload,omitempty"`
+	PayloadBase64 *string           `json:"payload_base64,omitempty"`
+	InFlight      bool              `json:"in_flight"`
+	Headers       map[string]string `json:"headers,omitempty"`
+}
+
+const maxDeadPage = 1000
+
+func (s *Server) listDead(w http.ResponseWriter, r *http.Request) {
+	topic, name, ok := topicAndSub(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxDeadPage {
+			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("limit must be 1-%d", maxDeadPage)))
+			return
+		}
+		limit = n
+	}
+	page, err := s.subs.ListDead(r.Context(), topic, name, q.Get("error_code"), q.Get("cursor"), limit)
+	if err != nil {
+		s.subscriptionError(w, topic, name, err)
+		return
+	}
+	items := make([]deadLetterJSON, len(page.Items))
+	for i, d := range page.Items {
+		j := deadLetterJSON{ID: strconv.FormatUint(d.MessageID, 10), VShard: int(d.VShard), Attempts: d.Attempts,
+			ErrorCode: d.ErrorCode, LastError: d.LastError, DeadAt: formatTime(d.DeadAt), OrderKey: d.OrderKey, InFlight: d.InFlight}
+		if m := d.Message; m != nil {
+			j.Key, j.TransactionID, j.ProducedAt = m.Key, m.TransactionID, formatTime(m.CreatedAt)
+			raw, b64 := encodePayload(m.PayloadJSON, m.Payload)
+			if m.PayloadJSON {
+				j.Payload = raw
+			} else {
+				j.PayloadBase64 = &b64
+			}
+		}
+		items[i] = j
+	}
+	out := map[string]any{"dead_letters": items, "next_cursor": page.NextCursor}
+	if len(page.Missing) > 0 {
+		out["missing_clusters"] = page.Missing
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) purgeDead(w http.ResponseWriter, r *http.Request) {
+	topic, name, ok := topicAndSub(w, r)
+	if !ok {
+		return
+	}
+	n, err := s.subs.PurgeDead(r.Context(), topic, name, r.URL.Query().Get("error_code"))
+	if err != nil {
+		s.subscriptionError(w, topic, name, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"purged": n})
+}
+
+type redriveBody struct {
+	IDs       []string `json:"ids"`
+	ErrorCode string   `json:"error_code"`
+	All       bool     `json:"all"`
+}
+
+func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
+	topic, name, ok := topicAndSub(w, r)
+	if !ok {
+		return
+	}
+	var body redriveBody
+	if e := s.decode(w, r, &body); e != nil {
+		writeError(w, e)
+		return
+	}
+	chosen := 0
+	for _, set := range []bool{len(body.IDs) > 0, body.ErrorCode != "", body.All} {
+		if set {
+			chosen++
+		}
+	}
+	if chosen != 1 {
+		writeError(w, fail(CodeInvalidRequest, `give exactly one of "ids", "error_code" or "all": true`))
+		return
+	}
+	if len(body.IDs) > s.limits.MaxBatch {
+		writeError(w, fail(CodeBatchTooLarge, fmt.Sprintf("at most %d ids per redrive", s.limits.MaxBatch)))
+		return
+	}
+	ids := make([]uint64, len(body.IDs))
+	for i, v := range body.IDs {
+		id, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || id == 0 {
+			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("ids[%d] %q is not a message id", i, v)))
+			return
+		}
+		ids[i] = id
+	}
+	n, err := s.subs.Redrive(r.Context(), topic, name, ids, body.ErrorCode)
+	if err != nil {
+		s.subscriptionError(w, topic, name, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"redriven": n})
+}
+
+func (s *Server) claimDead(w http.ResponseWriter, r *http.Request) {
+	s.claimWith(w, r, true)
+}
+
+var _ = time.Second

@@ -1,0 +1,128 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/shardmq/shardmq/store"
+)
+
+// DeadLetter is one dead delivery with its message (nil if missing).
+type DeadLetter struct {
+	store.DeadLetter
+	Message *store.Message
+}
+
+// DeadPage is one page of a dead-letter listing, newest first.
+type DeadPage struct {
+	Items      []DeadLetter
+	NextCursor string // empty on the last page
+	// Missing names clusters that did not answer: the page lacks their
+	// dead letters, and says so rather than silently returning less.
+	Missing []string
+}
+
+// ListDead lists a subscription's dead letters newest first (by message
+// id) across all clusters: each cluster gives its newest limit before the
+// cursor, the merge keeps the newest limit, and the cursor is the last
+// id given, so paging is exact however the ids interleave.
+func (b *Broker) ListDead(ctx context.Context, topic, sub, errorCode, cursor string, limit int) (DeadPage, error) {
+	if _, err := b.GetSubscription(ctx, topic, sub); err != nil {
+		return DeadPage{}, err
+	}
+	var before uint64
+	if cursor != "" {
+		v, err := strconv.ParseUint(cursor, 10, 64)
+		if err != nil || v == 0 {
+			return DeadPage{}, fmt.Errorf("%w: cursor %q", ErrBadCursor, cursor)
+		}
+		before = v
+	}
+	var mu sync.Mutex
+	var all []DeadLetter
+	var page DeadPage
+	err := b.eachCluster(ctx, func(ctx context.Context, name string, sh Shard) error {
+		dl, msgs, err := sh.ListDead(ctx, topic, sub, errorCode, before, limit+1, b.now().UTC())
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			page.Missing = append(page.Missing, name)
+			return err
+		}
+		for _, d := range dl {
+			all = append(all, DeadLetter{DeadLetter: d, Message: msgs[d.MessageID]})
+		}
+		return nil
+	})
+	if err != nil && len(page.Missing) == len(b.table.Load().Clusters()) {
+		return DeadPage{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].MessageID > all[j].MessageID })
+	if len(all) > limit {
+		all = all[:limit]
+		page.NextCursor = strconv.FormatUint(all[limit-1].MessageID, 10)
+	}
+	page.Items = all
+	sort.Strings(page.Missing)
+	return page, nil
+}
+
+// ErrBadCursor: a listing cursor this router did not give.
+var ErrBadCursor = fmt.Errorf("malformed cursor")
+
+// Redrive makes dead letters ready again with attempts reset, on every
+// cluster: those with the given ids, or of one error code, or all.
+func (b *Broker) Redrive(ctx context.Context, topic, sub string, ids []uint64, errorCode string) (int64, error) {
+	s, err := b.GetSubscription(ctx, topic, sub)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	var mu sync.Mutex
+	err = b.eachCluster(ctx, func(ctx context.Context, _ string, sh Shard) error {
+		n, err := sh.Redrive(ctx, store.RedriveRequest{Topic: topic, Subscription: sub, IDs: ids, ErrorCode: errorCode,
+			Ordered: s.Ordered, Now: b.now().UTC()})
+		mu.Lock()
+		total += n
+		mu.Unlock()
+		return err
+	})
+	if total > 0 {
+		b.wake.signal(topic)
+	}
+	return total, err
+}
+
+// PurgeDead deletes dead letters (of one error code, or all) everywhere.
+func (b *Broker) PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error) {
+	if _, err := b.GetSubscription(ctx, topic, sub); err != nil {
+		return 0, err
+	}
+	var total int64
+	var mu sync.Mutex
+	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Shard) error {
+		n, err := sh.PurgeDead(ctx, topic, sub, errorCode)
+		mu.Lock()
+		total += n
+		mu.Unlock()
+		return err
+	})
+	return total, err
+}
+
+// CountDead counts a subscription's dead letters on all clusters.
+func (b *Broker) CountDead(ctx context.Context, topic, sub string) (int64, error) {
+	var total int64
+	var mu sync.Mutex
+	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Shard) error {
+		n, err := sh.CountDead(ctx, topic, sub)
+		mu.Lock()
+		total += n
+		mu.Unlock()
+		return err
+	})
+	return total, err
+}

@@ -1,0 +1,197 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// ListDead returns up to limit dead letters of a subscription, newest
+// first, those older than the message id before (0: from the newest), with
+// their messages (nil when the message is missing).
+func (s *Store) ListDead(ctx context.Context, topic, sub, errorCode string, before uint64, limit int, now time.Time) ([]DeadLetter, map[uint64]*Message, error) {
+	dl, err := listDead(ctx, s.db, topic, sub, errorCode, before, limit, now)
+	if err != nil {
+		return nil, nil, translate(err)
+	}
+	ids := make([]uint64, len(dl))
+	for i, d := range dl {
+		ids[i] = d.MessageID
+	}
+	msgs, err := selectMessages(ctx, s.db, ids)
+	if err != nil {
+		return nil, nil, translate(err)
+	}
+	return dl, msgs, nil
+}
+
+// RedriveRequest selects dead letters to make ready again: the given ids,
+// or all of one error code, or all (neither set).
+type RedriveRequest struct {
+	Topic, Subscription string
+	IDs                 []uint64
+	ErrorCode           string
+	Ordered             bool
+	Now                 time.Time
+}
+
+// redriveBatch is how many dead letters one redrive or purge transaction
+// handles, so that a large one never holds many locks for long.
+const redriveBatch = 500
+
+// Redrive makes dead letters ready again with attempts reset, in batches
+// of short transactions; each is traced redriven, and a message with no
+// dead delivery left is pending again. On an ordered subscription a revived
+// delivery whose key has another live delivery is parked, so that a key
+// never has two in flight. It returns how many were redriven.
+func (s *Store) Redrive(ctx context.Context, req RedriveRequest) (int64, error) {
+	var total int64
+	for {
+		var n int
+		err := s.inTx(ctx, 5, s.retryHook("redrive"), func(tx *sql.Tx) error {
+			ds, err := lockDead(ctx, tx, req.Topic, req.Subscription, req.ErrorCode, req.IDs, redriveBatch)
+			if err != nil || len(ds) == 0 {
+				n = 0
+				return err
+			}
+			n = len(ds)
+			ids := make([]uint64, len(ds))
+			var events []Event
+			for i, d := range ds {
+				ids[i] = d.messageID
+				parked := false
+				if req.Ordered && d.orderKey != "" {
+					if parked, err = hasOtherLive(ctx, tx, req.Topic, req.Subscription, d.orderKey, d.messageID); err != nil {
+						return err
+					}
+				}
+				if err := reviveDelivery(ctx, tx, req.Subscription, d.messageID, parked, req.Now); err != nil {
+					return err
+				}
+				events = append(events, s.event(req.Now, d, EventRedriven, "", d.attempts, "", ""))
+			}
+			if err := markRevived(ctx, tx, ids, req.Now); err != nil {
+				return err
+			}
+			return insertEvents(ctx, tx, events)
+		})
+		if err != nil {
+			return total, err
+		}
+		total += int64(n)
+		if n < redriveBatch || len(req.IDs) > 0 {
+			return total, nil
+		}
+	}
+}
+
+// PurgeDead deletes a subscription's dead letters (of one error code, or
+// all) in batches and returns how many. Their messages stay dead.
+func (s *Store) PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error) {
+	var total int64
+	for {
+		var n int
+		err := s.inTx(ctx, 5, s.retryHook("purge"), func(tx *sql.Tx) error {
+			ids, err := deleteDeadBatch(ctx, tx, topic, sub, errorCode, redriveBatch)
+			n = len(ids)
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += int64(n)
+		if n < redriveBatch {
+			return total, nil
+		}
+	}
+}
+
+// CountDead counts a subscription's dead letters on this cluster.
+func (s *Store) CountDead(ctx context.Context, topic, sub string) (int64, error) {
+	n, err := countDead(ctx, s.db, topic, sub)
+	return n, translate(err)
+}
+
+// ArchiveDead moves a subscription's dead letters that died before cutoff
+// (and are not leased) into dead_letter_archive, in batches; each is traced
+// archived. It returns how many moved.
+func (s *Store) ArchiveDead(ctx context.Context, topic, sub string, cutoff, now time.Time) (int64, error) {
+	var total int64
+	for {
+		var n int
+		err := s.inTx(ctx, 5, s.retryHook("archive"), func(tx *sql.Tx) error {
+			ds, err := lockStaleDead(ctx, tx, topic, sub, cutoff, redriveBatch)
+			if err != nil || len(ds) == 0 {
+				n = 0
+				return err
+			}
+			n = len(ds)
+			if err := insertArchived(ctx, tx, topic, ds, now); err != nil {
+				return err
+			}
+			ids := make([]uint64, len(ds))
+			events := make([]Event, len(ds))
+			for i, d := range ds {
+				ids[i] = d.MessageID
+				events[i] = Event{ID: s.ids.Next(), At: now, MessageID: d.MessageID, VShard: d.VShard, Subscription: sub,
+					Type: EventArchived, Attempt: d.Attempts, ErrorCode: d.ErrorCode}
+			}
+			if err := deleteDeliveries(ctx, tx, sub, ids); err != nil {
+				return err
+			}
+			return insertEvents(ctx, tx, events)
+		})
+		if err != nil {
+			return total, err
+		}
+		total += int64(n)
+		if n < redriveBatch {
+			return total, nil
+		}
+	}
+}
+
+// DropSubscription deletes every delivery of a deleted subscription in
+// batches; a message left with no delivery is consumed (no subscription
+// waits for it any more). It returns how many deliveries went.
+func (s *Store) DropSubscription(ctx context.Context, topic, sub string, now time.Time) (int64, error) {
+	var total int64
+	for {
+		var n int
+		err := s.inTx(ctx, 5, s.retryHook("drop_subscription"), func(tx *sql.Tx) error {
+			ids, err := lockSubscriptionBatch(ctx, tx, topic, sub, redriveBatch)
+			if err != nil || len(ids) == 0 {
+				n = 0
+				return err
+			}
+			n = len(ids)
+			if err := deleteDeliveries(ctx, tx, sub, ids); err != nil {
+				return err
+			}
+			return markConsumed(ctx, tx, ids, now)
+		})
+		if err != nil {
+			return total, err
+		}
+		total += int64(n)
+		if n < redriveBatch {
+			return total, nil
+		}
+	}
+}
+
+// Unpark releases every parked delivery of a subscription that is no
+// longer ordered.
+func (s *Store) Unpark(ctx context.Context, topic, sub string, now time.Time) (int64, error) {
+	var total int64
+	for {
+		n, err := unparkAll(ctx, s.db, topic, sub, now, 1000)
+		if err != nil {
+			return total, translate(err)
+		}
+		total += n
+		if n < 1000 {
+			return total, nil
+		}
+	}
+}

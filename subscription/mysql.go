@@ -1,0 +1,133 @@
+package subscription
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/shardmq/shardmq/store"
+)
+
+// MySQLStore keeps subscriptions in the subscription table of every
+// cluster's primary (the static topology's home for them). A write goes to
+// every primary and succeeds only when all took it; a read merges all
+// primaries, the highest version of each subscription winning, so a cluster
+// that missed a write (or was added later) is outvoted, and a delete's
+// tombstone outvotes older copies.
+type MySQLStore struct {
+	// Primaries returns the current primaries by cluster name.
+	Primaries func() map[string]*store.Store
+	// Now is the clock of versions. Defaults to time.Now.
+	Now func() time.Time
+
+	mu   sync.Mutex
+	last uint64
+}
+
+var _ Store = (*MySQLStore)(nil)
+
+// version is a strictly growing number based on the clock, so that writes
+// of one router order correctly even within a clock tick.
+func (m *MySQLStore) version() uint64 {
+	now := time.Now
+	if m.Now != nil {
+		now = m.Now
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := uint64(now().UnixNano())
+	if v <= m.last {
+		v = m.last + 1
+	}
+	m.last = v
+	return v
+}
+
+func (m *MySQLStore) each(ctx context.Context, fn func(name string, st *store.Store) error) []error {
+	prims := m.Primaries()
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for name, st := range prims {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(name, st); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("cluster %s: %w", name, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(prims) == 0 {
+		errs = append(errs, errors.New("no cluster to keep subscriptions on"))
+	}
+	return errs
+}
+
+// List implements Store. It returns what the reachable clusters hold along
+// with an error naming those that did not answer.
+func (m *MySQLStore) List(ctx context.Context) ([]Subscription, error) {
+	var mu sync.Mutex
+	best := map[[2]string]store.SubscriptionRow{}
+	answered := 0
+	errs := m.each(ctx, func(_ string, st *store.Store) error {
+		rows, err := st.ListSubscriptions(ctx)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		answered++
+		for _, r := range rows {
+			k := [2]string{r.Topic, r.Name}
+			if cur, ok := best[k]; !ok || r.Version > cur.Version {
+				best[k] = r
+			}
+		}
+		return nil
+	})
+	var out []Subscription
+	for _, r := range best {
+		if r.Deleted {
+			continue
+		}
+		var s Subscription
+		if err := json.Unmarshal(r.Config, &s); err != nil {
+			errs = append(errs, fmt.Errorf("subscription %s/%s: stored configuration unreadable: %w", r.Topic, r.Name, err))
+			continue
+		}
+		s.Topic, s.Name = r.Topic, r.Name
+		out = append(out, s.WithDefaults())
+	}
+	if answered == 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, errors.Join(errs...)
+}
+
+// Put implements Store.
+func (m *MySQLStore) Put(ctx context.Context, s Subscription) error {
+	cfg, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("encode subscription: %w", err)
+	}
+	row := store.SubscriptionRow{Topic: s.Topic, Name: s.Name, Config: cfg, Version: m.version(), UpdatedAt: time.Now().UTC()}
+	if errs := m.each(ctx, func(_ string, st *store.Store) error { return st.PutSubscription(ctx, row) }); len(errs) > 0 {
+		return fmt.Errorf("store subscription %s/%s: %w", s.Topic, s.Name, errors.Join(errs...))
+	}
+	return nil
+}
+
+// Delete implements Store: a tombstone on every primary.
+func (m *MySQLStore) Delete(ctx context.Context, topic, name string) (bool, error) {
+	row := store.SubscriptionRow{Topic: topic, Name: name, Config: []byte("{}"), Version: m.version(), Deleted: true, UpdatedAt: time.Now().UTC()}
+	if errs := m.each(ctx, func(_ string, st *store.Store) error { return st.PutSubscription(ctx, row) }); len(errs) > 0 {
+		return false, fmt.Errorf("delete subscription %s/%s: %w", topic, name, errors.Join(errs...))
+	}
+	return true, nil
+}
