@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/shardmq/shardmq/store"
 )
@@ -119,6 +120,21 @@ func (b *Broker) CountDead(ctx context.Context, topic, sub string) (int64, error
 	var mu sync.Mutex
 	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Shard) error {
 		n, err := sh.CountDead(ctx, topic, sub)
+		mu.Lock()
+		total += n
+		mu.Unlock()
+		return err
+	})
+	return total, err
+}
+
+// ArchiveDead moves dead letters that died before cutoff into the archive
+// table on every cluster.
+func (b *Broker) ArchiveDead(ctx context.Context, topic, sub string, cutoff time.Time) (int64, error) {
+	var total int64
+	var mu sync.Mutex
+	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Shard) error {
+		n, err := sh.ArchiveDead(ctx, topic, sub, cutoff, b.now().UTC())
 		mu.Lock()
 		total += n
 		mu.Unlock()

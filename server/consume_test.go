@@ -19,7 +19,7 @@ func (e *env) do(t *testing.T, method, path string, body any) (int, map[string]a
 		rd = bytes.NewReader(data)
 	}
 	req, _ := http.NewRequest(method, e.url+path, rd)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,5 +295,46 @@ func TestDeadLettersListRedriveClaimPurge(t *testing.T) {
 	}
 	if st, _ := e.do(t, "POST", "/v1/topics/dl/subscriptions/s/dead-letters/redrive", map[string]any{"all": true, "error_code": "E"}); st != 400 {
 		t.Fatalf("redrive with two selectors: %d", st)
+	}
+}
+
+// The dead-letter alarm over real dead letters: quiet while the count is
+// steady, raised when a burst of messages dies.
+func TestDeadLetterAlarmOnBurst(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.do(t, "PUT", "/v1/topics/alarm/subscriptions/s", map[string]any{"max_attempts": 1})
+	up := e.r.DeadLetters()
+	ctx := t.Context()
+	up.Check(ctx)
+	up.Check(ctx)
+	if up.Firing("alarm", "s") {
+		t.Fatal("alarm raised with no dead letters")
+	}
+	var batch []any
+	for i := 0; i < 10; i++ {
+		batch = append(batch, msg(fmt.Sprint("a-", i), i))
+	}
+	e.post(t, "/v1/topics/alarm/messages", map[string]any{"messages": batch})
+	got := e.claim(t, "alarm", "s", map[string]any{"max": 10})
+	var items []any
+	for _, m := range got {
+		items = append(items, map[string]any{"receipt": m["receipt"], "error_code": "E_BOOM"})
+	}
+	e.post(t, "/v1/nack", map[string]any{"items": items})
+	up.Check(ctx)
+	if !up.Firing("alarm", "s") {
+		t.Fatal("a burst of 10 dead letters did not raise the alarm")
+	}
+	resp, err := http.Get(e.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`shardmq_dead_letters{subscription="s",topic="alarm"} 10`, `shardmq_dead_letter_alarm_firing{subscription="s",topic="alarm"} 1`} {
+		if !bytes.Contains(data, []byte(want)) {
+			t.Fatalf("/metrics lacks %s", want)
+		}
 	}
 }

@@ -25,6 +25,10 @@ import (
 
 var bed *testbed.Bed
 
+// testClient bounds every request a test makes, so that a hung router
+// fails the test with a message instead of stalling the suite.
+var testClient = &http.Client{Timeout: 60 * time.Second}
+
 func TestMain(m *testing.M) {
 	os.Exit(testbed.Main(m, testbed.Spec{Clusters: 2, Replicas: 1}, func(b *testbed.Bed) { bed = b }))
 }
@@ -119,7 +123,7 @@ func (e *env) post(t *testing.T, path string, body any) (int, http.Header, map[s
 		data, _ := json.Marshal(body)
 		rd = bytes.NewReader(data)
 	}
-	resp, err := http.Post(e.url+path, "application/json", rd)
+	resp, err := testClient.Post(e.url+path, "application/json", rd)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,6 +84,7 @@ func (o *consulOptions) setup(ctx context.Context, cfg *server.Config) (*onConsu
 		return 0
 	})
 	cfg.Subscriptions = src.Subscriptions()
+	cfg.Leader = c.leader
 	cfg.Log.Info("router on consul", "consul", o.addr, "prefix", src.Prefix(), "service", o.service, "router_id", id)
 	return c, nil
 }
