@@ -30,6 +30,7 @@ import (
 type Shard interface {
 	Produce(ctx context.Context, items []store.ProduceItem) ([]store.ProduceResult, error)
 	Claim(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, error)
+	ClaimMany(ctx context.Context, reqs []store.ClaimRequest) ([][]store.Claimed, error)
 	Ack(ctx context.Context, leases []store.Lease, now time.Time) ([]store.LeaseStatus, error)
 	Nack(ctx context.Context, items []store.NackItem, policy func(topic, sub string) store.RetryPolicy, rnd func() float64, now time.Time) ([]store.NackResult, error)
 	Extend(ctx context.Context, leases []store.Lease, lease time.Duration, now time.Time) ([]store.LeaseStatus, time.Time, error)
@@ -121,6 +122,7 @@ type Broker struct {
 	rr       atomic.Uint64
 	recent   *expirable.LRU[string, recentKey]
 	setMu    sync.Mutex
+	claims   *claimers
 }
 
 // clusterShard is a cluster's connection and its group committer.
@@ -144,7 +146,8 @@ func New(cfg Config, table *routing.Table, shards map[string]Shard, subs Subscri
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b := &Broker{cfg: cfg.withDefaults(), table: table, subs: subs, replicas: replicas, ids: ids, now: now, log: log, wake: newNotifier()}
+	b := &Broker{cfg: cfg.withDefaults(), table: table, subs: subs, replicas: replicas, ids: ids, now: now, log: log, wake: newNotifier(),
+		claims: newClaimers()}
 	if b.cfg.RecentKeys > 0 {
 		b.recent = expirable.NewLRU[string, recentKey](b.cfg.RecentKeys, nil, b.cfg.RecentKeysTTL)
 	}
@@ -453,7 +456,8 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 			continue
 		}
 		token := rand.Uint64() | 1
-		got, err := s.Claim(ctx, store.ClaimRequest{Topic: req.Topic, Subscription: req.Subscription, Consumer: req.Consumer,
+		key := claimKey{shard: s, topic: req.Topic, sub: req.Subscription, ordered: ordered, dead: req.Dead, errorCode: req.ErrorCode}
+		got, err := b.claims.claim(ctx, key, store.ClaimRequest{Topic: req.Topic, Subscription: req.Subscription, Consumer: req.Consumer,
 			Max: req.Max - len(out), Lease: req.Lease, Token: token, MaxAttempts: sub.Policy().MaxAttempts, Now: b.now().UTC(),
 			Ordered: ordered, Dead: req.Dead, ErrorCode: req.ErrorCode})
 		if err != nil {

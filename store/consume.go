@@ -42,11 +42,31 @@ type Claimed struct {
 // subscription a candidate behind an older live delivery of its order key is
 // parked instead of delivered.
 func (s *Store) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, error) {
-	expires := req.Now.Add(req.Lease)
-	var leased []delivery
+	out, err := s.ClaimMany(ctx, []ClaimRequest{req})
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// ClaimMany serves several claims on one subscription (same Topic,
+// Subscription, Ordered, Dead, ErrorCode, MaxAttempts; the first's Now)
+// with one candidate scan in one transaction, each request keeping its own
+// consumer, lease and claim token. Requests are filled in order. Claimers
+// of one subscription thus share one walk of the index head instead of
+// fighting over it with SKIP LOCKED.
+func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed, error) {
+	req := reqs[0]
+	total := 0
+	for _, r := range reqs {
+		total += r.Max
+	}
+	leased := make([][]delivery, len(reqs))
 	err := s.inTx(ctx, 3, s.retryHook("claim"), func(tx *sql.Tx) error {
-		leased = leased[:0]
-		cands, err := claimCandidates(ctx, tx, req.Topic, req.Subscription, req.Now, req.Max, req.Dead, req.ErrorCode)
+		for i := range leased {
+			leased[i] = leased[i][:0]
+		}
+		cands, err := claimCandidates(ctx, tx, req.Topic, req.Subscription, req.Now, total, req.Dead, req.ErrorCode)
 		if err != nil || len(cands) == 0 {
 			return err
 		}
@@ -58,7 +78,7 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, error) 
 		var events []Event
 		var dead []uint64
 		var unpark []delivery
-		ids := make([]uint64, 0, len(cands))
+		next := 0 // the request being filled
 		for _, d := range cands {
 			if !req.Dead && (d.lockedBy != "" || d.claimToken != 0) {
 				events = append(events, s.event(req.Now, d, EventLeaseExpired, d.lockedBy, d.attempts, "", ""))
@@ -74,14 +94,26 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, error) 
 					continue
 				}
 			}
-			ids = append(ids, d.messageID)
+			for next < len(reqs) && len(leased[next]) >= reqs[next].Max {
+				next++
+			}
+			if next == len(reqs) {
+				break
+			}
 			if !req.Dead {
 				d.attempts++
 			}
-			leased = append(leased, d)
+			leased[next] = append(leased[next], d)
 		}
-		if len(ids) > 0 {
-			if err := leaseDeliveries(ctx, tx, req.Subscription, ids, req.Consumer, req.Token, req.Now, expires, !req.Dead); err != nil {
+		for i, r := range reqs {
+			if len(leased[i]) == 0 {
+				continue
+			}
+			ids := make([]uint64, len(leased[i]))
+			for j, d := range leased[i] {
+				ids[j] = d.messageID
+			}
+			if err := leaseDeliveries(ctx, tx, r.Subscription, ids, r.Consumer, r.Token, req.Now, req.Now.Add(r.Lease), !req.Dead); err != nil {
 				return err
 			}
 		}
@@ -95,26 +127,33 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, error) 
 		}
 		return insertEvents(ctx, tx, events)
 	})
-	if err != nil || len(leased) == 0 {
+	if err != nil {
 		return nil, err
 	}
-	ids := make([]uint64, len(leased))
-	for i, d := range leased {
-		ids[i] = d.messageID
+	var ids []uint64
+	for _, ls := range leased {
+		for _, d := range ls {
+			ids = append(ids, d.messageID)
+		}
+	}
+	out := make([][]Claimed, len(reqs))
+	if len(ids) == 0 {
+		return out, nil
 	}
 	msgs, err := selectMessages(ctx, s.db, ids)
 	if err != nil {
-		// The leases are taken; the consumer never sees them and they
+		// The leases are taken; the consumers never see them and they
 		// expire into a new attempt. Nothing is lost.
 		return nil, translate(err)
 	}
-	out := make([]Claimed, 0, len(leased))
-	for _, d := range leased {
-		m, ok := msgs[d.messageID]
-		if !ok {
-			continue // a delivery without its message: reconciliation reports it
+	for i, ls := range leased {
+		for _, d := range ls {
+			m, ok := msgs[d.messageID]
+			if !ok {
+				continue // a delivery without its message: reconciliation reports it
+			}
+			out[i] = append(out[i], Claimed{Message: m, Attempt: d.attempts, Token: reqs[i].Token, LeaseExpires: req.Now.Add(reqs[i].Lease)})
 		}
-		out = append(out, Claimed{Message: m, Attempt: d.attempts, Token: req.Token, LeaseExpires: expires})
 	}
 	return out, nil
 }

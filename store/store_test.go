@@ -354,3 +354,36 @@ func TestTranslateUnavailable(t *testing.T) {
 		t.Fatalf("open of a closed port: %v, want ErrUnavailable", err)
 	}
 }
+
+// ClaimMany serves several consumers with one scan; each keeps its own
+// lease, token and consumer name.
+func TestClaimManySharesOneScan(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	var items []ProduceItem
+	for _, k := range []string{"a", "b", "c", "d"} {
+		items = append(items, f.item("t", k, `1`))
+	}
+	if _, err := f.st.Produce(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(consumer string, max int) ClaimRequest {
+		return ClaimRequest{Topic: "t", Subscription: "default", Consumer: consumer, Max: max, Lease: time.Minute,
+			Token: f.ids.Next(), MaxAttempts: 5, Now: f.now}
+	}
+	got, err := f.st.ClaimMany(ctx, []ClaimRequest{mk("w1", 2), mk("w2", 3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got[0]) != 2 || len(got[1]) != 2 || got[0][0].Token == got[1][0].Token {
+		t.Fatalf("shares %d and %d (tokens %d, %d), want 2 and 2 with their own tokens", len(got[0]), len(got[1]), got[0][0].Token, got[1][0].Token)
+	}
+	if n := f.count(t, "SELECT COUNT(*) FROM message_queue WHERE locked_by = 'w2' AND claim_token = ?", got[1][0].Token); n != 2 {
+		t.Fatalf("w2 holds %d leases, want 2", n)
+	}
+	st, err := f.st.Ack(ctx, []Lease{lease(got[0][0], "default"), lease(got[1][1], "default")}, f.now)
+	if err != nil || st[0] != LeaseOK || st[1] != LeaseOK {
+		t.Fatalf("acks = %v, %v", st, err)
+	}
+}
