@@ -146,6 +146,8 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "detail": detail})
 }
 
+const emptyBody = "request body is empty"
+
 // decode reads a JSON body within MaxBody into v.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) *apiError {
 	body := http.MaxBytesReader(w, r.Body, s.limits.MaxBody)
@@ -156,7 +158,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) *apiError
 			return fail(CodeRequestTooLarge, "request body exceeds "+strconv.FormatInt(s.limits.MaxBody, 10)+" bytes")
 		}
 		if errors.Is(err, io.EOF) {
-			return fail(CodeInvalidJSON, "request body is empty")
+			return fail(CodeInvalidJSON, emptyBody)
 		}
 		return fail(CodeInvalidJSON, "request body is not valid JSON for this endpoint: "+err.Error())
 	}
@@ -168,6 +170,19 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) *apiError
 		return fail(CodeInvalidJSON, "request body has data after the JSON value")
 	}
 	return nil
+}
+
+// decodeOptional is decode for endpoints whose body may be empty (all
+// fields take defaults).
+func (s *Server) decodeOptional(w http.ResponseWriter, r *http.Request, v any) *apiError {
+	if r.ContentLength == 0 {
+		return nil
+	}
+	e := s.decode(w, r, v)
+	if e != nil && e.Message == emptyBody {
+		return nil
+	}
+	return e
 }
 
 // pathName validates a topic or subscription name from the path.

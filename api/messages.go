@@ -207,11 +207,9 @@ func (s *Server) claimWith(w http.ResponseWriter, r *http.Request, dead bool) {
 		return
 	}
 	var req claimRequest
-	if r.ContentLength != 0 {
-		if e := s.decode(w, r, &req); e != nil {
-			writeError(w, e)
-			return
-		}
+	if e := s.decodeOptional(w, r, &req); e != nil {
+		writeError(w, e)
+		return
 	}
 	if req.ErrorCode != "" && !dead {
 		writeError(w, fail(CodeInvalidRequest, "error_code filters only the dead-letter channel (…/dead-letters/claim)"))

@@ -141,11 +141,9 @@ func (s *Server) putSubscription(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body subscriptionBody
-	if r.ContentLength != 0 {
-		if e := s.decode(w, r, &body); e != nil {
-			writeError(w, e)
-			return
-		}
+	if e := s.decodeOptional(w, r, &body); e != nil {
+		writeError(w, e)
+		return
 	}
 	sub, e := body.build(topic, name)
 	if e != nil {

@@ -190,9 +190,9 @@ func (b *Broker) Close() {
 }
 
 // route returns the shard serving v, holding the caller while v is frozen,
-// up to FrozenWait.
-func (b *Broker) route(ctx context.Context, v shard.ID) (string, *clusterShard, error) {
-	deadline := time.Now().Add(b.cfg.FrozenWait)
+// until deadline (one per request: a batch of frozen items waits FrozenWait
+// once, not once per item).
+func (b *Broker) route(ctx context.Context, v shard.ID, deadline time.Time) (string, *clusterShard, error) {
 	for {
 		name, state := b.table.Load().Lookup(v)
 		if state == routing.Serving {
@@ -277,6 +277,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 		return nil, fmt.Errorf("list subscriptions of %s: %w", topic, err)
 	}
 	now := b.now().UTC()
+	frozenUntil := time.Now().Add(b.cfg.FrozenWait)
 	results := make([]ProduceResult, len(msgs))
 	groups := map[string][]int{}
 	shards := map[string]*clusterShard{}
@@ -316,7 +317,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 			Subscriptions: subs,
 			WantGTID:      dur == DurabilityReplicated,
 		}
-		name, s, err := b.route(ctx, v)
+		name, s, err := b.route(ctx, v, frozenUntil)
 		if err != nil {
 			results[i].Status, results[i].Err = "unavailable", err
 			continue
@@ -483,8 +484,9 @@ func (b *Broker) byCluster(ctx context.Context, receipts []Receipt) (map[string]
 	groups := map[string][]int{}
 	shards := map[string]*clusterShard{}
 	errs := make([]error, len(receipts))
+	frozenUntil := time.Now().Add(b.cfg.FrozenWait)
 	for i, r := range receipts {
-		name, s, err := b.route(ctx, r.VShard)
+		name, s, err := b.route(ctx, r.VShard, frozenUntil)
 		if err != nil {
 			errs[i] = err
 			continue

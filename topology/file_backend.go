@@ -1,7 +1,6 @@
 package topology
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -24,7 +23,9 @@ import (
 // FileBackend; another process editing the file at the same moment is not
 // excluded (the static file serves one router).
 type FileBackend struct {
-	FileSource
+	Path  string
+	Every time.Duration // how often the file is checked; defaults to 1s
+	Log   *slog.Logger
 
 	mu      sync.Mutex // serializes UpdateShardMap; guards regs, changed and loaded
 	regs    map[*fileRegistration]int64
@@ -38,9 +39,11 @@ var _ Backend = (*FileBackend)(nil)
 // for changes every every (1s when zero).
 func NewFileBackend(path string, every time.Duration, log *slog.Logger) *FileBackend {
 	return &FileBackend{
-		FileSource: FileSource{Path: path, Every: every, Log: log},
-		regs:       map[*fileRegistration]int64{},
-		changed:    make(chan struct{}),
+		Path:    path,
+		Every:   every,
+		Log:     log,
+		regs:    map[*fileRegistration]int64{},
+		changed: make(chan struct{}),
 	}
 }
 
@@ -76,34 +79,7 @@ func (f *FileBackend) Watch(ctx context.Context, apply func(*Topology)) {
 	f.mu.Lock()
 	last := f.loaded
 	f.mu.Unlock()
-	if last == nil {
-		last, _ = os.ReadFile(f.Path)
-	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		data, err := os.ReadFile(f.Path)
-		if err != nil {
-			log.Warn("topology file unreadable; keeping the last good one", "path", f.Path, "err", err)
-			continue
-		}
-		if bytes.Equal(data, last) {
-			continue
-		}
-		last = data
-		t, err := Parse(f.Path, data)
-		if err != nil {
-			log.Error("topology file rejected; keeping the last good one", "err", err)
-			continue
-		}
-		log.Info("topology file reloaded", "path", f.Path, "shard_map_version", t.Map.Version())
-		apply(t)
-	}
+	WatchFile(ctx, f.Path, every, log, last, apply)
 }
 
 // ShardMap implements Backend.

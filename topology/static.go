@@ -118,35 +118,16 @@ func lineIndex(root *yaml.Node) map[string]int {
 	return out
 }
 
-// FileSource is the static topology file as a Source.
-type FileSource struct {
-	Path  string
-	Every time.Duration // how often the file is checked; defaults to 1s
-	Log   *slog.Logger
-}
-
-var _ Source = (*FileSource)(nil)
-
-// Load implements Source.
-func (f *FileSource) Load(context.Context) (*Topology, error) { return LoadFile(f.Path) }
-
-// Watch implements Source.
-func (f *FileSource) Watch(ctx context.Context, apply func(*Topology)) {
-	every, log := f.Every, f.Log
-	if every <= 0 {
-		every = time.Second
+// WatchFile polls path and calls apply with every new valid topology,
+// starting from the file content from (read at once when nil), so that a
+// change made after from was read is not missed. An invalid file is logged
+// and ignored: the router keeps the last good one. It returns when ctx is
+// done.
+func WatchFile(ctx context.Context, path string, every time.Duration, log *slog.Logger, from []byte, apply func(*Topology)) {
+	last := from
+	if last == nil {
+		last, _ = os.ReadFile(path)
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	WatchFile(ctx, f.Path, every, log, apply)
-}
-
-// WatchFile polls path and calls apply with every new valid topology. An
-// invalid file is logged and ignored: the router keeps the last good one.
-// It returns when ctx is done.
-func WatchFile(ctx context.Context, path string, every time.Duration, log *slog.Logger, apply func(*Topology)) {
-	last, _ := os.ReadFile(path)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {

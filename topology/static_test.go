@@ -70,7 +70,7 @@ func TestWatchFileAppliesGoodAndIgnoresBad(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	got := make(chan *Topology, 4)
-	go WatchFile(ctx, path, 10*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)), func(t *Topology) { got <- t })
+	go WatchFile(ctx, path, 10*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, func(t *Topology) { got <- t })
 
 	if err := os.WriteFile(path, []byte(strings.Replace(good, "to: 1023", "to: 10", 1)), 0o644); err != nil {
 		t.Fatal(err)

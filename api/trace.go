@@ -1,0 +1,173 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/shardmq/shardmq/lookup"
+	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/topology"
+)
+
+// Tracer is what the trace and lookup endpoints need.
+type Tracer interface {
+	Trace(ctx context.Context, topic, key, orderKey string) (*lookup.Trace, error)
+	Transaction(ctx context.Context, txID string) (*lookup.TransactionResult, error)
+}
+
+var _ Tracer = (*lookup.Service)(nil)
+
+// RouteOps registers the trace and lookup endpoints (DESIGN §5 "Trace and
+// lookup") and, when a is not nil, the operations endpoints of admin.go.
+func (s *Server) RouteOps(t Tracer, a Admin) {
+	s.mux.HandleFunc("GET /v1/messages/{key}/trace", func(w http.ResponseWriter, r *http.Request) { s.trace(w, r, t) })
+	s.mux.HandleFunc("GET /v1/transactions/{transaction_id}", func(w http.ResponseWriter, r *http.Request) { s.transaction(w, r, t) })
+	if a != nil {
+		s.routeAdmin(a)
+	}
+}
+
+// messageView is a stored message as the trace and lookups show it.
+type messageView struct {
+	ID            string            `json:"id"`
+	Key           string            `json:"key"`
+	Topic         string            `json:"topic"`
+	VShard        int               `json:"vshard"`
+	Cluster       string            `json:"cluster,omitempty"`
+	Payload       json.RawMessage   `json:"payload,omitempty"`
+	PayloadBase64 *string           `json:"payload_base64,omitempty"`
+	Headers       map[string]string `json:"headers"`
+	Priority      int               `json:"priority"`
+	OrderKey      string            `json:"order_key"`
+	TransactionID string            `json:"transaction_id"`
+	ProducedAt    string            `json:"produced_at"`
+	Status        string            `json:"status"`
+}
+
+func (s *Server) viewMessage(m *store.Message, cluster string) messageView {
+	v := messageView{ID: strconv.FormatUint(m.ID, 10), Key: m.Key, Topic: m.Topic, VShard: int(m.VShard), Cluster: cluster,
+		Headers: map[string]string{}, Priority: m.Priority, OrderKey: m.OrderKey, TransactionID: m.TransactionID,
+		ProducedAt: formatTime(m.CreatedAt), Status: store.StatusName(m.Status)}
+	raw, b64 := encodePayload(m.PayloadJSON, m.Payload)
+	if m.PayloadJSON {
+		v.Payload = raw
+	} else {
+		v.PayloadBase64 = &b64
+	}
+	if len(m.Headers) > 0 {
+		if err := json.Unmarshal(m.Headers, &v.Headers); err != nil {
+			s.log.Warn("stored headers unreadable", "id", m.ID, "err", err)
+		}
+	}
+	return v
+}
+
+type deliveryView struct {
+	Subscription  string `json:"subscription"`
+	State         string `json:"state"`
+	Attempts      int    `json:"attempts"`
+	Consumer      string `json:"consumer,omitempty"`
+	ErrorCode     string `json:"error_code,omitempty"`
+	LastError     string `json:"last_error,omitempty"`
+	NextAttemptAt string `json:"next_attempt_at,omitempty"`
+	LeaseExpires  string `json:"lease_expires_at,omitempty"`
+	DoneAt        string `json:"done_at,omitempty"`
+}
+
+type eventView struct {
+	At           string `json:"at"`
+	Type         string `json:"type"`
+	Subscription string `json:"subscription,omitempty"`
+	Consumer     string `json:"consumer,omitempty"`
+	Attempt      int    `json:"attempt,omitempty"`
+	ErrorCode    string `json:"error_code,omitempty"`
+	Error        string `json:"error,omitempty"`
+}
+
+type traceResponse struct {
+	Message    messageView    `json:"message"`
+	Deliveries []deliveryView `json:"deliveries"`
+	Events     []eventView    `json:"events"`
+	ReadFrom   string         `json:"read_from"`
+	LagMS      int64          `json:"replica_lag_ms"`
+	Fallback   string         `json:"fallback_reason,omitempty"`
+	Cluster    string         `json:"cluster"`
+	Endpoint   string         `json:"endpoint"`
+}
+
+// lookupError maps a lookup failure to the error answered.
+func lookupError(err error, what string) *apiError {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return fail(CodeNotFound, what+" not found")
+	case errors.Is(err, store.ErrUnavailable):
+		return fail(CodeUnavailable, err.Error())
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return fail(CodeUnavailable, err.Error())
+	}
+	return fail(CodeInternal, err.Error())
+}
+
+func (s *Server) trace(w http.ResponseWriter, r *http.Request, t Tracer) {
+	key := r.PathValue("key")
+	q := r.URL.Query()
+	topic, orderKey := q.Get("topic"), q.Get("order_key")
+	switch {
+	case !topology.NameRE.MatchString(topic):
+		writeError(w, fail(CodeInvalidTopic, "query parameter topic is required and must match "+topology.NameRE.String()))
+		return
+	case key == "" || len(key) > s.limits.MaxKey || !utf8.ValidString(key):
+		writeError(w, fail(CodeInvalidRequest, "key must be 1-"+strconv.Itoa(s.limits.MaxKey)+" bytes of UTF-8"))
+		return
+	case len(orderKey) > s.limits.MaxKey || !utf8.ValidString(orderKey):
+		writeError(w, fail(CodeInvalidRequest, "order_key must be at most "+strconv.Itoa(s.limits.MaxKey)+" bytes of UTF-8"))
+		return
+	}
+	tr, err := t.Trace(r.Context(), topic, key, orderKey)
+	if err != nil {
+		writeError(w, lookupError(err, "message "+strconv.Quote(key)+" on topic "+topic+" (give order_key if it had one)"))
+		return
+	}
+	out := traceResponse{Message: s.viewMessage(tr.Message, tr.Cluster), Deliveries: []deliveryView{}, Events: []eventView{},
+		ReadFrom: tr.ReadFrom, LagMS: tr.LagMS, Fallback: tr.Fallback, Cluster: tr.Cluster, Endpoint: tr.Endpoint}
+	for _, d := range tr.Deliveries {
+		out.Deliveries = append(out.Deliveries, deliveryView{Subscription: d.Subscription, State: d.State, Attempts: d.Attempts,
+			Consumer: d.Consumer, ErrorCode: d.ErrorCode, LastError: d.LastError, NextAttemptAt: formatTime(d.NextAttemptAt),
+			LeaseExpires: formatTime(d.LeaseExpires), DoneAt: formatTime(d.DoneAt)})
+	}
+	for _, e := range tr.Events {
+		out.Events = append(out.Events, eventView{At: formatTime(e.At), Type: e.Type, Subscription: e.Subscription,
+			Consumer: e.Consumer, Attempt: e.Attempt, ErrorCode: e.ErrorCode, Error: e.Error})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) transaction(w http.ResponseWriter, r *http.Request, t Tracer) {
+	id := r.PathValue("transaction_id")
+	if id == "" || len(id) > s.limits.MaxKey || !utf8.ValidString(id) {
+		writeError(w, fail(CodeInvalidRequest, "transaction_id must be 1-"+strconv.Itoa(s.limits.MaxKey)+" bytes of UTF-8"))
+		return
+	}
+	res, err := t.Transaction(r.Context(), id)
+	if err != nil {
+		writeError(w, lookupError(err, "transaction "+strconv.Quote(id)))
+		return
+	}
+	msgs := make([]messageView, len(res.Messages))
+	for i, m := range res.Messages {
+		msgs[i] = s.viewMessage(m.Message, m.Cluster)
+	}
+	unanswered := res.Unanswered
+	if unanswered == nil {
+		unanswered = []lookup.ClusterError{}
+	}
+	if len(unanswered) > 0 {
+		w.Header().Set("Retry-After", retryAfterSeconds)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "complete": len(unanswered) == 0,
+		"unanswered_clusters": unanswered, "sources": res.Sources})
+}
