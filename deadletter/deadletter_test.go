@@ -25,7 +25,9 @@ func (c *counts) CountDead(_ context.Context, _, sub string) (int64, error) {
 	defer c.mu.Unlock()
 	return c.n[sub], nil
 }
-func (c *counts) ArchiveDead(context.Context, string, string, time.Time) (int64, error) { return 0, nil }
+func (c *counts) ArchiveDead(context.Context, string, string, time.Time) (int64, error) {
+	return 0, nil
+}
 
 type subs []subscription.Subscription
 
