@@ -18,6 +18,7 @@ import (
 
 	"github.com/shardmq/shardmq/api"
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/deadletter"
 	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/store"
@@ -49,6 +50,13 @@ type Config struct {
 	// SubscriptionRefresh is how often subscriptions made through other
 	// routers are picked up. Defaults to 1s.
 	SubscriptionRefresh time.Duration
+	// Leader elects the router that runs background jobs. Defaults to
+	// none: this router always runs them (the static topology's single
+	// router).
+	Leader topology.Leader
+	// DeadLetters tunes the dead-letter alarm and archive (see
+	// deadletter.Config for each default).
+	DeadLetters deadletter.Config
 	// HA tunes replica reads, circuit breakers, failover and
 	// reconciliation (see HAConfig).
 	HA HAConfig
@@ -72,7 +80,7 @@ func (c Config) withDefaults() (Config, error) {
 		if c.TopologyFile == "" {
 			return c, errors.New("config: TopologyFile or Source is required")
 		}
-		c.Source = &topology.FileSource{Path: c.TopologyFile, Every: c.ReloadEvery, Log: c.Log}
+		c.Source = topology.NewFileBackend(c.TopologyFile, c.ReloadEvery, c.Log)
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -93,7 +101,8 @@ type Router struct {
 	conns    map[string]*clusterConn // by cluster name
 	closed   bool
 	replicas *replicaWaiter
-	ha       *ha // replicas, breakers, failover, trace, reconciliation (ha.go)
+	ha       *ha   // replicas, breakers, failover, trace, reconciliation (ha.go)
+	jobs     *jobs // dead-letter upkeep and produce metrics (jobs.go)
 }
 
 // replicaDSNs lists a cluster's replicas in the topology in use.
@@ -127,8 +136,12 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	r := &Router{cfg: cfg, ids: idgen.New(cfg.Now), conns: map[string]*clusterConn{}}
 	r.replicas = &replicaWaiter{r: r, pools: map[string]*store.Store{}}
 	r.ha = newHA(r)
+	r.jobs = &jobs{}
 	if cfg.Store.IDs == nil {
 		r.cfg.Store.IDs = r.ids
+	}
+	if cfg.Store.OnRetry == nil {
+		r.cfg.Store.OnRetry = r.jobs.countRetry
 	}
 	shards, err := r.connect(ctx, top)
 	if err != nil {
@@ -151,6 +164,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		r.Close()
 		return nil, err
 	}
+	r.startJobs()
 	return r, nil
 }
 
@@ -309,11 +323,15 @@ func (r *Router) ready(ctx context.Context) (any, error) {
 // Close releases every pool. Safe to call twice.
 func (r *Router) Close() {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.closed {
+		r.mu.Unlock()
 		return
 	}
 	r.closed = true
+	r.mu.Unlock()
+	// Services stop without r.mu held: their goroutines may need it (the
+	// subscription refresh reads the pools through Stores).
+	r.jobs.stop()
 	r.ha.stop()
 	if r.subs != nil {
 		r.subs.Stop()
@@ -321,6 +339,8 @@ func (r *Router) Close() {
 	if r.broker != nil {
 		r.broker.Close() // commits what is queued before the pools close
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, cc := range r.conns {
 		cc.store.Close()
 	}

@@ -407,7 +407,9 @@ func (s *Store) Nack(ctx context.Context, items []NackItem, policy func(topic, s
 			done[it.Lease] = true
 			d := rows[it.Lease]
 			p := policy(d.topic, d.subscription).WithDefaults()
-			events = append(events, s.event(now, d, EventNacked, d.lockedBy, d.attempts, it.ErrorCode, it.Error))
+			nacked := s.event(now, d, EventNacked, d.lockedBy, d.attempts, it.ErrorCode, it.Error)
+			nacked.ClaimedAt = d.claimedAt // the trace shows when the failed attempt was claimed
+			events = append(events, nacked)
 			if d.isDead {
 				wait := it.RetryAfter
 				if wait <= 0 {

@@ -3,9 +3,12 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // heartbeat is how the router measures replica lag below a second: each
@@ -37,10 +40,18 @@ ON DUPLICATE KEY UPDATE beat_at = VALUES(beat_at)`, router, at.UTC())
 func (s *Store) ReadHeartbeat(ctx context.Context, router string) (time.Time, error) {
 	var at time.Time
 	if err := s.db.QueryRowContext(ctx, "SELECT beat_at FROM heartbeat WHERE router = ?", router).Scan(&at); err != nil {
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == errNoSuchTable {
+			// The replica has not applied the migration yet: no beat.
+			return time.Time{}, fmt.Errorf("read heartbeat: %w (%v)", ErrNotFound, err)
+		}
 		return time.Time{}, fmt.Errorf("read heartbeat: %w", translate(err))
 	}
 	return at, nil
 }
+
+// errNoSuchTable is MySQL's ER_NO_SUCH_TABLE.
+const errNoSuchTable = 1146
 
 // PurgeHeartbeats deletes the rows of routers that have not beaten since
 // before: routers that stopped or restarted under a new name.

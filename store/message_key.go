@@ -93,3 +93,59 @@ func (s *Store) LookupKey(ctx context.Context, topic, key string) (uint64, error
 	}
 	return id, nil
 }
+
+// selectKeyID returns the message id registered for (topic, key), for the
+// read paths (trace); ErrNotFound when none is.
+func selectKeyID(ctx context.Context, q queryer, topic, key string) (uint64, error) {
+	rows, err := q.QueryContext(ctx, "SELECT message_id FROM message_key WHERE topic = ? AND msg_key = ?", topic, key)
+	if err != nil {
+		return 0, fmt.Errorf("select message_key: %w", err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return 0, fmt.Errorf("select message_key: %w", err)
+		}
+		return 0, ErrNotFound
+	}
+	var id uint64
+	if err := rows.Scan(&id); err != nil {
+		return 0, fmt.Errorf("select message_key: %w", err)
+	}
+	return id, rows.Err()
+}
+
+// selectKeyHolders returns, for each (topic, key) of msgs that is
+// registered, the message id holding it (reconciliation: every message has
+// its key row and the row names it).
+func selectKeyHolders(ctx context.Context, q queryer, msgs []*Message) (map[[2]string]uint64, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	var b strings.Builder
+	args := make([]any, 0, len(msgs)*2)
+	b.WriteString("SELECT topic, msg_key, message_id FROM message_key WHERE (topic, msg_key) IN (")
+	for i, m := range msgs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("(?,?)")
+		args = append(args, m.Topic, m.Key)
+	}
+	b.WriteByte(')')
+	rows, err := q.QueryContext(ctx, b.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("select message_key holders: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[[2]string]uint64, len(msgs))
+	for rows.Next() {
+		var topic, key string
+		var id uint64
+		if err := rows.Scan(&topic, &key, &id); err != nil {
+			return nil, fmt.Errorf("select message_key holders: %w", err)
+		}
+		out[[2]string{topic, key}] = id
+	}
+	return out, rows.Err()
+}

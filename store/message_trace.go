@@ -81,3 +81,41 @@ func insertEvents(ctx context.Context, tx *sql.Tx, evs []Event) error {
 	}
 	return nil
 }
+
+// eventsOf reads the trace events of messages ids in time order; types, if
+// given, limits them to those event types.
+func eventsOf(ctx context.Context, q queryer, ids []uint64, types ...string) ([]Event, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	query := `SELECT id, created_at, message_id, vshard, COALESCE(subscription, ''), event, COALESCE(consumer, ''), attempt, claimed_at,
+  COALESCE(error_code, ''), COALESCE(error, '') FROM message_trace WHERE message_id IN (` + qmarks(len(ids)) + ")"
+	args := make([]any, 0, len(ids)+len(types))
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	if len(types) > 0 {
+		query += " AND event IN (" + qmarks(len(types)) + ")"
+		for _, t := range types {
+			args = append(args, t)
+		}
+	}
+	query += " ORDER BY created_at, id"
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("select message_trace: %w", err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var claimed sql.NullTime
+		if err := rows.Scan(&e.ID, &e.At, &e.MessageID, &e.VShard, &e.Subscription, &e.Type, &e.Consumer, &e.Attempt, &claimed,
+			&e.ErrorCode, &e.Error); err != nil {
+			return nil, fmt.Errorf("select message_trace: %w", err)
+		}
+		e.ClaimedAt = claimed.Time
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}

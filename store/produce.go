@@ -88,8 +88,12 @@ func (s *Store) Produce(ctx context.Context, items []ProduceItem) ([]ProduceResu
 			return err
 		}
 		var held map[[2]string]registeredKey
+		var committed map[uint64]bool
 		if n < int64(len(keys)) {
 			if held, err = selectKeys(ctx, tx, keys); err != nil {
+				return err
+			}
+			if committed, err = s.ownEarlierCommits(ctx, tx, items, held, n); err != nil {
 				return err
 			}
 		}
@@ -111,6 +115,10 @@ func (s *Store) Produce(ctx context.Context, items []ProduceItem) ([]ProduceResu
 					continue
 				case h.messageID != it.Msg.ID:
 					results[i] = ProduceResult{Status: Conflict, ID: h.messageID}
+					continue
+				case committed[it.Msg.ID]:
+					// This very batch committed before (a retry after a
+					// failover found the commit): created, nothing to write.
 					continue
 				}
 			}
@@ -145,6 +153,32 @@ func (s *Store) Produce(ctx context.Context, items []ProduceItem) ([]ProduceResu
 		}
 	}
 	return results, nil
+}
+
+// ownEarlierCommits finds the items whose key is held by their own id but
+// was not inserted now: an earlier run of this same batch committed (the
+// caller retried after losing the answer, e.g. across a failover). Only
+// then is message_store read; usually the count of new keys already says
+// that every own-held key is new.
+func (s *Store) ownEarlierCommits(ctx context.Context, tx *sql.Tx, items []ProduceItem, held map[[2]string]registeredKey, inserted int64) (map[uint64]bool, error) {
+	var own []uint64
+	for _, it := range items {
+		if h, ok := held[[2]string{it.Msg.Topic, it.Msg.Key}]; ok && h.messageID == it.Msg.ID {
+			own = append(own, it.Msg.ID)
+		}
+	}
+	if int64(len(own)) <= inserted {
+		return nil, nil
+	}
+	msgs, err := selectMessages(ctx, tx, own)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[uint64]bool, len(msgs))
+	for id := range msgs {
+		out[id] = true
+	}
+	return out, nil
 }
 
 type storeError string

@@ -387,3 +387,31 @@ func TestClaimManySharesOneScan(t *testing.T) {
 		t.Fatalf("acks = %v, %v", st, err)
 	}
 }
+
+// A batch run again after it committed (its answer was lost, e.g. in a
+// failover) answers created for its own items and writes nothing twice.
+func TestProduceRetryOfCommittedBatchIsCreated(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	batch := []ProduceItem{f.item("t", "r1", `1`), f.item("t", "r2", `2`)}
+	if _, err := f.st.Produce(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	other := f.item("t", "r3", `3`)
+	res, err := f.st.Produce(ctx, append(batch, other))
+	if err != nil {
+		t.Fatalf("retry of a committed batch: %v", err)
+	}
+	for i, r := range res {
+		if r.Status != Created {
+			t.Fatalf("item %d: %v, want created", i, r.Status)
+		}
+	}
+	if n := f.count(t, "SELECT COUNT(*) FROM message_store"); n != 3 {
+		t.Fatalf("%d messages stored, want 3", n)
+	}
+	if n := f.count(t, "SELECT COUNT(*) FROM message_queue"); n != 3 {
+		t.Fatalf("%d deliveries, want 3", n)
+	}
+}

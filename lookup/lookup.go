@@ -1,0 +1,375 @@
+// Package lookup answers the read side of shardmq — a message's trace, the
+// messages of a transaction id, and which transaction ids have no message —
+// without loading the primaries: each read goes to the cluster's least-
+// lagged replica under the lag limit and falls back to the primary when no
+// replica qualifies, when the replica does not have the row yet, or when it
+// fails. Every answer says where it was read from and how stale it may be.
+// Reads over all clusters scatter with bounded concurrency and a
+// per-cluster timeout, and name the clusters that did not answer rather
+// than silently returning less.
+package lookup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shardmq/shardmq/routing"
+	"github.com/shardmq/shardmq/shard"
+	"github.com/shardmq/shardmq/store"
+)
+
+// Reader is what the lookups need from one MySQL endpoint.
+type Reader interface {
+	Trace(ctx context.Context, topic, key string, now time.Time) (*store.MessageTrace, error)
+	MessagesByTransaction(ctx context.Context, txID string, limit int) ([]*store.Message, error)
+	FindTransactions(ctx context.Context, ids []string) (map[string]int, error)
+}
+
+var _ Reader = (*store.Store)(nil)
+
+// Target is an endpoint to read from.
+type Target struct {
+	Reader   Reader
+	Endpoint string        // host:port
+	Lag      time.Duration // replicas: the measured lag
+}
+
+// Endpoints resolves a cluster's endpoints for reads.
+type Endpoints interface {
+	// Primary is the cluster's primary.
+	Primary(cluster string) (Target, bool)
+	// Replica is the least-lagged replica under the lag limit.
+	Replica(cluster string) (Target, bool)
+	// AnyReplica is the freshest reachable replica whatever its lag: the
+	// read of last resort when the primary cannot be read.
+	AnyReplica(cluster string) (Target, bool)
+}
+
+// Where a read was served from.
+const (
+	FromReplica = "replica"
+	FromPrimary = "primary"
+)
+
+// Why a read did not come from a replica within the limit.
+const (
+	FallbackNoReplica          = "no_replica_within_lag"
+	FallbackNotOnReplica       = "not_on_replica"
+	FallbackReplicaError       = "replica_error"
+	FallbackPrimaryUnavailable = "primary_unavailable" // served by a replica over the limit
+)
+
+// Source says where one cluster's answer came from.
+type Source struct {
+	Cluster  string `json:"cluster"`
+	ReadFrom string `json:"read_from"`
+	Endpoint string `json:"endpoint"`
+	// LagMS is the replica's measured lag; 0 for the primary.
+	LagMS    int64  `json:"replica_lag_ms"`
+	Fallback string `json:"fallback_reason,omitempty"`
+}
+
+// Config tunes the lookups. Zero fields take the defaults named.
+type Config struct {
+	// Concurrency bounds the clusters read at once by a scatter. Defaults
+	// to 8.
+	Concurrency int
+	// ClusterTimeout bounds each cluster's part of a scatter. Defaults to
+	// 2s.
+	ClusterTimeout time.Duration
+	// MaxMessages caps the messages a transaction lookup returns per
+	// cluster. Defaults to 100.
+	MaxMessages int
+	// Now is the clock (lease states in traces). Defaults to time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.Concurrency <= 0 {
+		c.Concurrency = 8
+	}
+	if c.ClusterTimeout <= 0 {
+		c.ClusterTimeout = 2 * time.Second
+	}
+	if c.MaxMessages <= 0 {
+		c.MaxMessages = 100
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Service runs lookups. Safe for concurrent use.
+type Service struct {
+	cfg   Config
+	ep    Endpoints
+	table *routing.Table
+}
+
+// New returns a service reading through ep, routing by table.
+func New(cfg Config, ep Endpoints, table *routing.Table) *Service {
+	return &Service{cfg: cfg.withDefaults(), ep: ep, table: table}
+}
+
+// ErrUnavailable: no endpoint of the cluster could answer.
+var ErrUnavailable = store.ErrUnavailable
+
+// read runs fn on the cluster's replica, else its primary, as the package
+// comment says. absent reports the errors that mean "not there (yet)".
+func (s *Service) read(ctx context.Context, cluster string, fn func(context.Context, Reader) error, absent func(error) bool) (Source, error) {
+	src := Source{Cluster: cluster}
+	tried := ""
+	if t, ok := s.ep.Replica(cluster); ok {
+		err := fn(ctx, t.Reader)
+		switch {
+		case err == nil:
+			src.ReadFrom, src.Endpoint, src.LagMS = FromReplica, t.Endpoint, t.Lag.Milliseconds()
+			return src, nil
+		case ctx.Err() != nil:
+			return src, err
+		case absent(err):
+			src.Fallback = FallbackNotOnReplica
+		default:
+			src.Fallback = FallbackReplicaError
+		}
+		tried = t.Endpoint
+	} else {
+		src.Fallback = FallbackNoReplica
+	}
+	p, ok := s.ep.Primary(cluster)
+	if !ok {
+		return src, fmt.Errorf("%w: cluster %s has no primary connection", ErrUnavailable, cluster)
+	}
+	src.ReadFrom, src.Endpoint = FromPrimary, p.Endpoint
+	err := fn(ctx, p.Reader)
+	if err == nil || absent(err) || ctx.Err() != nil || !errors.Is(err, store.ErrUnavailable) {
+		return src, err
+	}
+	// The primary is down. A replica over the lag limit still knows
+	// everything it had applied; unless it already said "not here".
+	if src.Fallback == FallbackNotOnReplica {
+		return src, err
+	}
+	if t, ok := s.ep.AnyReplica(cluster); ok && t.Endpoint != tried {
+		if rerr := fn(ctx, t.Reader); rerr == nil || absent(rerr) {
+			return Source{Cluster: cluster, ReadFrom: FromReplica, Endpoint: t.Endpoint, LagMS: t.Lag.Milliseconds(),
+				Fallback: FallbackPrimaryUnavailable}, rerr
+		}
+	}
+	return src, err
+}
+
+func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
+
+// Trace is a message's trace and where it was read.
+type Trace struct {
+	*store.MessageTrace
+	Source
+	VShard shard.ID
+}
+
+// Trace reads the trace of the message with key on topic. orderKey must be
+// the message's order key, if it had one: it decides the vshard. It
+// returns store.ErrNotFound when no cluster endpoint has the message and
+// store.ErrUnavailable when its cluster cannot be read.
+func (s *Service) Trace(ctx context.Context, topic, key, orderKey string) (*Trace, error) {
+	v := shard.Of(shard.Key(orderKey, key))
+	cluster, _ := s.table.Load().Lookup(v)
+	var tr *store.MessageTrace
+	src, err := s.read(ctx, cluster, func(ctx context.Context, r Reader) (err error) {
+		tr, err = r.Trace(ctx, topic, key, s.cfg.Now().UTC())
+		return err
+	}, isNotFound)
+	if err != nil {
+		return nil, fmt.Errorf("trace on cluster %s: %w", cluster, err)
+	}
+	return &Trace{MessageTrace: tr, Source: src, VShard: v}, nil
+}
+
+// ClusterError is a cluster that did not answer a scatter.
+type ClusterError struct {
+	Cluster string `json:"cluster"`
+	Error   string `json:"error"`
+}
+
+// Found is a message found by a scatter and the cluster it lives on.
+type Found struct {
+	*store.Message
+	Cluster string
+}
+
+// TransactionResult is what every cluster holds for one transaction id.
+type TransactionResult struct {
+	Messages []Found
+	// Sources says where each answering cluster was read.
+	Sources []Source
+	// Unanswered lists the clusters that could not be read: the answer
+	// may lack their messages.
+	Unanswered []ClusterError
+}
+
+// scatter runs fn for every cluster of the current map with bounded
+// concurrency, each under ClusterTimeout, and collects who failed.
+func (s *Service) scatter(ctx context.Context, fn func(ctx context.Context, cluster string) error) []ClusterError {
+	var mu sync.Mutex
+	var failed []ClusterError
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.cfg.Concurrency)
+	for _, c := range s.table.Load().Clusters() {
+		g.Go(func() error {
+			cctx, cancel := context.WithTimeout(gctx, s.cfg.ClusterTimeout)
+			defer cancel()
+			if err := fn(cctx, c); err != nil {
+				mu.Lock()
+				failed = append(failed, ClusterError{Cluster: c, Error: err.Error()})
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	g.Wait()
+	sort.Slice(failed, func(i, j int) bool { return failed[i].Cluster < failed[j].Cluster })
+	return failed
+}
+
+// Transaction finds the messages that carry transaction id txID on every
+// cluster. A cluster whose replica has none is asked again on its primary
+// (the messages may be too new for the replica).
+func (s *Service) Transaction(ctx context.Context, txID string) (*TransactionResult, error) {
+	out := &TransactionResult{}
+	var mu sync.Mutex
+	errNone := errors.New("none")
+	out.Unanswered = s.scatter(ctx, func(ctx context.Context, cluster string) error {
+		var msgs []*store.Message
+		src, err := s.read(ctx, cluster, func(ctx context.Context, r Reader) (err error) {
+			msgs, err = r.MessagesByTransaction(ctx, txID, s.cfg.MaxMessages)
+			if err == nil && len(msgs) == 0 {
+				return errNone
+			}
+			return err
+		}, func(err error) bool { return errors.Is(err, errNone) })
+		if err != nil && !errors.Is(err, errNone) {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		out.Sources = append(out.Sources, src)
+		for _, m := range msgs {
+			out.Messages = append(out.Messages, Found{Message: m, Cluster: cluster})
+		}
+		return nil
+	})
+	if len(out.Sources) == 0 && len(out.Unanswered) > 0 {
+		return out, fmt.Errorf("%w: no cluster answered: %s", ErrUnavailable, out.Unanswered[0].Error)
+	}
+	sort.Slice(out.Sources, func(i, j int) bool { return out.Sources[i].Cluster < out.Sources[j].Cluster })
+	sort.Slice(out.Messages, func(i, j int) bool { return out.Messages[i].ID < out.Messages[j].ID })
+	return out, nil
+}
+
+// MissingResult answers which transaction ids have no message.
+type MissingResult struct {
+	// Missing are the ids no answering cluster has, in request order. When
+	// Unanswered is not empty they may live on a cluster that did not
+	// answer.
+	Missing []string
+	// Found counts the messages of each id that has some.
+	Found      map[string]int
+	Sources    []Source
+	Unanswered []ClusterError
+}
+
+// MissingTransactions reports which of ids (say, from a producer's own
+// database) have no message on any cluster — the seed's reconciliation by
+// transaction id. Ids a replica lacks are asked again on the primary.
+func (s *Service) MissingTransactions(ctx context.Context, ids []string) (*MissingResult, error) {
+	out := &MissingResult{Found: map[string]int{}}
+	var mu sync.Mutex
+	out.Unanswered = s.scatter(ctx, func(ctx context.Context, cluster string) error {
+		found := map[string]int{}
+		want := ids
+		src := Source{Cluster: cluster}
+		// Replica first; ids it lacks go to the primary.
+		if t, ok := s.ep.Replica(cluster); ok {
+			got, err := t.Reader.FindTransactions(ctx, want)
+			if err == nil {
+				src.ReadFrom, src.Endpoint, src.LagMS = FromReplica, t.Endpoint, t.Lag.Milliseconds()
+				maps(found, got)
+				want = lacking(want, got)
+				if len(want) > 0 {
+					src.Fallback = FallbackNotOnReplica
+				}
+			} else {
+				src.Fallback = FallbackReplicaError
+			}
+		} else {
+			src.Fallback = FallbackNoReplica
+		}
+		if len(want) > 0 {
+			got, s2, err := s.readFind(ctx, cluster, want, src.Fallback)
+			if err != nil {
+				return err
+			}
+			if src.ReadFrom == "" {
+				src = s2
+			}
+			maps(found, got)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		out.Sources = append(out.Sources, src)
+		maps(out.Found, found)
+		return nil
+	})
+	if len(out.Sources) == 0 && len(out.Unanswered) > 0 {
+		return out, fmt.Errorf("%w: no cluster answered: %s", ErrUnavailable, out.Unanswered[0].Error)
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if out.Found[id] == 0 && !seen[id] {
+			out.Missing = append(out.Missing, id)
+		}
+		seen[id] = true
+	}
+	sort.Slice(out.Sources, func(i, j int) bool { return out.Sources[i].Cluster < out.Sources[j].Cluster })
+	return out, nil
+}
+
+// readFind asks the primary (or, if it is down and no replica answered
+// yet, the freshest replica) for ids.
+func (s *Service) readFind(ctx context.Context, cluster string, ids []string, fallback string) (map[string]int, Source, error) {
+	src := Source{Cluster: cluster, Fallback: fallback}
+	p, ok := s.ep.Primary(cluster)
+	if !ok {
+		return nil, src, fmt.Errorf("%w: cluster %s has no primary connection", ErrUnavailable, cluster)
+	}
+	got, err := p.Reader.FindTransactions(ctx, ids)
+	if err == nil {
+		src.ReadFrom, src.Endpoint = FromPrimary, p.Endpoint
+		return got, src, nil
+	}
+	return nil, src, err
+}
+
+func maps(dst, src map[string]int) {
+	for k, v := range src {
+		dst[k] += v
+	}
+}
+
+func lacking(ids []string, got map[string]int) []string {
+	var out []string
+	for _, id := range ids {
+		if got[id] == 0 {
+			out = append(out, id)
+		}
+	}
+	return out
+}
