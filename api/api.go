@@ -26,6 +26,7 @@ type Broker interface {
 	Nack(ctx context.Context, items []broker.NackItem) []broker.NackResult
 	Extend(ctx context.Context, receipts []broker.Receipt, lease time.Duration) []broker.LeaseResult
 	Subscriptions
+	Operator
 }
 
 var _ Broker = (*broker.Broker)(nil)
@@ -98,6 +99,9 @@ func New(b Broker, limits Limits, ready Health, log *slog.Logger) *Server {
 	})
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.routeSubscriptions(b)
+	if b != nil {
+		s.routeOperator(b)
+	}
 	return s
 }
 

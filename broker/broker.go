@@ -43,6 +43,7 @@ type Shard interface {
 	ArchiveDead(ctx context.Context, topic, sub string, cutoff, now time.Time) (int64, error)
 	DropSubscription(ctx context.Context, topic, sub string, now time.Time) (int64, error)
 	Unpark(ctx context.Context, topic, sub string, now time.Time) (int64, error)
+	Stats(ctx context.Context, now time.Time) ([]store.QueueStats, error)
 }
 
 var _ Shard = (*store.Store)(nil)

@@ -200,3 +200,12 @@ func (s *Shard) DropSubscription(ctx context.Context, topic, sub string, now tim
 func (s *Shard) Unpark(ctx context.Context, topic, sub string, now time.Time) (int64, error) {
 	return s.count(ctx, func(ctx context.Context, sh broker.Shard) (int64, error) { return sh.Unpark(ctx, topic, sub, now) })
 }
+
+// Stats implements broker.Shard.
+func (s *Shard) Stats(ctx context.Context, now time.Time) (out []store.QueueStats, err error) {
+	err = s.call(ctx, false, func(ctx context.Context, sh broker.Shard) (err error) {
+		out, err = sh.Stats(ctx, now)
+		return err
+	})
+	return out, err
+}

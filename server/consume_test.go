@@ -338,3 +338,49 @@ func TestDeadLetterAlarmOnBurst(t *testing.T) {
 		}
 	}
 }
+
+func TestStatsShardMapAndPolicyChange(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.do(t, "PUT", "/v1/topics/st/subscriptions/s", map[string]any{"max_attempts": 5, "backoff": map[string]any{"initial_ms": 1}})
+	var batch []any
+	for i := 0; i < 5; i++ {
+		batch = append(batch, msg(fmt.Sprint("s-", i), i))
+	}
+	batch = append(batch, map[string]any{"key": "later", "payload": 1, "delay_ms": 600000})
+	e.post(t, "/v1/topics/st/messages", map[string]any{"messages": batch})
+	got := e.claim(t, "st", "s", map[string]any{"max": 2})
+	// A changed retry policy applies to the next attempt: one attempt is
+	// now the last, so this nack kills the delivery.
+	if st, _ := e.do(t, "PUT", "/v1/topics/st/subscriptions/s", map[string]any{"max_attempts": 1}); st != 200 {
+		t.Fatalf("PUT: %d", st)
+	}
+	_, _, out := e.post(t, "/v1/nack", map[string]any{"items": []any{map[string]any{"receipt": got[0]["receipt"], "error_code": "E"}}})
+	if r := results(t, out)[0]; r["status"] != "dead" {
+		t.Fatalf("nack after max_attempts fell to 1: %v", r)
+	}
+	st, body := e.do(t, "GET", "/v1/admin/stats", nil)
+	if st != 200 {
+		t.Fatalf("stats: %d %v", st, body)
+	}
+	var found map[string]any
+	for _, raw := range body["subscriptions"].([]any) {
+		if s := raw.(map[string]any); s["topic"] == "st" && s["subscription"] == "s" {
+			found = s
+		}
+	}
+	want := map[string]float64{"ready": 3, "delayed": 1, "in_flight": 1, "dead": 1, "depth": 4}
+	for k, v := range want {
+		if found == nil || found[k].(float64) != v {
+			t.Fatalf("stats for st/s = %v, want %v", found, want)
+		}
+	}
+	st, body = e.do(t, "GET", "/v1/admin/shardmap", nil)
+	if st != 200 || body["version"].(float64) != 1 || len(body["ranges"].([]any)) != 2 {
+		t.Fatalf("shardmap: %d %v", st, body)
+	}
+	r0 := body["ranges"].([]any)[0].(map[string]any)
+	if r0["from"].(float64) != 0 || r0["cluster"] != "c1" || r0["state"] != "serving" {
+		t.Fatalf("first range %v", r0)
+	}
+}

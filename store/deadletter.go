@@ -195,3 +195,9 @@ func (s *Store) Unpark(ctx context.Context, topic, sub string, now time.Time) (i
 		}
 	}
 }
+
+// Stats counts every subscription's deliveries on this cluster by state.
+func (s *Store) Stats(ctx context.Context, now time.Time) ([]QueueStats, error) {
+	st, err := queueStats(ctx, s.db, now)
+	return st, translate(err)
+}

@@ -572,3 +572,38 @@ func restoreDeliveries(ctx context.Context, tx *sql.Tx, ds []delivery, now time.
 	}
 	return res.RowsAffected()
 }
+
+// QueueStats counts one subscription's deliveries on one cluster by state.
+type QueueStats struct {
+	Topic, Subscription string
+	Ready               int64 // claimable now
+	Delayed             int64 // waiting for a delay or a retry's backoff
+	InFlight            int64 // leased, lease not expired
+	Parked              int64 // ordered: waiting behind their key's head
+	Dead                int64
+}
+
+// queueStats counts every subscription's deliveries. It reads the whole
+// table: an operator's question, not a hot path.
+func queueStats(ctx context.Context, q queryer, now time.Time) ([]QueueStats, error) {
+	rows, err := q.QueryContext(ctx, `SELECT topic, subscription,
+  SUM(is_dead = 0 AND parked = 0 AND available_at <= ?),
+  SUM(is_dead = 0 AND parked = 0 AND available_at > ? AND claim_token = 0),
+  SUM(is_dead = 0 AND parked = 0 AND available_at > ? AND claim_token <> 0),
+  SUM(is_dead = 0 AND parked = 1),
+  SUM(is_dead = 1)
+FROM message_queue GROUP BY topic, subscription`, now, now, now)
+	if err != nil {
+		return nil, fmt.Errorf("count message_queue: %w", err)
+	}
+	defer rows.Close()
+	var out []QueueStats
+	for rows.Next() {
+		var s QueueStats
+		if err := rows.Scan(&s.Topic, &s.Subscription, &s.Ready, &s.Delayed, &s.InFlight, &s.Parked, &s.Dead); err != nil {
+			return nil, fmt.Errorf("count message_queue: %w", err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}

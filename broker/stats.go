@@ -1,0 +1,77 @@
+package broker
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/shardmq/shardmq/routing"
+	"github.com/shardmq/shardmq/store"
+)
+
+// ShardMap is the shard map in use.
+func (b *Broker) ShardMap() *routing.Map { return b.table.Load() }
+
+// Stats is the queue depth of every subscription summed over clusters,
+// with the clusters that did not answer named rather than left out
+// silently.
+type Stats struct {
+	Subscriptions []store.QueueStats
+	Missing       []string
+}
+
+// statsTimeout bounds each cluster's answer.
+const statsTimeout = 5 * time.Second
+
+// Stats counts deliveries by state on every cluster at once and sums them
+// per subscription.
+func (b *Broker) Stats(ctx context.Context) Stats {
+	var mu sync.Mutex
+	sum := map[[2]string]*store.QueueStats{}
+	var out Stats
+	b.eachCluster(ctx, func(ctx context.Context, name string, sh Shard) error {
+		ctx, cancel := context.WithTimeout(ctx, statsTimeout)
+		defer cancel()
+		st, err := sh.Stats(ctx, b.now().UTC())
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			out.Missing = append(out.Missing, name)
+			return err
+		}
+		for _, s := range st {
+			k := [2]string{s.Topic, s.Subscription}
+			t := sum[k]
+			if t == nil {
+				t = &store.QueueStats{Topic: s.Topic, Subscription: s.Subscription}
+				sum[k] = t
+			}
+			t.Ready += s.Ready
+			t.Delayed += s.Delayed
+			t.InFlight += s.InFlight
+			t.Parked += s.Parked
+			t.Dead += s.Dead
+		}
+		return nil
+	})
+	// Subscriptions without deliveries are listed too, at zero.
+	for _, s := range b.subs.List("") {
+		k := [2]string{s.Topic, s.Name}
+		if sum[k] == nil {
+			sum[k] = &store.QueueStats{Topic: s.Topic, Subscription: s.Name}
+		}
+	}
+	for _, s := range sum {
+		out.Subscriptions = append(out.Subscriptions, *s)
+	}
+	sort.Slice(out.Subscriptions, func(i, j int) bool {
+		a, c := out.Subscriptions[i], out.Subscriptions[j]
+		if a.Topic != c.Topic {
+			return a.Topic < c.Topic
+		}
+		return a.Subscription < c.Subscription
+	})
+	sort.Strings(out.Missing)
+	return out
+}
