@@ -1,0 +1,252 @@
+// Package ctl is the operator's command line over a router's HTTP API:
+// topology, shard map, stats, trace, transactions, reconciliation,
+// subscriptions and dead letters. It only speaks HTTP, so it works against
+// any router.
+package ctl
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+const usage = `usage: shardmqctl [-router URL] COMMAND [ARGS]
+
+  topology                              clusters, endpoints, breakers, replica lag
+  shardmap                              the shard map (version, ranges, states)
+  stats                                 queue depth per subscription
+  trace KEY -topic T [-order-key K]     a message's full trace
+  tx TRANSACTION_ID                     every message of a transaction
+  reconcile [-tx ID,ID,…]               run reconciliation now (or ask which transaction ids have no message)
+  sub get|put|delete TOPIC SUB [-config JSON]
+  dlq list TOPIC SUB [-error-code E] [-limit N] [-cursor C]
+  dlq redrive TOPIC SUB (-ids ID,ID,… | -error-code E | -all)
+  dlq purge TOPIC SUB [-error-code E]
+
+The router defaults to $SHARDMQ_ROUTER or http://127.0.0.1:8080.
+`
+
+// Run executes one command and returns the process exit code: 0 on a 2xx
+// answer, 1 when the router answered an error, 2 on bad usage.
+func Run(args []string, router string, stdout, stderr io.Writer, client *http.Client) int {
+	if client == nil {
+		client = &http.Client{Timeout: 60 * time.Second}
+	}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	c := &cmd{router: strings.TrimSuffix(router, "/"), out: stdout, errw: stderr, client: client}
+	err := c.dispatch(args)
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "shardmqctl: %v\n\n%s", err, usage)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "shardmqctl: %v\n", err)
+		return 1
+	}
+}
+
+type usageError string
+
+func (u usageError) Error() string { return string(u) }
+
+type cmd struct {
+	router string
+	out    io.Writer
+	errw   io.Writer
+	client *http.Client
+}
+
+func (c *cmd) dispatch(args []string) error {
+	name, rest := args[0], args[1:]
+	switch name {
+	case "topology":
+		return c.call("GET", "/v1/admin/topology", nil)
+	case "shardmap":
+		return c.call("GET", "/v1/admin/shardmap", nil)
+	case "stats":
+		return c.call("GET", "/v1/admin/stats", nil)
+	case "trace":
+		return c.trace(rest)
+	case "tx":
+		if len(rest) != 1 {
+			return usageError("tx takes one transaction id")
+		}
+		return c.call("GET", "/v1/transactions/"+url.PathEscape(rest[0]), nil)
+	case "reconcile":
+		fs := newFlags("reconcile")
+		tx := fs.String("tx", "", "comma-separated transaction ids to check for a missing message")
+		if err := fs.Parse(rest); err != nil {
+			return usageError(err.Error())
+		}
+		if *tx != "" {
+			return c.call("POST", "/v1/admin/reconcile/transactions", map[string]any{"transaction_ids": strings.Split(*tx, ",")})
+		}
+		return c.call("POST", "/v1/admin/reconcile", map[string]any{})
+	case "sub":
+		return c.sub(rest)
+	case "dlq":
+		return c.dlq(rest)
+	}
+	return usageError("unknown command " + name)
+}
+
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+// positional splits leading positional arguments from flags.
+func positional(args []string, n int) ([]string, []string, error) {
+	if len(args) < n {
+		return nil, nil, usageError(fmt.Sprintf("expected %d arguments", n))
+	}
+	return args[:n], args[n:], nil
+}
+
+func (c *cmd) trace(args []string) error {
+	pos, rest, err := positional(args, 1)
+	if err != nil {
+		return usageError("trace takes a key")
+	}
+	fs := newFlags("trace")
+	topic := fs.String("topic", "", "the message's topic (required)")
+	orderKey := fs.String("order-key", "", "the message's order_key, if it had one")
+	if err := fs.Parse(rest); err != nil {
+		return usageError(err.Error())
+	}
+	if *topic == "" {
+		return usageError("trace needs -topic")
+	}
+	q := url.Values{"topic": {*topic}}
+	if *orderKey != "" {
+		q.Set("order_key", *orderKey)
+	}
+	return c.call("GET", "/v1/messages/"+url.PathEscape(pos[0])+"/trace?"+q.Encode(), nil)
+}
+
+func (c *cmd) sub(args []string) error {
+	pos, rest, err := positional(args, 3)
+	if err != nil {
+		return usageError("sub takes get|put|delete TOPIC SUB")
+	}
+	path := "/v1/topics/" + url.PathEscape(pos[1]) + "/subscriptions/" + url.PathEscape(pos[2])
+	switch pos[0] {
+	case "get":
+		return c.call("GET", path, nil)
+	case "delete":
+		return c.call("DELETE", path, nil)
+	case "put":
+		fs := newFlags("sub put")
+		cfg := fs.String("config", "{}", "the subscription as JSON (max_attempts, backoff, ordered, dead_letter_alarm)")
+		if err := fs.Parse(rest); err != nil {
+			return usageError(err.Error())
+		}
+		var body map[string]any
+		if err := json.Unmarshal([]byte(*cfg), &body); err != nil {
+			return usageError("-config is not a JSON object: " + err.Error())
+		}
+		return c.call("PUT", path, body)
+	}
+	return usageError("sub takes get, put or delete")
+}
+
+func (c *cmd) dlq(args []string) error {
+	pos, rest, err := positional(args, 3)
+	if err != nil {
+		return usageError("dlq takes list|redrive|purge TOPIC SUB")
+	}
+	path := "/v1/topics/" + url.PathEscape(pos[1]) + "/subscriptions/" + url.PathEscape(pos[2]) + "/dead-letters"
+	fs := newFlags("dlq " + pos[0])
+	code := fs.String("error-code", "", "only dead letters with this error code")
+	limit := fs.Int("limit", 100, "list: page size")
+	cursor := fs.String("cursor", "", "list: next_cursor of the previous page")
+	ids := fs.String("ids", "", "redrive: comma-separated message ids")
+	all := fs.Bool("all", false, "redrive: every dead letter")
+	if err := fs.Parse(rest); err != nil {
+		return usageError(err.Error())
+	}
+	switch pos[0] {
+	case "list":
+		q := url.Values{"limit": {fmt.Sprint(*limit)}}
+		if *code != "" {
+			q.Set("error_code", *code)
+		}
+		if *cursor != "" {
+			q.Set("cursor", *cursor)
+		}
+		return c.call("GET", path+"?"+q.Encode(), nil)
+	case "purge":
+		q := ""
+		if *code != "" {
+			q = "?error_code=" + url.QueryEscape(*code)
+		}
+		return c.call("DELETE", path+q, nil)
+	case "redrive":
+		body := map[string]any{}
+		switch {
+		case *ids != "":
+			body["ids"] = strings.Split(*ids, ",")
+		case *code != "":
+			body["error_code"] = *code
+		case *all:
+			body["all"] = true
+		default:
+			return usageError("dlq redrive needs -ids, -error-code or -all")
+		}
+		return c.call("POST", path+"/redrive", body)
+	}
+	return usageError("dlq takes list, redrive or purge")
+}
+
+// call sends one request and prints the JSON answer indented. A non-2xx
+// answer is printed too and returned as an error carrying its code.
+func (c *cmd) call(method, path string, body any) error {
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, c.router+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
+	}
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, data, "", "  ") == nil {
+		data = append(pretty.Bytes(), '\n')
+	}
+	if resp.StatusCode/100 != 2 {
+		c.errw.Write(data)
+		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
+	}
+	_, err = c.out.Write(data)
+	return err
+}
