@@ -101,12 +101,12 @@ func (s *Server) validateProduce(req *produceRequest) ([]broker.Message, *apiErr
 		at := func(format string, a ...any) *apiError {
 			return fail(CodeInvalidRequest, fmt.Sprintf("messages[%d]: ", i)+fmt.Sprintf(format, a...))
 		}
-		for name, v := range map[string]string{"key": m.Key, "order_key": m.OrderKey, "transaction_id": m.TransactionID} {
-			if len(v) > l.MaxKey {
-				return nil, at("%s is %d bytes, at most %d allowed", name, len(v), l.MaxKey)
+		for _, f := range [...]struct{ name, v string }{{"key", m.Key}, {"order_key", m.OrderKey}, {"transaction_id", m.TransactionID}} {
+			if len(f.v) > l.MaxKey {
+				return nil, at("%s is %d bytes, at most %d allowed", f.name, len(f.v), l.MaxKey)
 			}
-			if !utf8.ValidString(v) {
-				return nil, at("%s is not valid UTF-8", name)
+			if !utf8.ValidString(f.v) {
+				return nil, at("%s is not valid UTF-8", f.name)
 			}
 		}
 		msg := broker.Message{Key: m.Key, OrderKey: m.OrderKey, TransactionID: m.TransactionID}
