@@ -23,6 +23,7 @@ build:
 	@mkdir -p bin
 	$(GO) build -o bin/router ./cmd/router
 	$(GO) build -o bin/sandbox ./cmd/sandbox
+	$(GO) build -o bin/shardmqctl ./cmd/shardmqctl
 
 # run starts a sandbox of $(CLUSTERS) clusters (primary + $(REPLICAS)
 # replica each) and a router on $(ROUTER_ADDR) over its generated static
@@ -65,3 +66,50 @@ vet:
 # bench runs the Go micro-benchmarks of the hot functions.
 bench: build
 	bin/sandbox exec -- $(GO) test -run '^$$' -bench . -benchmem ./shard/ ./broker/ ./store/
+
+# --- load tests and benchmarks (issue 7; docs/loadtest.md, docs/performance.md)
+# loadtest, bench-produce and bench-consume use the sandbox in
+# $(SANDBOX_DIR), starting one as `make run` does when none answers there
+# (it keeps running; `make stop` stops it), and run their own router built
+# from the current source on a free loopback port, stopped at the end — a
+# router started by `make run` is neither needed nor touched.
+# LOADTEST_ROUTER=http://… uses a running router instead. Reports
+# (report.md, report.json) go to $(LOADTEST_OUT)/<name>.
+LOADTEST_OUT    ?= $(VAR)/loadtest
+LOADTEST_ROUTER ?=
+LOADTEST_ARGS   ?=
+FAULT           ?=
+FAULT_AT        ?= 20s
+FAULT_DOWN      ?= 5s
+LOADTEST_FLAGS   = -sandbox $(SANDBOX_DIR) $(if $(LOADTEST_ROUTER),-router $(LOADTEST_ROUTER),-router-bin bin/router)
+
+.PHONY: loadtest bench-produce bench-consume loadtest-build
+
+loadtest-build:
+	@mkdir -p bin
+	$(GO) build -o bin/router ./cmd/router
+	$(GO) build -o bin/sandbox ./cmd/sandbox
+	$(GO) build -o bin/loadtest ./cmd/loadtest
+
+# loadtest is the quarterly mixed test for 60 s (targets 100k messages/s
+# written, 50k/s consumed), then a drain and the proof that every
+# acknowledged message was consumed once. FAULT=c1-primary (any sandbox
+# instance) or FAULT=router kills it -9 FAULT_AT into the run and restarts
+# it FAULT_DOWN later. Last line: lost: N, duplicated: N, produced/s: X,
+# consumed/s: Y; exit status 1 if anything was lost.
+loadtest: deps loadtest-build
+	bin/loadtest -scenario mixed -duration 60s $(LOADTEST_FLAGS) \
+		$(if $(FAULT),-fault $(FAULT) -fault-at $(FAULT_AT) -fault-down $(FAULT_DOWN)) \
+		-out $(LOADTEST_OUT)/mixed$(if $(FAULT),-fault-$(FAULT)) $(LOADTEST_ARGS)
+
+# bench-produce: batched produce through the router and straight into
+# MySQL (the baseline), and one message per request from 64 clients, in
+# alternating rounds. Last line: produce ratio router/baseline: R.
+bench-produce: deps loadtest-build
+	bin/loadtest -scenario bench-produce $(LOADTEST_FLAGS) -out $(LOADTEST_OUT)/bench-produce $(LOADTEST_ARGS)
+
+# bench-consume: the same preloaded backlog drained through the router and
+# straight from MySQL (claim 100 + ack). Last line: consume ratio
+# router/baseline: R.
+bench-consume: deps loadtest-build
+	bin/loadtest -scenario bench-consume $(LOADTEST_FLAGS) -out $(LOADTEST_OUT)/bench-consume $(LOADTEST_ARGS)

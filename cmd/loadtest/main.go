@@ -1,0 +1,200 @@
+// Command loadtest drives shardmq at target rates and verifies that every
+// acknowledged message was consumed exactly once (package loadtest).
+//
+//	loadtest -scenario mixed -sandbox var/sandbox -router-bin bin/router -out var/loadtest/mixed
+//	loadtest -scenario mixed -router http://router:8080 -topology prod.yaml -baseline -out report/
+//
+// It prints a live progress line, writes report.md and report.json into
+// -out, and ends with the verdict line (or, for the bench scenarios, the
+// ratio line). Exit status: 0 passed, 1 lost or duplicated messages (or a
+// failed fault), 2 the run could not be carried out.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/loadtest"
+	"github.com/shardmq/shardmq/topology"
+)
+
+func main() {
+	// The driver logs every connection a fault breaks; the run counts
+	// those errors itself, and the lines would break the progress line.
+	mysql.SetLogger(log.New(io.Discard, "", 0))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg loadtest.Config
+	fs.StringVar(&cfg.Scenario, "scenario", "mixed", "one of "+strings.Join(loadtest.Scenarios, ", "))
+	fs.StringVar(&cfg.Router, "router", "", "router base URL (default http://127.0.0.1:8080 unless -router-bin)")
+	routerBin := fs.String("router-bin", "", "run this router binary as a child on a free port over the topology (measures the current build; needed for -fault router)")
+	routerLog := fs.String("router-log", "", "log file of the child router (default OUT/router.log)")
+	sandbox := fs.String("sandbox", "", "sandbox directory (var/sandbox): use the one running there or start one as `make run` does; gives -topology and the instances for -fault")
+	topoPath := fs.String("topology", "", "static topology file: the clusters for the baseline, per-cluster figures and key lookups")
+	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run the workload straight into MySQL and report router/baseline ratios")
+	fs.DurationVar(&cfg.Duration, "duration", 0, "each measured phase (default 60s; 12s per phase for bench-*)")
+	fs.DurationVar(&cfg.Warmup, "warmup", 0, "excluded from measurements at each phase's start (default 5s; 2s for bench-*)")
+	fs.DurationVar(&cfg.Drain, "drain", 0, "bound on consuming what is left after the duration (default 180s; ends as soon as all is accounted for)")
+	fs.Float64Var(&cfg.ProduceRate, "produce-rate", 0, "target messages/s written, 0 closed loop (mixed scenarios: 100000)")
+	fs.Float64Var(&cfg.ConsumeRate, "consume-rate", 0, "target messages/s consumed, 0 closed loop (mixed scenarios: 50000)")
+	fs.IntVar(&cfg.Producers, "producers", 0, "concurrent producers (default 8)")
+	fs.IntVar(&cfg.Consumers, "consumers", 0, "concurrent consumers (default 4)")
+	fs.IntVar(&cfg.Batch, "batch", 0, "messages per produce request (default 100)")
+	fs.IntVar(&cfg.ClaimMax, "claim-max", 0, "max per claim (default 100)")
+	fs.IntVar(&cfg.SingleClients, "single-clients", 0, "clients of bench-produce's one-message-per-request phase (default 64)")
+	fs.IntVar(&cfg.Rounds, "rounds", 0, "rounds of the bench scenarios, alternating router and baseline (default 2)")
+	fs.IntVar(&cfg.Preload, "preload", 0, "messages preloaded per side (and round) by the consume scenarios (default 100000; 60000 for bench-consume)")
+	payload := fs.String("payload", "uniform:100:300", "payload bytes: N, uniform:A:B or exp:MEAN[:CAP]")
+	keys := fs.String("keys", "uniform", "key distribution: uniform or hot:N:SHARE (SHARE of messages on N hot vshards)")
+	fs.IntVar(&cfg.Topics, "topics", 0, "topics (default 1)")
+	fs.IntVar(&cfg.Subscriptions, "subscriptions", 0, "subscriptions per topic (default 1, the implicit default one)")
+	fs.Float64Var(&cfg.DupShare, "dup-share", 0, "share of produced messages repeating an earlier key (dedup: 0.5)")
+	fs.Float64Var(&cfg.NackShare, "nack-share", 0, "share of keys always nacked, ending dead-lettered (deadletter: 0.1)")
+	fs.Float64Var(&cfg.RetryShare, "retry-share", 0, "share of keys nacked on their first attempt (deadletter: 0.05)")
+	fs.Float64Var(&cfg.DropShare, "drop-share", 0, "share of keys whose first delivery is neither acked nor nacked (lease expiry)")
+	fs.DurationVar(&cfg.NackRetryAfter, "nack-retry-after", 0, "retry_after_ms of nacks (default 50ms)")
+	fs.DurationVar(&cfg.Visibility, "visibility", 0, "claim lease (default 10s)")
+	fs.DurationVar(&cfg.Wait, "wait", 0, "claim long poll (default 1s)")
+	fs.StringVar(&cfg.Durability, "durability", "", "primary or replicated (router only)")
+	fault := fs.String("fault", "", "kill -9 this sandbox instance (e.g. c1-primary) or the child router (router) mid-run, then restart it")
+	fs.DurationVar(&cfg.FaultAt, "fault-at", 0, "when into the first router phase to kill (default 20s)")
+	fs.DurationVar(&cfg.FaultDown, "fault-down", 0, "how long it stays down (default 5s)")
+	out := fs.String("out", "", "report directory (default var/loadtest/SCENARIO)")
+	prog := fs.String("progress", "auto", "auto (a live line on a terminal, a line every 5s otherwise), live, lines or off")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "loadtest: "+format+"\n", a...)
+		return 2
+	}
+	var err error
+	if cfg.Payload, err = loadtest.ParseDist(*payload); err != nil {
+		return fail("-payload: %v", err)
+	}
+	if cfg.Keys, err = loadtest.ParseKeyDist(*keys); err != nil {
+		return fail("-keys: %v", err)
+	}
+	if *out == "" {
+		*out = filepath.Join("var", "loadtest", cfg.Scenario)
+	}
+	switch *prog {
+	case "auto":
+		cfg.Progress, cfg.Live = stdout, isTerminal(stdout)
+	case "live":
+		cfg.Progress, cfg.Live = stdout, true
+	case "lines":
+		cfg.Progress = stdout
+	case "off":
+	default:
+		return fail("-progress %q: want auto, live, lines or off", *prog)
+	}
+	cfg.Command = "loadtest " + strings.Join(args, " ")
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var bed *testbed.Bed
+	if *sandbox != "" {
+		var started bool
+		bed, started, err = loadtest.EnsureSandbox(ctx, *sandbox, 2, 1, stdout)
+		if err != nil {
+			return fail("sandbox: %v", err)
+		}
+		if started {
+			fmt.Fprintf(stdout, "started a sandbox in %s (it keeps running; `make stop` stops it)\n", *sandbox)
+		}
+		if *topoPath == "" {
+			*topoPath = filepath.Join(*sandbox, testbed.TopologyFile)
+		}
+	}
+	if *topoPath != "" {
+		if cfg.Topology, err = topology.LoadFile(*topoPath); err != nil {
+			return fail("%v", err)
+		}
+	}
+	var rp *loadtest.RouterProcess
+	if *routerBin != "" {
+		if *topoPath == "" {
+			return fail("-router-bin needs -topology or -sandbox")
+		}
+		if *routerLog == "" {
+			*routerLog = filepath.Join(*out, "router.log")
+		}
+		if err := os.MkdirAll(filepath.Dir(*routerLog), 0o755); err != nil {
+			return fail("%v", err)
+		}
+		rp = &loadtest.RouterProcess{Bin: *routerBin, Topology: *topoPath, LogPath: *routerLog}
+		if err := rp.Start(ctx); err != nil {
+			return fail("%v", err)
+		}
+		defer rp.Stop()
+		if cfg.Router == "" {
+			cfg.Router = rp.URL()
+		}
+		fmt.Fprintf(stdout, "router %s (%s, log %s)\n", rp.URL(), *routerBin, *routerLog)
+	}
+	switch {
+	case *fault == "":
+	case *fault == "router":
+		if rp == nil {
+			return fail("-fault router needs -router-bin (the load test can only restart a router it runs)")
+		}
+		cfg.Fault = rp
+	default:
+		if bed == nil {
+			return fail("-fault %s needs -sandbox", *fault)
+		}
+		f, err := loadtest.NewInstanceFault(bed, *fault)
+		if err != nil {
+			return fail("%v", err)
+		}
+		cfg.Fault = f
+	}
+
+	begin := time.Now()
+	rep, err := loadtest.Run(ctx, cfg)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if err := rep.Write(*out); err != nil {
+		return fail("%v", err)
+	}
+	fmt.Fprintf(stdout, "\nreports: %s, %s (%.0f s)\n", filepath.Join(*out, "report.md"), filepath.Join(*out, "report.json"), time.Since(begin).Seconds())
+	if !rep.Summary.Passed {
+		fmt.Fprintf(stdout, "FAILED: %s\n", strings.Join(rep.Summary.Problems, "; "))
+	}
+	for _, l := range rep.SummaryLines() {
+		fmt.Fprintln(stdout, l)
+	}
+	if !rep.Summary.Passed {
+		return 1
+	}
+	return 0
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

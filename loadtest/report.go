@@ -1,0 +1,487 @@
+package loadtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Report is what a run writes as report.json and report.md.
+type Report struct {
+	RunID    string        `json:"run_id"`
+	Scenario string        `json:"scenario"`
+	Command  string        `json:"command"`
+	Router   string        `json:"router,omitempty"`
+	Started  time.Time     `json:"started"`
+	ElapsedS float64       `json:"elapsed_s"`
+	Host     Host          `json:"host"`
+	Settings Settings      `json:"settings"`
+	Phases   []PhaseReport `json:"phases"`
+	Results  []Result      `json:"results"`
+	// Ratios: produce (router/baseline, batched), consume (router/
+	// baseline), single_vs_batched_baseline (one message per request
+	// through the router against the batched baseline).
+	Ratios       map[string]float64 `json:"ratios,omitempty"`
+	Verification []Verification     `json:"verification"`
+	Summary      Summary            `json:"summary"`
+}
+
+// Host describes the machine the numbers come from.
+type Host struct {
+	CPUs       int    `json:"cpus"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	Go         string `json:"go"`
+	Load1      string `json:"load_avg_at_start,omitempty"`
+}
+
+// Settings are the knobs of the run.
+type Settings struct {
+	Producers      int     `json:"producers"`
+	Consumers      int     `json:"consumers"`
+	Batch          int     `json:"batch"`
+	ClaimMax       int     `json:"claim_max"`
+	SingleClients  int     `json:"single_clients,omitempty"`
+	ProduceRate    float64 `json:"produce_rate_target"`
+	ConsumeRate    float64 `json:"consume_rate_target"`
+	DurationS      float64 `json:"duration_s"`
+	WarmupS        float64 `json:"warmup_s"`
+	DrainS         float64 `json:"drain_s"`
+	Payload        string  `json:"payload"`
+	Keys           string  `json:"keys"`
+	Topics         int     `json:"topics"`
+	Subscriptions  int     `json:"subscriptions"`
+	DupShare       float64 `json:"dup_share"`
+	NackShare      float64 `json:"nack_share"`
+	RetryShare     float64 `json:"retry_share"`
+	DropShare      float64 `json:"drop_share"`
+	VisibilityS    float64 `json:"visibility_timeout_s"`
+	Durability     string  `json:"durability"`
+	Rounds         int     `json:"rounds,omitempty"`
+	Preload        int     `json:"preload,omitempty"`
+	Fault          string  `json:"fault,omitempty"`
+	FaultAtS       float64 `json:"fault_at_s,omitempty"`
+	FaultDownS     float64 `json:"fault_down_s,omitempty"`
+	BaselineIncl   bool    `json:"baseline"`
+	SandboxCluster int     `json:"clusters,omitempty"`
+}
+
+// Result is one measured figure, summed over the rounds that measured it.
+type Result struct {
+	Name      string  `json:"name"` // e.g. "router produce batch 100"
+	Target    string  `json:"target"`
+	Messages  int64   `json:"messages"`
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"per_second"`
+}
+
+// Summary is the verdict.
+type Summary struct {
+	Lost           int64   `json:"lost"`
+	Duplicated     int64   `json:"duplicated"`
+	Pending        int64   `json:"pending"`
+	ProducedPerSec float64 `json:"produced_per_s"`
+	ConsumedPerSec float64 `json:"consumed_per_s"`
+	// Passed: nothing lost or truly duplicated, no unexpected message,
+	// no corrupt payload, every fault injected and repaired.
+	Passed   bool     `json:"passed"`
+	Problems []string `json:"problems,omitempty"`
+}
+
+// FaultEvent is one kill or restart during a phase.
+type FaultEvent struct {
+	Target string  `json:"target"`
+	Action string  `json:"action"`
+	At     float64 `json:"at_s"`
+	Took   float64 `json:"took_s,omitempty"`
+	Error  string  `json:"error,omitempty"`
+}
+
+// Recovery describes a flow's dip around a fault, from the timeline.
+type Recovery struct {
+	Flow string `json:"flow"` // produced or consumed
+	// Before is the mean rate over the measured seconds before the kill.
+	Before float64 `json:"before_per_s"`
+	// Low is the lowest one-second rate from the kill to the recovery.
+	Low float64 `json:"low_per_s"`
+	// RecoveredAt is the first second after the restart whose rate was
+	// back to 80 % of Before; -1 if it never was before the phase ended.
+	RecoveredAt float64 `json:"recovered_at_s"`
+	// AfterRestart is RecoveredAt minus the restart time.
+	AfterRestart float64 `json:"recovered_after_restart_s"`
+}
+
+// Flow is one direction of a phase's traffic.
+type Flow struct {
+	Messages  int64   `json:"messages"`
+	PerSecond float64 `json:"per_second"`
+	Target    float64 `json:"target_per_second,omitempty"`
+	Requests  int64   `json:"requests,omitempty"`
+	// Latency: produce requests from their intended send time; claims
+	// from theirs.
+	Latency    Percentiles  `json:"latency"`
+	AckLatency *Percentiles `json:"ack_latency,omitempty"`
+	// EndToEnd: from the message's production to its first delivery.
+	EndToEnd *Percentiles `json:"end_to_end,omitempty"`
+}
+
+// ClusterShare is one cluster's part of a phase's messages.
+type ClusterShare struct {
+	Cluster  string  `json:"cluster"`
+	Produced int64   `json:"produced"`
+	Consumed int64   `json:"consumed"`
+	Share    float64 `json:"produced_share"`
+}
+
+// PhaseReport is one phase's measurements.
+type PhaseReport struct {
+	Name        string           `json:"name"`
+	Target      string           `json:"target"`
+	Kind        string           `json:"kind"`
+	Preload     bool             `json:"preload,omitempty"`
+	Producers   int              `json:"producers,omitempty"`
+	Consumers   int              `json:"consumers,omitempty"`
+	Batch       int              `json:"batch,omitempty"`
+	ClaimMax    int              `json:"claim_max,omitempty"`
+	ElapsedS    float64          `json:"elapsed_s"`
+	WindowS     float64          `json:"window_s"`
+	Produce     *Flow            `json:"produce,omitempty"`
+	Consume     *Flow            `json:"consume,omitempty"`
+	Offered     int64            `json:"offered"`
+	Behind      int64            `json:"behind_requests,omitempty"`
+	Unresolved  int64            `json:"unresolved,omitempty"`
+	Errors      map[string]int64 `json:"errors,omitempty"`
+	Statuses    map[string]int64 `json:"statuses,omitempty"`
+	Clusters    []ClusterShare   `json:"clusters,omitempty"`
+	VShardsUsed int              `json:"vshards_used"`
+	HotVShards  []Hot            `json:"hot_vshards,omitempty"`
+	Faults      []FaultEvent     `json:"faults,omitempty"`
+	Recovery    []Recovery       `json:"recovery,omitempty"`
+	Timeline    []Point          `json:"timeline"`
+}
+
+func (p *phase) report() PhaseReport {
+	s := p.spec
+	now := time.Now()
+	r := PhaseReport{Name: s.Name, Target: p.wl.target.Name(), Kind: s.Kind, Preload: s.Preload, Batch: s.Batch,
+		ElapsedS: now.Sub(p.start).Seconds(), Offered: p.offered.Load(), Behind: p.prodPacer.Behind(),
+		Unresolved: int64(p.retry.len()), Errors: p.errs.Map(), Statuses: p.statuses.Map()}
+	winEnd := now
+	if winEnd.After(p.end) {
+		winEnd = p.end
+	}
+	window := winEnd.Sub(p.measureFrom).Seconds()
+	if s.Count > 0 || s.Kind == "consume" {
+		window = now.Sub(p.start).Seconds()
+	}
+	r.WindowS = window
+	if s.Kind != "consume" {
+		r.Producers = s.Producers
+		f := &Flow{Target: s.ProduceRate, Requests: p.mRequests.Load(), Latency: p.produceLat.Percentiles()}
+		f.Messages = p.mProduced.Load()
+		if s.Count > 0 {
+			f.Messages = p.produced.Load()
+		}
+		if window > 0 {
+			f.PerSecond = float64(f.Messages) / window
+		}
+		r.Produce = f
+	}
+	if s.Kind != "produce" {
+		r.Consumers, r.ClaimMax = s.Consumers, s.ClaimMax
+		ack, e2e := p.ackLat.Percentiles(), p.e2eLat.Percentiles()
+		f := &Flow{Target: s.ConsumeRate, Latency: p.claimLat.Percentiles(), AckLatency: &ack, EndToEnd: &e2e}
+		if s.Kind == "consume" {
+			// A fixed backlog drained: rate over the time it took, from the
+			// start to the last confirmed ack.
+			f.Messages = p.consumed.Load()
+			f.Target = 0
+			if last := p.lastAck.Load(); last > 0 {
+				r.WindowS = time.Unix(0, last).Sub(p.start).Seconds()
+			}
+		} else {
+			f.Messages = p.mConsumed.Load()
+		}
+		if r.WindowS > 0 {
+			f.PerSecond = float64(f.Messages) / r.WindowS
+		}
+		if s.Kind == "mixed" && window > 0 {
+			f.PerSecond = float64(f.Messages) / window
+		}
+		r.Consume = f
+	}
+	for i, c := range p.cls {
+		cs := ClusterShare{Cluster: c, Produced: p.clProduced[i].Load(), Consumed: p.clConsumed[i].Load()}
+		if tot := p.produced.Load(); tot > 0 {
+			cs.Share = float64(cs.Produced) / float64(tot)
+		}
+		r.Clusters = append(r.Clusters, cs)
+	}
+	r.HotVShards, r.VShardsUsed = p.vshards.top(5)
+	r.Timeline = p.timeline.points(int(r.ElapsedS) + 1)
+	p.faultMu.Lock()
+	r.Faults = append([]FaultEvent(nil), p.faults...)
+	p.faultMu.Unlock()
+	r.Recovery = recovery(r.Timeline, r.Faults, s.Warmup.Seconds(), s.Kind)
+	return r
+}
+
+// recovery measures the dip and the recovery of each flow around the
+// first kill and restart.
+func recovery(tl []Point, faults []FaultEvent, warmup float64, kind string) []Recovery {
+	var kill, restart float64 = -1, -1
+	for _, f := range faults {
+		if f.Error != "" {
+			continue
+		}
+		switch {
+		case f.Action == "kill -9" && kill < 0:
+			kill = f.At
+		case f.Action == "restart" && restart < 0:
+			restart = f.At + f.Took
+		}
+	}
+	if kill < 0 || restart < 0 {
+		return nil
+	}
+	var out []Recovery
+	for _, flow := range []string{"produced", "consumed"} {
+		if (flow == "produced" && kind == "consume") || (flow == "consumed" && kind == "produce") {
+			continue
+		}
+		val := func(p Point) float64 {
+			if flow == "produced" {
+				return float64(p.Produced)
+			}
+			return float64(p.Consumed)
+		}
+		rec := Recovery{Flow: flow, RecoveredAt: -1, Low: -1}
+		var sum, n float64
+		for _, p := range tl {
+			if float64(p.Second) >= warmup && float64(p.Second+1) <= kill {
+				sum += val(p)
+				n++
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		rec.Before = sum / n
+		for _, p := range tl {
+			t := float64(p.Second)
+			if t+1 <= kill {
+				continue
+			}
+			if rec.Low < 0 || val(p) < rec.Low {
+				rec.Low = val(p)
+			}
+			if t >= restart && val(p) >= 0.8*rec.Before {
+				rec.RecoveredAt = t
+				rec.AfterRestart = t - restart
+				break
+			}
+		}
+		out = append(out, rec)
+	}
+	return out
+}
+
+// Write writes report.json and report.md into dir (created if needed).
+func (r *Report) Write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(r.Markdown()), 0o644); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return nil
+}
+
+// Markdown renders the report for people.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("# shardmq load test: %s\n\n", r.Scenario)
+	w("- run `%s`, started %s, %.0f s\n", r.RunID, r.Started.Format(time.RFC3339), r.ElapsedS)
+	w("- command: `%s`\n", r.Command)
+	if r.Router != "" {
+		w("- router: %s\n", r.Router)
+	}
+	w("- host: %d CPUs, GOMAXPROCS %d, %s, load average at start %s\n", r.Host.CPUs, r.Host.GOMAXPROCS, r.Host.Go, r.Host.Load1)
+	st := r.Settings
+	w("- producers %d × batch %d, consumers %d × claim %d, payload %s bytes, keys %s, %d topic(s) × %d subscription(s), durability %s\n",
+		st.Producers, st.Batch, st.Consumers, st.ClaimMax, st.Payload, st.Keys, st.Topics, st.Subscriptions, orDefault(st.Durability, "primary"))
+	if st.ProduceRate > 0 || st.ConsumeRate > 0 {
+		w("- targets: %s produced/s, %s consumed/s (open loop; latency from the intended send time)\n", human(st.ProduceRate), human(st.ConsumeRate))
+	}
+	if st.DupShare > 0 || st.NackShare > 0 || st.RetryShare > 0 || st.DropShare > 0 {
+		w("- repeated keys %.0f %%, poison (always nacked) %.0f %%, nacked once %.0f %%, dropped once %.0f %%\n",
+			100*st.DupShare, 100*st.NackShare, 100*st.RetryShare, 100*st.DropShare)
+	}
+	if st.Fault != "" {
+		w("- fault: kill -9 %s at %.0f s, restart %.0f s later\n", st.Fault, st.FaultAtS, st.FaultDownS)
+	}
+
+	w("\n## Verdict\n\n")
+	sm := r.Summary
+	verdict := "PASSED"
+	if !sm.Passed {
+		verdict = "FAILED: " + strings.Join(sm.Problems, "; ")
+	}
+	w("**%s** — lost %d, duplicated %d, pending %d; produced %s/s, consumed %s/s\n",
+		verdict, sm.Lost, sm.Duplicated, sm.Pending, human(sm.ProducedPerSec), human(sm.ConsumedPerSec))
+
+	if len(r.Ratios) > 0 || len(r.Results) > 0 {
+		w("\n## Throughput\n\n| figure | target | messages | seconds | messages/s |\n|---|---|---:|---:|---:|\n")
+		for _, res := range r.Results {
+			w("| %s | %s | %d | %.1f | %.0f |\n", res.Name, res.Target, res.Messages, res.Seconds, res.PerSecond)
+		}
+		if len(r.Ratios) > 0 {
+			w("\n| ratio | value |\n|---|---:|\n")
+			for _, k := range sortedKeys(r.Ratios) {
+				w("| %s | %.2f |\n", k, r.Ratios[k])
+			}
+		}
+	}
+
+	w("\n## Phases\n\n| phase | target | window s | produced/s | produce p50 / p99 / p99.9 ms | consumed/s | claim p50 / p99 / p99.9 ms | ack p99 ms | end-to-end p99 ms | errors |\n|---|---|---:|---:|---|---:|---|---:|---:|---:|\n")
+	for _, p := range r.Phases {
+		pr, pl, cr, cl, ak, e2e := "–", "–", "–", "–", "–", "–"
+		if p.Produce != nil {
+			pr = fmt.Sprintf("%.0f", p.Produce.PerSecond)
+			if p.Produce.Target > 0 {
+				pr += fmt.Sprintf(" (of %s)", human(p.Produce.Target))
+			}
+			pl = pct(p.Produce.Latency)
+		}
+		if p.Consume != nil {
+			cr = fmt.Sprintf("%.0f", p.Consume.PerSecond)
+			if p.Consume.Target > 0 {
+				cr += fmt.Sprintf(" (of %s)", human(p.Consume.Target))
+			}
+			cl = pct(p.Consume.Latency)
+			ak = fmt.Sprintf("%.1f", p.Consume.AckLatency.P99)
+			e2e = fmt.Sprintf("%.1f", p.Consume.EndToEnd.P99)
+		}
+		var errs int64
+		for _, n := range p.Errors {
+			errs += n
+		}
+		name := p.Name
+		if p.Preload {
+			name += " (preload)"
+		}
+		w("| %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %d |\n", name, p.Target, p.WindowS, pr, pl, cr, cl, ak, e2e, errs)
+	}
+
+	w("\n## Verification\n\n| workload | mode | acknowledged | expected deliveries | consumed | dead (asked) | ack unknown | lost | pending | duplicated | redelivered after nack | after lease expiry | unexpected | corrupt |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, v := range r.Verification {
+		w("| %s | %s | %d | %d | %d | %d | %d | **%d** | %d | **%d** | %d | %d | %d | %d |\n", v.Workload, v.Mode, v.Acknowledged, v.Expected, v.Consumed,
+			v.Dead, v.AckUnknown, v.Lost, v.Pending, v.Duplicated, v.RedeliveredAfterNack, v.RedeliveredAfterExpiry, v.Unexpected, v.Corrupt)
+	}
+	for _, v := range r.Verification {
+		var notes []string
+		if v.Mode == "stored" {
+			notes = append(notes, fmt.Sprintf("%d acknowledged keys looked up in the dedup registry", v.Checked))
+		}
+		if v.StoredByDuplicate > 0 {
+			notes = append(notes, fmt.Sprintf("%d keys proven stored by a resend answered duplicate", v.StoredByDuplicate))
+		}
+		if v.DeliveredUnconfirmed > 0 {
+			notes = append(notes, fmt.Sprintf("%d keys without a definite produce answer were delivered (stored after all)", v.DeliveredUnconfirmed))
+		}
+		if v.Unchecked > 0 {
+			notes = append(notes, fmt.Sprintf("%d not consumed and not checked", v.Unchecked))
+		}
+		if v.DeadUnexpected > 0 {
+			notes = append(notes, fmt.Sprintf("%d dead letters nobody asked for", v.DeadUnexpected))
+		}
+		if v.DedupViolations > 0 || v.DuplicateOfFresh > 0 || v.Conflicts > 0 {
+			notes = append(notes, fmt.Sprintf("dedup violations %d, duplicate answers to fresh keys %d, conflicts %d", v.DedupViolations, v.DuplicateOfFresh, v.Conflicts))
+		}
+		if len(v.LostKeys) > 0 {
+			notes = append(notes, "lost keys: "+strings.Join(v.LostKeys, ", "))
+		}
+		if len(notes) > 0 {
+			w("\n- %s: %s", v.Workload, strings.Join(notes, "; "))
+		}
+	}
+	w("\n")
+
+	for _, p := range r.Phases {
+		if p.Preload {
+			continue
+		}
+		w("\n### %s\n\n", p.Name)
+		if len(p.Clusters) > 0 {
+			w("| cluster | produced | share | consumed |\n|---|---:|---:|---:|\n")
+			for _, c := range p.Clusters {
+				w("| %s | %d | %.1f %% | %d |\n", c.Cluster, c.Produced, 100*c.Share, c.Consumed)
+			}
+			w("\n")
+		}
+		if len(p.HotVShards) > 0 {
+			var hs []string
+			for _, h := range p.HotVShards {
+				hs = append(hs, fmt.Sprintf("%d (%.1f %%)", h.VShard, 100*h.Share))
+			}
+			w("%d vshards used; busiest: %s\n\n", p.VShardsUsed, strings.Join(hs, ", "))
+		}
+		if p.Behind > 0 {
+			w("Open loop: %d requests were still due when the phase ended (the target rate was not reached).\n\n", p.Behind)
+		}
+		if p.Unresolved > 0 {
+			w("%d produced items never got a definite answer (not counted as acknowledged).\n\n", p.Unresolved)
+		}
+		if len(p.Errors) > 0 {
+			w("| error | count |\n|---|---:|\n")
+			for _, k := range sortedKeys(p.Errors) {
+				w("| %s | %d |\n", k, p.Errors[k])
+			}
+			w("\n")
+		}
+		if len(p.Faults) > 0 {
+			w("| fault | at s | took s | error |\n|---|---:|---:|---|\n")
+			for _, f := range p.Faults {
+				w("| %s %s | %.1f | %.1f | %s |\n", f.Action, f.Target, f.At, f.Took, f.Error)
+			}
+			w("\n")
+			for _, rc := range p.Recovery {
+				back := "did not recover before the phase ended"
+				if rc.RecoveredAt >= 0 {
+					back = fmt.Sprintf("back to 80 %% at %.0f s, %.0f s after the restart", rc.RecoveredAt, rc.AfterRestart)
+				}
+				w("- %s: %.0f/s before the kill, lowest %.0f/s, %s\n", rc.Flow, rc.Before, rc.Low, back)
+			}
+			w("\n| s | produced | consumed | errors |\n|---:|---:|---:|---:|\n")
+			for _, pt := range p.Timeline {
+				w("| %d | %d | %d | %d |\n", pt.Second, pt.Produced, pt.Consumed, pt.Errors)
+			}
+			w("\n")
+		}
+	}
+	return b.String()
+}
+
+func pct(p Percentiles) string {
+	if p.Count == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f / %.1f / %.1f", p.P50, p.P99, p.P999)
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
