@@ -216,6 +216,8 @@ func waitGone(ctx context.Context, pid int) error {
 // process (SIGKILL on parent death, Linux).
 type RouterProcess struct {
 	Bin, Topology, LogPath string
+	// Args are extra router flags (e.g. -commit-workers 2).
+	Args []string
 	// Addr is the listen address; Start picks a free loopback port when
 	// it is empty.
 	Addr string
@@ -251,7 +253,7 @@ func (r *RouterProcess) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("router: %w", err)
 	}
-	cmd := exec.Command(r.Bin, "-listen", r.Addr, "-topology", r.Topology)
+	cmd := exec.Command(r.Bin, append([]string{"-listen", r.Addr, "-topology", r.Topology}, r.Args...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -67,15 +67,20 @@ type delivery struct {
 	isDead       bool
 }
 
-func insertDeliveries(ctx context.Context, tx *sql.Tx, msgs []*Message, subs []string, at map[uint64]time.Time) error {
+func insertDeliveriesSQL(msgs []*Message, subs []string, at map[uint64]time.Time) (string, []any) {
 	args := make([]any, 0, len(msgs)*len(subs)*7)
 	for _, m := range msgs {
 		for _, s := range subs {
 			args = append(args, m.ID, s, m.Topic, m.VShard, m.Priority, nullString(m.OrderKey), at[m.ID])
 		}
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO message_queue (message_id, subscription, topic, vshard, priority, order_key, available_at) VALUES `+
-		placeholders(len(msgs)*len(subs), 7), args...)
+	return `INSERT INTO message_queue (message_id, subscription, topic, vshard, priority, order_key, available_at) VALUES ` +
+		placeholders(len(msgs)*len(subs), 7), args
+}
+
+func insertDeliveries(ctx context.Context, tx *sql.Tx, msgs []*Message, subs []string, at map[uint64]time.Time) error {
+	q, args := insertDeliveriesSQL(msgs, subs, at)
+	_, err := tx.ExecContext(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("insert message_queue: %w", err)
 	}

@@ -69,14 +69,19 @@ type Message struct {
 	CreatedAt     time.Time
 }
 
-func insertMessages(ctx context.Context, tx *sql.Tx, msgs []*Message) error {
+func insertMessagesSQL(msgs []*Message) (string, []any) {
 	args := make([]any, 0, len(msgs)*11)
 	for _, m := range msgs {
 		args = append(args, m.ID, m.CreatedAt, m.VShard, m.Topic, m.Key, nullString(m.OrderKey), nullString(m.TransactionID),
 			m.Priority, m.Headers, m.PayloadJSON, m.Payload)
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO message_store (id, created_at, vshard, topic, msg_key, order_key, transaction_id,
-  priority, headers, payload_json, payload) VALUES `+placeholders(len(msgs), 11), args...)
+	return `INSERT INTO message_store (id, created_at, vshard, topic, msg_key, order_key, transaction_id,
+  priority, headers, payload_json, payload) VALUES ` + placeholders(len(msgs), 11), args
+}
+
+func insertMessages(ctx context.Context, tx *sql.Tx, msgs []*Message) error {
+	q, args := insertMessagesSQL(msgs)
+	_, err := tx.ExecContext(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("insert message_store: %w", err)
 	}

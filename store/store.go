@@ -6,6 +6,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
@@ -81,6 +82,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg.Loc = time.UTC
 	cfg.InterpolateParams = true
 	cfg.RejectReadOnly = true
+	// The produce fast path sends its inserts as one multi-statement
+	// (values are still escaped by interpolateParams, never concatenated).
+	cfg.MultiStatements = true
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 2 * time.Second
 	}
@@ -303,6 +307,41 @@ func (s *Store) DurabilityWarnings(ctx context.Context) ([]string, error) {
 		out = append(out, fmt.Sprintf("sync_binlog = %d (1 is needed for the binary log, and so replicas, to keep every commit)", syncBinlog))
 	}
 	return out, nil
+}
+
+// execMulti runs a multi-statement on conn and returns each statement's
+// affected-row count, which database/sql's Result cannot give.
+func execMulti(ctx context.Context, conn *sql.Conn, query string, args []any) ([]int64, error) {
+	var affected []int64
+	err := conn.Raw(func(dc any) error {
+		ex, ok := dc.(driver.ExecerContext)
+		if !ok {
+			return errors.New("driver connection cannot execute")
+		}
+		nv := make([]driver.NamedValue, len(args))
+		checker, _ := dc.(driver.NamedValueChecker)
+		for i, a := range args {
+			nv[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+			if checker != nil {
+				if err := checker.CheckNamedValue(&nv[i]); err != nil {
+					return fmt.Errorf("argument %d: %w", i+1, err)
+				}
+			} else if v, err := driver.DefaultParameterConverter.ConvertValue(a); err == nil {
+				nv[i].Value = v
+			}
+		}
+		res, err := ex.ExecContext(ctx, query, nv)
+		if err != nil {
+			return err
+		}
+		r, ok := res.(mysql.Result)
+		if !ok {
+			return errors.New("driver result has no per-statement counts")
+		}
+		affected = r.AllRowsAffected()
+		return nil
+	})
+	return affected, err
 }
 
 // placeholders returns "(?,?,?),(?,?,?)" for rows rows of n columns.

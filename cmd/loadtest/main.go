@@ -44,6 +44,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Scenario, "scenario", "mixed", "one of "+strings.Join(loadtest.Scenarios, ", "))
 	fs.StringVar(&cfg.Router, "router", "", "router base URL (default http://127.0.0.1:8080 unless -router-bin)")
 	routerBin := fs.String("router-bin", "", "run this router binary as a child on a free port over the topology (measures the current build; needed for -fault router)")
+	routerArgs := fs.String("router-args", "", "extra flags for the -router-bin router, space separated (e.g. \"-commit-workers 2\")")
 	routerLog := fs.String("router-log", "", "log file of the child router (default OUT/router.log)")
 	sandbox := fs.String("sandbox", "", "sandbox directory (var/sandbox): use the one running there or start one as `make run` does; gives -topology and the instances for -fault")
 	topoPath := fs.String("topology", "", "static topology file: the clusters for the baseline, per-cluster figures and key lookups")
@@ -140,7 +141,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err := os.MkdirAll(filepath.Dir(*routerLog), 0o755); err != nil {
 			return fail("%v", err)
 		}
-		rp = &loadtest.RouterProcess{Bin: *routerBin, Topology: *topoPath, LogPath: *routerLog}
+		rp = &loadtest.RouterProcess{Bin: *routerBin, Topology: *topoPath, LogPath: *routerLog, Args: strings.Fields(*routerArgs)}
 		if err := rp.Start(ctx); err != nil {
 			return fail("%v", err)
 		}

@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -19,6 +21,16 @@ func main() {
 	flag.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "HTTP listen address")
 	flag.StringVar(&cfg.TopologyFile, "topology", "topology.yaml", "static topology file (reloaded when it changes)")
 	level := flag.String("log-level", "info", "debug, info, warn or error")
+	flag.IntVar(&cfg.Broker.Commit.MaxMessages, "commit-max-messages", 0, "most messages in one group-commit transaction (default 500)")
+	flag.IntVar(&cfg.Broker.Commit.MaxBytes, "commit-max-bytes", 0, "most payload bytes in one group-commit transaction (default 8 MiB)")
+	flag.DurationVar(&cfg.Broker.Commit.Linger, "commit-linger", 0, "how long a transaction that is not full waits for more requests (default 0)")
+	flag.IntVar(&cfg.Broker.Commit.Committers, "commit-workers", 0, "group-commit transactions in flight per cluster (default 2)")
+	flag.DurationVar(&cfg.Broker.ReplicatedTimeout, "replicated-timeout", 0, "wait for a replica under durability replicated (default 5s)")
+	flag.DurationVar(&cfg.Broker.FrozenWait, "frozen-wait", 0, "how long a request for a frozen vshard is held (default 2s)")
+	flag.IntVar(&cfg.Broker.RecentKeys, "recent-keys", 0, "size of the recent-keys cache (default 100000; -1 disables)")
+	flag.IntVar(&cfg.Store.MaxOpen, "pool-max-open", 0, "connections per cluster primary (default 64)")
+	flag.StringVar(&cfg.DeadLetters.WebhookURL, "dead-letter-webhook", "", "URL that receives a JSON POST for every dead-letter growth alarm")
+	debugAddr := flag.String("debug-addr", "", "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
 	co := addConsulFlags(flag.CommandLine)
 	flag.Parse()
 
@@ -28,6 +40,15 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+
+	if *debugAddr != "" {
+		go func() {
+			// net/http/pprof registers on the default mux, used nowhere else.
+			if err := http.ListenAndServe(*debugAddr, nil); err != nil {
+				cfg.Log.Error("debug server stopped", "err", err)
+			}
+		}()
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
