@@ -415,3 +415,31 @@ func TestProduceRetryOfCommittedBatchIsCreated(t *testing.T) {
 		t.Fatalf("%d deliveries, want 3", n)
 	}
 }
+
+// Dead letters untouched past the cutoff move to dead_letter_archive and
+// their trace says archived; younger ones and leased ones stay.
+func TestArchiveDeadMovesOnlyStaleOnes(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	old, young, leased := f.item("t", "old", `1`), f.item("t", "young", `1`), f.item("t", "leased", `1`)
+	if _, err := f.st.Produce(ctx, []ProduceItem{old, young, leased}); err != nil {
+		t.Fatal(err)
+	}
+	f.db.Exec("UPDATE message_queue SET is_dead = 1, error_code = 'E', dead_at = ? WHERE message_id IN (?, ?)", f.now.Add(-40*24*time.Hour), old.Msg.ID, leased.Msg.ID)
+	f.db.Exec("UPDATE message_queue SET is_dead = 1, error_code = 'E', dead_at = ? WHERE message_id = ?", f.now.Add(-time.Hour), young.Msg.ID)
+	f.db.Exec("UPDATE message_queue SET claim_token = 7 WHERE message_id = ?", leased.Msg.ID)
+	n, err := f.st.ArchiveDead(ctx, "t", "default", f.now.Add(-30*24*time.Hour), f.now)
+	if err != nil || n != 1 {
+		t.Fatalf("archived %d, %v; want 1", n, err)
+	}
+	if c := f.count(t, "SELECT COUNT(*) FROM dead_letter_archive WHERE message_id = ? AND error_code = 'E'", old.Msg.ID); c != 1 {
+		t.Fatal("the stale dead letter is not in the archive")
+	}
+	if c := f.count(t, "SELECT COUNT(*) FROM message_queue WHERE is_dead = 1"); c != 2 {
+		t.Fatalf("%d dead letters left, want 2 (the young and the leased one)", c)
+	}
+	if c := f.count(t, "SELECT COUNT(*) FROM message_trace WHERE message_id = ? AND event = 'archived'", old.Msg.ID); c != 1 {
+		t.Fatal("no archived event")
+	}
+}
