@@ -42,28 +42,40 @@ type claimAnswer struct {
 // a worker idle for a while exits and is recreated on demand.
 type claimers struct {
 	mu      sync.Mutex
-	workers map[claimKey]chan *claimCall
+	workers map[claimKey]*claimWorker
 	idle    time.Duration
 }
 
+// claimWorker is one key's queue. pending counts callers that found it and
+// have not been received yet, so that it never exits under a caller about
+// to send (both change under claimers.mu).
+type claimWorker struct {
+	in      chan *claimCall
+	pending int
+}
+
 func newClaimers() *claimers {
-	return &claimers{workers: map[claimKey]chan *claimCall{}, idle: 10 * time.Second}
+	return &claimers{workers: map[claimKey]*claimWorker{}, idle: 10 * time.Second}
 }
 
 // claim queues req and waits for its share of a coalesced claim.
 func (c *claimers) claim(ctx context.Context, k claimKey, req store.ClaimRequest) ([]store.Claimed, error) {
 	call := &claimCall{req: req, done: make(chan claimAnswer, 1)}
 	c.mu.Lock()
-	in, ok := c.workers[k]
+	w, ok := c.workers[k]
 	if !ok {
-		in = make(chan *claimCall, 256)
-		c.workers[k] = in
-		go c.work(k, in)
+		w = &claimWorker{in: make(chan *claimCall, 256)}
+		c.workers[k] = w
+		go c.work(k, w)
 	}
+	w.pending++
 	c.mu.Unlock()
 	select {
-	case in <- call:
+	case w.in <- call:
 	case <-ctx.Done():
+		c.mu.Lock()
+		w.pending--
+		c.mu.Unlock()
 		return nil, ctx.Err()
 	}
 	// The claim runs to the end even if ctx ends meanwhile: its leases are
@@ -72,42 +84,40 @@ func (c *claimers) claim(ctx context.Context, k claimKey, req store.ClaimRequest
 	return a.got, a.err
 }
 
-func (c *claimers) work(k claimKey, in chan *claimCall) {
+func (c *claimers) work(k claimKey, w *claimWorker) {
 	timer := time.NewTimer(c.idle)
 	defer timer.Stop()
+	received := func(call *claimCall) *claimCall {
+		c.mu.Lock()
+		w.pending--
+		c.mu.Unlock()
+		return call
+	}
 	for {
 		var first *claimCall
 		select {
-		case first = <-in:
+		case call := <-w.in:
+			first = received(call)
 		case <-timer.C:
-			// Exit only if nothing raced in: a caller holds the map lock
-			// while it finds this channel, so check and delete under it.
+			// Exit only when no caller holds this worker: callers count
+			// themselves in pending under the same lock before sending.
 			c.mu.Lock()
-			if len(in) > 0 {
+			if w.pending > 0 {
 				c.mu.Unlock()
 				timer.Reset(c.idle)
 				continue
 			}
 			delete(c.workers, k)
 			c.mu.Unlock()
-			// A caller that found the channel before the delete may
-			// still send; serve it, then stop.
-			for {
-				select {
-				case call := <-in:
-					c.run(k, []*claimCall{call})
-				default:
-					return
-				}
-			}
+			return
 		}
 		calls := []*claimCall{first}
 		n := first.req.Max
 	drain:
 		for n < maxCoalescedClaim {
 			select {
-			case call := <-in:
-				calls = append(calls, call)
+			case call := <-w.in:
+				calls = append(calls, received(call))
 				n += call.req.Max
 			default:
 				break drain

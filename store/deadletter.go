@@ -49,7 +49,7 @@ func (s *Store) Redrive(ctx context.Context, req RedriveRequest) (int64, error) 
 	for {
 		var n int
 		err := s.inTx(ctx, 5, s.retryHook("redrive"), func(tx *sql.Tx) error {
-			ds, err := lockDead(ctx, tx, req.Topic, req.Subscription, req.ErrorCode, req.IDs, redriveBatch)
+			ds, err := lockDead(ctx, tx, req.Topic, req.Subscription, req.ErrorCode, req.IDs, redriveBatch, req.Now)
 			if err != nil || len(ds) == 0 {
 				n = 0
 				return err
@@ -59,9 +59,13 @@ func (s *Store) Redrive(ctx context.Context, req RedriveRequest) (int64, error) 
 			var events []Event
 			for i, d := range ds {
 				ids[i] = d.messageID
+				// On an ordered subscription the revived delivery is the
+				// oldest of its key, so it becomes the head. If another of
+				// the key is in flight it waits, parked, and that one's ack
+				// (or death) releases it, as the key's oldest live row.
 				parked := false
 				if req.Ordered && d.orderKey != "" {
-					if parked, err = hasOtherLive(ctx, tx, req.Topic, req.Subscription, d.orderKey, d.messageID); err != nil {
+					if parked, err = keyInFlight(ctx, tx, req.Topic, req.Subscription, d.orderKey, req.Now); err != nil {
 						return err
 					}
 				}
@@ -79,7 +83,7 @@ func (s *Store) Redrive(ctx context.Context, req RedriveRequest) (int64, error) 
 			return total, err
 		}
 		total += int64(n)
-		if n < redriveBatch || len(req.IDs) > 0 {
+		if n < redriveBatch {
 			return total, nil
 		}
 	}

@@ -308,13 +308,16 @@ func unparkAll(ctx context.Context, db *sql.DB, topic, sub string, now time.Time
 	return res.RowsAffected()
 }
 
-// hasOtherLive reports whether an order key has a live delivery other than id.
-func hasOtherLive(ctx context.Context, tx *sql.Tx, topic, sub, orderKey string, id uint64) (bool, error) {
+// keyInFlight reports whether an order key has a delivery leased now. A
+// locking read: a claim that is leasing one of the key at this moment is
+// waited for, not missed.
+func keyInFlight(ctx context.Context, tx *sql.Tx, topic, sub, orderKey string, now time.Time) (bool, error) {
 	var n int
 	err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM message_queue FORCE INDEX (idx_order)
-WHERE topic = ? AND subscription = ? AND order_key = ? AND is_dead = 0 AND message_id <> ?`, topic, sub, orderKey, id).Scan(&n)
+WHERE topic = ? AND subscription = ? AND order_key = ? AND is_dead = 0 AND claim_token <> 0 AND available_at > ?
+LOCK IN SHARE MODE`, topic, sub, orderKey, now).Scan(&n)
 	if err != nil {
-		return false, fmt.Errorf("count live message_queue of an order key: %w", err)
+		return false, fmt.Errorf("count leased message_queue of an order key: %w", err)
 	}
 	return n > 0, nil
 }
@@ -366,11 +369,16 @@ FROM message_queue WHERE topic = ? AND subscription = ? AND is_dead = 1`
 }
 
 // lockDead locks up to limit dead letters of a subscription (all, one
-// error code, or the given ids).
-func lockDead(ctx context.Context, tx *sql.Tx, topic, sub, errorCode string, ids []uint64, limit int) ([]delivery, error) {
+// error code, or the given ids). With freeAt set it skips those leased on
+// the dead-letter channel at that time: a handler is working on them.
+func lockDead(ctx context.Context, tx *sql.Tx, topic, sub, errorCode string, ids []uint64, limit int, freeAt time.Time) ([]delivery, error) {
 	query := `SELECT message_id, vshard, attempts, COALESCE(order_key, ''), COALESCE(error_code, '') FROM message_queue
 WHERE topic = ? AND subscription = ? AND is_dead = 1`
 	args := []any{topic, sub}
+	if !freeAt.IsZero() {
+		query += " AND (claim_token = 0 OR available_at <= ?)"
+		args = append(args, freeAt)
+	}
 	if errorCode != "" {
 		query += " AND error_code = ?"
 		args = append(args, errorCode)
@@ -415,7 +423,7 @@ WHERE subscription = ? AND message_id = ? AND is_dead = 1`, now, parked, sub, id
 // deleteDeadBatch deletes up to limit dead letters of a subscription (one
 // error code or all) and returns the message ids it deleted.
 func deleteDeadBatch(ctx context.Context, tx *sql.Tx, topic, sub, errorCode string, limit int) ([]uint64, error) {
-	ds, err := lockDead(ctx, tx, topic, sub, errorCode, nil, limit)
+	ds, err := lockDead(ctx, tx, topic, sub, errorCode, nil, limit, time.Time{})
 	if err != nil || len(ds) == 0 {
 		return nil, err
 	}

@@ -443,3 +443,66 @@ func TestArchiveDeadMovesOnlyStaleOnes(t *testing.T) {
 		t.Fatal("no archived event")
 	}
 }
+
+// Redrive on an ordered subscription: the revived dead letter heads its
+// key again and the key never sticks; a dead letter leased on the
+// dead-letter channel is not redriven under its handler.
+func TestRedriveOrderedAndLeasedDeadLetters(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	m1, m2 := f.item("t", "m1", `1`), f.item("t", "m2", `2`)
+	m1.Msg.OrderKey, m2.Msg.OrderKey = "acct", "acct"
+	if _, err := f.st.Produce(ctx, []ProduceItem{m1, m2}); err != nil {
+		t.Fatal(err)
+	}
+	at := f.now
+	claim := func(dead bool) []Claimed {
+		t.Helper()
+		got, err := f.st.Claim(ctx, ClaimRequest{Topic: "t", Subscription: "default", Consumer: "w", Max: 10, Lease: time.Minute,
+			Token: f.ids.Next(), MaxAttempts: 1, Now: at, Ordered: true, Dead: dead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	got := claim(false)
+	if len(got) != 1 || got[0].Message.Key != "m1" {
+		t.Fatalf("first ordered claim %+v, want m1 only", got)
+	}
+	one := func(string, string) RetryPolicy { return RetryPolicy{MaxAttempts: 1} }
+	l := lease(got[0], "default")
+	l.Ordered = true
+	if res, err := f.st.Nack(ctx, []NackItem{{Lease: l, ErrorCode: "E"}}, one, func() float64 { return 0 }, at); err != nil || res[0].Status != Dead {
+		t.Fatalf("nack: %+v %v", res, err)
+	}
+	// m1 is dead, m2 is now the head and ready. Redrive m1 while m2 is
+	// not in flight: m1 heads the key again.
+	if n, err := f.st.Redrive(ctx, RedriveRequest{Topic: "t", Subscription: "default", Ordered: true, Now: at}); err != nil || n != 1 {
+		t.Fatalf("redrive: %d %v", n, err)
+	}
+	got = claim(false)
+	if len(got) != 1 || got[0].Message.Key != "m1" {
+		t.Fatalf("after redrive claimed %+v, want m1 alone", got)
+	}
+	l = lease(got[0], "default")
+	l.Ordered = true
+	if st, err := f.st.Ack(ctx, []Lease{l}, at); err != nil || st[0] != LeaseOK {
+		t.Fatalf("ack m1: %v %v", st, err)
+	}
+	got = claim(false)
+	if len(got) != 1 || got[0].Message.Key != "m2" {
+		t.Fatalf("after m1 was acked claimed %+v, want m2 (the key must not stick)", got)
+	}
+	l = lease(got[0], "default")
+	l.Ordered = true
+	f.st.Nack(ctx, []NackItem{{Lease: l, ErrorCode: "E"}}, one, func() float64 { return 0 }, at)
+	// m2 is dead; a handler leases it on the dead-letter channel: a
+	// redrive now leaves it to that handler.
+	if dl := claim(true); len(dl) != 1 {
+		t.Fatalf("dead-letter claim %+v", dl)
+	}
+	if n, err := f.st.Redrive(ctx, RedriveRequest{Topic: "t", Subscription: "default", Ordered: true, Now: at}); err != nil || n != 0 {
+		t.Fatalf("redrive of a leased dead letter: %d %v, want 0", n, err)
+	}
+}

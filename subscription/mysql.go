@@ -30,11 +30,17 @@ type MySQLStore struct {
 var _ Store = (*MySQLStore)(nil)
 
 // version is a strictly growing number based on the clock, so that writes
-// of one router order correctly even within a clock tick.
-func (m *MySQLStore) version() uint64 {
+// of one router order correctly even within a clock tick, and above every
+// stored version of the subscription, so that a router whose clock runs
+// behind another's still replaces what that one wrote.
+func (m *MySQLStore) version(ctx context.Context, topic, name string) (uint64, error) {
 	now := time.Now
 	if m.Now != nil {
 		now = m.Now
+	}
+	stored, err := m.storedVersion(ctx, topic, name)
+	if err != nil {
+		return 0, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -42,8 +48,37 @@ func (m *MySQLStore) version() uint64 {
 	if v <= m.last {
 		v = m.last + 1
 	}
+	if v <= stored {
+		v = stored + 1
+	}
 	m.last = v
-	return v
+	return v, nil
+}
+
+// storedVersion is the highest version of a subscription on any primary
+// (tombstones included); every primary must answer, since a write must
+// reach all of them anyway.
+func (m *MySQLStore) storedVersion(ctx context.Context, topic, name string) (uint64, error) {
+	var mu sync.Mutex
+	var max uint64
+	errs := m.each(ctx, func(_ string, st *store.Store) error {
+		rows, err := st.ListSubscriptions(ctx)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range rows {
+			if r.Topic == topic && r.Name == name && r.Version > max {
+				max = r.Version
+			}
+		}
+		return nil
+	})
+	if len(errs) > 0 {
+		return 0, fmt.Errorf("read stored versions of %s/%s: %w", topic, name, errors.Join(errs...))
+	}
+	return max, nil
 }
 
 func (m *MySQLStore) each(ctx context.Context, fn func(name string, st *store.Store) error) []error {
@@ -116,7 +151,11 @@ func (m *MySQLStore) Put(ctx context.Context, s Subscription) error {
 	if err != nil {
 		return fmt.Errorf("encode subscription: %w", err)
 	}
-	row := store.SubscriptionRow{Topic: s.Topic, Name: s.Name, Config: cfg, Version: m.version(), UpdatedAt: time.Now().UTC()}
+	v, err := m.version(ctx, s.Topic, s.Name)
+	if err != nil {
+		return err
+	}
+	row := store.SubscriptionRow{Topic: s.Topic, Name: s.Name, Config: cfg, Version: v, UpdatedAt: time.Now().UTC()}
 	if errs := m.each(ctx, func(_ string, st *store.Store) error { return st.PutSubscription(ctx, row) }); len(errs) > 0 {
 		return fmt.Errorf("store subscription %s/%s: %w", s.Topic, s.Name, errors.Join(errs...))
 	}
@@ -125,7 +164,11 @@ func (m *MySQLStore) Put(ctx context.Context, s Subscription) error {
 
 // Delete implements Store: a tombstone on every primary.
 func (m *MySQLStore) Delete(ctx context.Context, topic, name string) (bool, error) {
-	row := store.SubscriptionRow{Topic: topic, Name: name, Config: []byte("{}"), Version: m.version(), Deleted: true, UpdatedAt: time.Now().UTC()}
+	v, err := m.version(ctx, topic, name)
+	if err != nil {
+		return false, err
+	}
+	row := store.SubscriptionRow{Topic: topic, Name: name, Config: []byte("{}"), Version: v, Deleted: true, UpdatedAt: time.Now().UTC()}
 	if errs := m.each(ctx, func(_ string, st *store.Store) error { return st.PutSubscription(ctx, row) }); len(errs) > 0 {
 		return false, fmt.Errorf("delete subscription %s/%s: %w", topic, name, errors.Join(errs...))
 	}

@@ -24,6 +24,9 @@ type Registry struct {
 	mu     sync.RWMutex
 	topics map[string]map[string]Subscription
 	loaded bool
+	// gen counts this router's own changes; a refresh that read the store
+	// before one of them does not overwrite the cache with older news.
+	gen uint64
 
 	stopOnce sync.Once
 	cancel   context.CancelFunc
@@ -47,6 +50,9 @@ func NewRegistry(st Store, every time.Duration, now func() time.Time, log *slog.
 
 // Refresh reloads the cache from the store.
 func (r *Registry) Refresh(ctx context.Context) error {
+	r.mu.RLock()
+	gen := r.gen
+	r.mu.RUnlock()
 	list, err := r.st.List(ctx)
 	if err != nil && len(list) == 0 {
 		return fmt.Errorf("refresh subscriptions: %w", err)
@@ -62,9 +68,12 @@ func (r *Registry) Refresh(ctx context.Context) error {
 		topics[s.Topic][s.Name] = s
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gen != gen {
+		return nil // a change of ours raced the read; the next refresh sees it
+	}
 	r.topics = topics
 	r.loaded = true
-	r.mu.Unlock()
 	return nil
 }
 
@@ -163,6 +172,20 @@ func (r *Registry) ForProduce(ctx context.Context, topic string) ([]string, erro
 		sort.Strings(names)
 		return names, nil
 	}
+	// Before storing a default subscription, make sure no other router
+	// created a subscription since the last refresh: that one, not a
+	// default, must receive this topic's messages.
+	if err := r.Refresh(ctx); err == nil {
+		r.mu.RLock()
+		for n := range r.topics[topic] {
+			names = append(names, n)
+		}
+		r.mu.RUnlock()
+		if len(names) > 0 {
+			sort.Strings(names)
+			return names, nil
+		}
+	}
 	def := r.implicitDefault(topic)
 	def.CreatedAt = r.now().UTC()
 	if err := r.st.Put(ctx, def); err != nil {
@@ -176,6 +199,7 @@ func (r *Registry) ForProduce(ctx context.Context, topic string) ([]string, erro
 func (r *Registry) remember(s Subscription) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.gen++
 	if r.topics[s.Topic] == nil {
 		r.topics[s.Topic] = map[string]Subscription{}
 	}
@@ -222,6 +246,7 @@ func (r *Registry) Delete(ctx context.Context, topic, name string) error {
 		return err
 	}
 	r.mu.Lock()
+	r.gen++
 	delete(r.topics[topic], name)
 	r.mu.Unlock()
 	return nil
