@@ -181,20 +181,11 @@ type claimRequest struct {
 }
 
 type claimedMessage struct {
-	ID            string            `json:"id"`
-	Key           string            `json:"key"`
-	Topic         string            `json:"topic"`
-	Payload       json.RawMessage   `json:"payload,omitempty"`
-	PayloadBase64 *string           `json:"payload_base64,omitempty"`
-	Headers       map[string]string `json:"headers"`
-	Priority      int               `json:"priority"`
-	OrderKey      string            `json:"order_key"`
-	TransactionID string            `json:"transaction_id"`
-	ProducedAt    string            `json:"produced_at"`
-	Attempt       int               `json:"attempt"`
-	Receipt       string            `json:"receipt"`
-	VShard        int               `json:"vshard"`
-	LeaseExpires  string            `json:"lease_expires_at"`
+	messageBody
+	Attempt      int    `json:"attempt"`
+	Receipt      string `json:"receipt"`
+	LeaseExpires string `json:"lease_expires_at"`
+	ErrorCode    string `json:"error_code,omitempty"` // dead-letter channel: why it died
 }
 
 func (s *Server) claim(w http.ResponseWriter, r *http.Request) { s.claimWith(w, r, false) }
@@ -260,23 +251,8 @@ func (s *Server) claimWith(w http.ResponseWriter, r *http.Request, dead bool) {
 	}
 	out := make([]claimedMessage, len(got))
 	for i, d := range got {
-		m := d.Message
-		cm := claimedMessage{ID: strconv.FormatUint(m.ID, 10), Key: m.Key, Topic: m.Topic, Priority: m.Priority,
-			OrderKey: m.OrderKey, TransactionID: m.TransactionID, ProducedAt: formatTime(m.CreatedAt),
-			Attempt: d.Attempt, Receipt: d.Receipt, VShard: int(m.VShard), LeaseExpires: formatTime(d.LeaseExpires),
-			Headers: map[string]string{}}
-		raw, b64 := encodePayload(m.PayloadJSON, m.Payload)
-		if m.PayloadJSON {
-			cm.Payload = raw
-		} else {
-			cm.PayloadBase64 = &b64
-		}
-		if len(m.Headers) > 0 {
-			if err := json.Unmarshal(m.Headers, &cm.Headers); err != nil {
-				s.log.Warn("stored headers unreadable", "id", m.ID, "err", err)
-			}
-		}
-		out[i] = cm
+		out[i] = claimedMessage{messageBody: s.bodyOf(d.Message), Attempt: d.Attempt, Receipt: d.Receipt,
+			LeaseExpires: formatTime(d.LeaseExpires), ErrorCode: d.ErrorCode}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"messages": out})
 }

@@ -188,20 +188,12 @@ func (s *Server) deleteSubscription(w http.ResponseWriter, r *http.Request) {
 }
 
 type deadLetterJSON struct {
-	ID            string            `json:"id"`
-	Key           string            `json:"key"`
-	VShard        int               `json:"vshard"`
-	Attempts      int               `json:"attempts"`
-	ErrorCode     string            `json:"error_code"`
-	LastError     string            `json:"last_error"`
-	DeadAt        string            `json:"dead_at"`
-	OrderKey      string            `json:"order_key,omitempty"`
-	TransactionID string            `json:"transaction_id,omitempty"`
-	ProducedAt    string            `json:"produced_at,omitempty"`
-	Payload       any               `json:"payload,omitempty"`
-	PayloadBase64 *string           `json:"payload_base64,omitempty"`
-	InFlight      bool              `json:"in_flight"`
-	Headers       map[string]string `json:"headers,omitempty"`
+	messageBody
+	Attempts  int    `json:"attempts"`
+	ErrorCode string `json:"error_code"`
+	LastError string `json:"last_error"`
+	DeadAt    string `json:"dead_at"`
+	InFlight  bool   `json:"in_flight"`
 }
 
 const maxDeadPage = 1000
@@ -228,16 +220,14 @@ func (s *Server) listDead(w http.ResponseWriter, r *http.Request) {
 	}
 	items := make([]deadLetterJSON, len(page.Items))
 	for i, d := range page.Items {
-		j := deadLetterJSON{ID: strconv.FormatUint(d.MessageID, 10), VShard: int(d.VShard), Attempts: d.Attempts,
-			ErrorCode: d.ErrorCode, LastError: d.LastError, DeadAt: formatTime(d.DeadAt), OrderKey: d.OrderKey, InFlight: d.InFlight}
-		if m := d.Message; m != nil {
-			j.Key, j.TransactionID, j.ProducedAt = m.Key, m.TransactionID, formatTime(m.CreatedAt)
-			raw, b64 := encodePayload(m.PayloadJSON, m.Payload)
-			if m.PayloadJSON {
-				j.Payload = raw
-			} else {
-				j.PayloadBase64 = &b64
-			}
+		j := deadLetterJSON{Attempts: d.Attempts, ErrorCode: d.ErrorCode, LastError: d.LastError, DeadAt: formatTime(d.DeadAt),
+			InFlight: d.InFlight}
+		if d.Message != nil {
+			j.messageBody = s.bodyOf(d.Message)
+		} else {
+			// The message row is missing (reconciliation reports it).
+			j.messageBody = messageBody{ID: strconv.FormatUint(d.MessageID, 10), VShard: int(d.VShard), OrderKey: d.OrderKey,
+				Topic: topic, Headers: map[string]string{}}
 		}
 		items[i] = j
 	}

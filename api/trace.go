@@ -31,13 +31,13 @@ func (s *Server) RouteOps(t Tracer, a Admin) {
 	}
 }
 
-// messageView is a stored message as the trace and lookups show it.
-type messageView struct {
+// messageBody is a stored message as every answer shows it: claims, the
+// trace, lookups and dead-letter listings.
+type messageBody struct {
 	ID            string            `json:"id"`
 	Key           string            `json:"key"`
 	Topic         string            `json:"topic"`
 	VShard        int               `json:"vshard"`
-	Cluster       string            `json:"cluster,omitempty"`
 	Payload       json.RawMessage   `json:"payload,omitempty"`
 	PayloadBase64 *string           `json:"payload_base64,omitempty"`
 	Headers       map[string]string `json:"headers"`
@@ -45,13 +45,12 @@ type messageView struct {
 	OrderKey      string            `json:"order_key"`
 	TransactionID string            `json:"transaction_id"`
 	ProducedAt    string            `json:"produced_at"`
-	Status        string            `json:"status"`
 }
 
-func (s *Server) viewMessage(m *store.Message, cluster string) messageView {
-	v := messageView{ID: strconv.FormatUint(m.ID, 10), Key: m.Key, Topic: m.Topic, VShard: int(m.VShard), Cluster: cluster,
+func (s *Server) bodyOf(m *store.Message) messageBody {
+	v := messageBody{ID: strconv.FormatUint(m.ID, 10), Key: m.Key, Topic: m.Topic, VShard: int(m.VShard),
 		Headers: map[string]string{}, Priority: m.Priority, OrderKey: m.OrderKey, TransactionID: m.TransactionID,
-		ProducedAt: formatTime(m.CreatedAt), Status: store.StatusName(m.Status)}
+		ProducedAt: formatTime(m.CreatedAt)}
 	raw, b64 := encodePayload(m.PayloadJSON, m.Payload)
 	if m.PayloadJSON {
 		v.Payload = raw
@@ -64,6 +63,17 @@ func (s *Server) viewMessage(m *store.Message, cluster string) messageView {
 		}
 	}
 	return v
+}
+
+// messageView is a stored message as the trace and lookups show it.
+type messageView struct {
+	messageBody
+	Cluster string `json:"cluster,omitempty"`
+	Status  string `json:"status"`
+}
+
+func (s *Server) viewMessage(m *store.Message, cluster string) messageView {
+	return messageView{messageBody: s.bodyOf(m), Cluster: cluster, Status: store.StatusName(m.Status)}
 }
 
 type deliveryView struct {

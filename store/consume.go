@@ -152,7 +152,8 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 			if !ok {
 				continue // a delivery without its message: reconciliation reports it
 			}
-			out[i] = append(out[i], Claimed{Message: m, Attempt: d.attempts, Token: reqs[i].Token, LeaseExpires: req.Now.Add(reqs[i].Lease)})
+			out[i] = append(out[i], Claimed{Message: m, Attempt: d.attempts, Token: reqs[i].Token, LeaseExpires: req.Now.Add(reqs[i].Lease),
+				ErrorCode: d.errorCode})
 		}
 	}
 	return out, nil

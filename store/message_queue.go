@@ -65,6 +65,7 @@ type delivery struct {
 	claimToken   uint64
 	claimedAt    time.Time
 	isDead       bool
+	errorCode    string // read by the claim (the dead-letter channel shows it)
 }
 
 func insertDeliveriesSQL(msgs []*Message, subs []string, at map[uint64]time.Time) (string, []any) {
@@ -93,7 +94,7 @@ func insertDeliveries(ctx context.Context, tx *sql.Tx, msgs []*Message, subs []s
 // claimQuery is the claim's statement; byErrorCode adds the dead-letter
 // channel's error_code filter.
 func claimQuery(byErrorCode bool) string {
-	q := `SELECT message_id, vshard, attempts, COALESCE(locked_by, ''), claim_token, COALESCE(order_key, '')
+	q := `SELECT message_id, vshard, attempts, COALESCE(locked_by, ''), claim_token, COALESCE(order_key, ''), COALESCE(error_code, '')
 FROM message_queue FORCE INDEX (idx_claim)
 WHERE topic = ? AND subscription = ? AND is_dead = ? AND parked = 0 AND available_at <= ?`
 	if byErrorCode {
@@ -118,7 +119,7 @@ func claimCandidates(ctx context.Context, tx *sql.Tx, topic, sub string, now tim
 	var out []delivery
 	for rows.Next() {
 		d := delivery{subscription: sub, topic: topic, isDead: dead}
-		if err := rows.Scan(&d.messageID, &d.vshard, &d.attempts, &d.lockedBy, &d.claimToken, &d.orderKey); err != nil {
+		if err := rows.Scan(&d.messageID, &d.vshard, &d.attempts, &d.lockedBy, &d.claimToken, &d.orderKey, &d.errorCode); err != nil {
 			return nil, fmt.Errorf("select claimable message_queue: %w", err)
 		}
 		out = append(out, d)
@@ -494,8 +495,8 @@ FROM message_queue WHERE topic = ? AND subscription = ? AND is_dead = 1 AND dead
 // reconciliation.
 type deliveryRow struct {
 	delivery
-	errorCode, lastError string
-	deadAt               time.Time
+	lastError string
+	deadAt    time.Time
 }
 
 const selectDeliveryRows = `SELECT message_id, subscription, topic, vshard, priority, COALESCE(order_key, ''), available_at, attempts,
@@ -542,17 +543,7 @@ func orphanDeliveries(ctx context.Context, q queryer, afterID uint64, afterSub s
 	b.WriteString(`SELECT q.message_id, q.subscription, q.topic, q.vshard, q.attempts, q.is_dead FROM message_queue q
 WHERE (q.message_id, q.subscription) > (?, ?)`)
 	args := []any{afterID, afterSub}
-	if len(vshards) > 0 {
-		b.WriteString(" AND q.vshard IN (")
-		for i, v := range vshards {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteByte('?')
-			args = append(args, v)
-		}
-		b.WriteByte(')')
-	}
+	args = vshardIn(&b, args, "q.vshard", vshards)
 	b.WriteString(" AND NOT EXISTS (SELECT 1 FROM message_store s WHERE s.id = q.message_id) ORDER BY q.message_id, q.subscription LIMIT ?")
 	args = append(args, limit)
 	rows, err := q.QueryContext(ctx, b.String(), args...)

@@ -238,17 +238,7 @@ func scanMessages(ctx context.Context, q queryer, since, until time.Time, after 
 	b.WriteString(`SELECT id, created_at, vshard, topic, msg_key, COALESCE(order_key, ''), COALESCE(transaction_id, ''), priority, msg_status
 FROM message_store WHERE created_at >= ? AND created_at < ? AND id > ?`)
 	args := []any{since.UTC(), until.UTC(), after}
-	if len(vshards) > 0 {
-		b.WriteString(" AND vshard IN (")
-		for i, v := range vshards {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteByte('?')
-			args = append(args, v)
-		}
-		b.WriteByte(')')
-	}
+	args = vshardIn(&b, args, "vshard", vshards)
 	b.WriteString(" ORDER BY id LIMIT ?")
 	args = append(args, limit)
 	rows, err := q.QueryContext(ctx, b.String(), args...)

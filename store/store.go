@@ -358,6 +358,23 @@ func placeholders(rows, n int) string {
 	return b.String()
 }
 
+// vshardIn appends " AND col IN (…)" for vshards (nothing when empty).
+func vshardIn(b *strings.Builder, args []any, col string, vshards []uint16) []any {
+	if len(vshards) == 0 {
+		return args
+	}
+	b.WriteString(" AND " + col + " IN (")
+	for i, v := range vshards {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('?')
+		args = append(args, v)
+	}
+	b.WriteByte(')')
+	return args
+}
+
 // nullString maps "" to NULL.
 func nullString(s string) any {
 	if s == "" {
