@@ -281,6 +281,9 @@ func TestDeadLettersListRedriveClaimPurge(t *testing.T) {
 		t.Fatalf("dead-letter claim: %d %v", st, out)
 	}
 	m0, m1, m2 := raw[0].(map[string]any), raw[1].(map[string]any), raw[2].(map[string]any)
+	if m0["error_code"] != "E_PRICE" || m0["key"] == "" || m0["receipt"] == "" {
+		t.Fatalf("dead-letter claim message %v: want its error_code, key and receipt", m0)
+	}
 	_, _, nk := e.post(t, "/v1/nack", map[string]any{"items": []any{map[string]any{"receipt": m0["receipt"], "retry_after_ms": 60000}}})
 	if r := results(t, nk)[0]; r["status"] != "retry_scheduled" {
 		t.Fatalf("dead-letter nack: %v", r)
