@@ -36,7 +36,7 @@ type keyRow struct {
 // how many were new. Rows are sorted by the caller so that concurrent
 // batches take row locks in one order (fewer deadlocks).
 func insertKeys(ctx context.Context, tx *sql.Tx, rows []keyRow) (int64, error) {
-	q, args := insertKeysSQL(rows)
+	q, args := insertKeysSQL(rows, true)
 	res, err := tx.ExecContext(ctx, q, args...)
 	if err != nil {
 		return 0, fmt.Errorf("insert message_key: %w", err)
@@ -44,12 +44,18 @@ func insertKeys(ctx context.Context, tx *sql.Tx, rows []keyRow) (int64, error) {
 	return res.RowsAffected()
 }
 
-func insertKeysSQL(rows []keyRow) (string, []any) {
+// insertKeysSQL registers keys; with ignore, keys already registered are
+// skipped, without it the first one fails the statement (error 1062).
+func insertKeysSQL(rows []keyRow, ignore bool) (string, []any) {
 	args := make([]any, 0, len(rows)*6)
 	for _, r := range rows {
 		args = append(args, r.topic, r.key, r.vshard, r.messageID, r.hash, r.createdAt)
 	}
-	return "INSERT IGNORE INTO message_key (topic, msg_key, vshard, message_id, payload_hash, created_at) VALUES " + placeholders(len(rows), 6), args
+	verb := "INSERT INTO"
+	if ignore {
+		verb = "INSERT IGNORE INTO"
+	}
+	return verb + " message_key (topic, msg_key, vshard, message_id, payload_hash, created_at) VALUES " + placeholders(len(rows), 6), args
 }
 
 // registeredKey is who holds a (topic, key).

@@ -184,16 +184,18 @@ func repeatsKey(keys []keyRow) bool {
 	return false
 }
 
-// produceFast is the common case — every key new — in two round trips
-// instead of five: START TRANSACTION and the three multi-row inserts as one
-// multi-statement, then COMMIT once message_key has taken every row. If a
-// key was already registered it rolls back and reports ok=false, and the
-// caller takes the general path, which tells duplicates from conflicts.
-// Deadlocks and lock waits run it again, like inTx.
+// produceFast is the common case — every key new — in one round trip
+// instead of five: START TRANSACTION, the three multi-row inserts and
+// COMMIT as one multi-statement. The key insert has no IGNORE, so a key
+// already registered (or an id already stored) fails it with error 1062;
+// the server then runs nothing after it, COMMIT included, and this rolls
+// back and reports ok=false: the caller takes the general path, which
+// tells duplicates from conflicts. Deadlocks and lock waits run it again,
+// like inTx.
 func (s *Store) produceFast(ctx context.Context, keys []keyRow, items []ProduceItem, wantGTID bool) (gtid string, ok bool, err error) {
 	var b strings.Builder
 	b.WriteString("START TRANSACTION;\n")
-	q, args := insertKeysSQL(keys)
+	q, args := insertKeysSQL(keys, false)
 	b.WriteString(q)
 	msgs := make([]*Message, len(items))
 	at := make(map[uint64]time.Time, len(items))
@@ -219,6 +221,7 @@ func (s *Store) produceFast(ctx context.Context, keys []keyRow, items []ProduceI
 		b.WriteString(q)
 		args = append(args, a...)
 	}
+	b.WriteString(";\nCOMMIT")
 	query := b.String()
 	for attempt := 0; attempt < 5; attempt++ {
 		if attempt > 0 {
@@ -252,19 +255,16 @@ func (s *Store) tryProduceFast(ctx context.Context, query string, args []any, ke
 		rollback()
 		var me *mysql.MySQLError
 		if errors.As(err, &me) && me.Number == errDupEntry {
-			// An id already stored: this batch committed before (its
-			// answer was lost). The general path finds out and says so.
+			// A key already registered, or an id already stored (this
+			// batch committed before and its answer was lost): the
+			// general path finds out which and says so.
 			return "", false, nil
 		}
 		return "", false, err
 	}
 	if len(affected) < 2 || affected[1] != int64(keys) {
-		rollback()
-		return "", false, nil
-	}
-	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-		rollback()
-		return "", false, err
+		// Cannot happen after a COMMIT without error; refuse to guess.
+		return "", false, fmt.Errorf("produce: message_key took %v rows of %d", affected, keys)
 	}
 	if !wantGTID {
 		return "", true, nil
