@@ -469,7 +469,8 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 			continue
 		}
 		for _, c := range got {
-			r := Receipt{VShard: shard.ID(c.Message.VShard), Lease: store.Lease{MessageID: c.Message.ID, Subscription: req.Subscription, Token: c.Token, Ordered: ordered}}
+			r := Receipt{VShard: shard.ID(c.Message.VShard), Topic: req.Topic,
+				Lease: store.Lease{MessageID: c.Message.ID, Subscription: req.Subscription, Token: c.Token, Ordered: ordered}}
 			out = append(out, Delivery{Claimed: c, Receipt: r.Encode()})
 		}
 	}
@@ -506,8 +507,21 @@ type LeaseResult struct {
 	Err     error
 }
 
+// orderedNow marks leases whose subscription is ordered now, whatever it
+// was when they were taken: finishing them must release the next delivery
+// of their key even across a switch to ordered.
+func (b *Broker) orderedNow(ctx context.Context, receipts []Receipt) {
+	for i := range receipts {
+		r := &receipts[i]
+		if s, ok, err := b.subs.Get(ctx, r.Topic, r.Subscription); err == nil && ok && s.Ordered {
+			r.Ordered = true
+		}
+	}
+}
+
 // Ack completes deliveries, one transaction per cluster.
 func (b *Broker) Ack(ctx context.Context, receipts []Receipt) []LeaseResult {
+	b.orderedNow(ctx, receipts)
 	return b.leaseOp(ctx, receipts, func(s Shard, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
 		st, err := s.Ack(ctx, leases, b.now().UTC())
 		return st, time.Time{}, err
@@ -576,6 +590,10 @@ func (b *Broker) Nack(ctx context.Context, items []NackItem) []NackResult {
 	receipts := make([]Receipt, len(items))
 	for i, it := range items {
 		receipts[i] = it.Receipt
+	}
+	b.orderedNow(ctx, receipts)
+	for i := range items {
+		items[i].Receipt = receipts[i]
 	}
 	out := make([]NackResult, len(items))
 	groups, shards, errs := b.byCluster(ctx, receipts)

@@ -110,11 +110,26 @@ func BenchmarkFingerprintKey(b *testing.B) {
 }
 
 func BenchmarkReceiptRoundTrip(b *testing.B) {
-	r := Receipt{VShard: 517}
+	r := Receipt{VShard: 517, Topic: "orders"}
 	r.MessageID, r.Token, r.Subscription = 385432089608519680, 0xdeadbeef, "billing"
 	for i := 0; i < b.N; i++ {
 		if _, err := DecodeReceipt(r.Encode()); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+func TestReceiptRoundTripAndTampering(t *testing.T) {
+	t.Parallel()
+	r := Receipt{VShard: 1023, Topic: "orders.v2"}
+	r.MessageID, r.Token, r.Subscription, r.Ordered = 385432089608519680, 0xdeadbeef, "billing", true
+	got, err := DecodeReceipt(r.Encode())
+	if err != nil || got != r {
+		t.Fatalf("round trip: %+v, %v; want %+v", got, err, r)
+	}
+	for _, bad := range []string{"", "AQ", "!!!", r.Encode()[:20], "AgA" + r.Encode()[3:]} {
+		if _, err := DecodeReceipt(bad); err == nil {
+			t.Errorf("DecodeReceipt(%q) accepted", bad)
 		}
 	}
 }

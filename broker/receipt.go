@@ -10,11 +10,12 @@ import (
 )
 
 // Receipt is what a consumer gets with a leased delivery: where the
-// delivery lives (vshard), which it is (message id, subscription) and the
-// lease's claim token. Only the current lease holder's receipt matches the
+// delivery lives (vshard), which it is (message id, topic, subscription)
+// and the lease's claim token. Only the current lease holder's receipt matches the
 // token in the database, so only it can ack, nack or extend.
 type Receipt struct {
 	VShard shard.ID
+	Topic  string
 	store.Lease
 }
 
@@ -28,7 +29,7 @@ var ErrBadReceipt = errors.New("malformed receipt")
 
 // Encode returns the opaque text form (URL-safe base64).
 func (r Receipt) Encode() string {
-	b := make([]byte, 0, 2+2+8+8+len(r.Subscription))
+	b := make([]byte, 0, 2+2+8+8+1+len(r.Topic)+len(r.Subscription))
 	var flags byte
 	if r.Ordered {
 		flags |= flagOrdered
@@ -37,6 +38,8 @@ func (r Receipt) Encode() string {
 	b = binary.BigEndian.AppendUint16(b, uint16(r.VShard))
 	b = binary.BigEndian.AppendUint64(b, r.MessageID)
 	b = binary.BigEndian.AppendUint64(b, r.Token)
+	b = append(b, byte(len(r.Topic)))
+	b = append(b, r.Topic...)
 	b = append(b, r.Subscription...)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
@@ -44,15 +47,20 @@ func (r Receipt) Encode() string {
 // DecodeReceipt parses a receipt's text form.
 func DecodeReceipt(s string) (Receipt, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) < 21 || b[0] != receiptVersion || b[1]&^flagOrdered != 0 {
+	if err != nil || len(b) < 22 || b[0] != receiptVersion || b[1]&^flagOrdered != 0 {
 		return Receipt{}, ErrBadReceipt
 	}
 	r := Receipt{VShard: shard.ID(binary.BigEndian.Uint16(b[2:4]))}
 	r.Ordered = b[1]&flagOrdered != 0
 	r.MessageID = binary.BigEndian.Uint64(b[4:12])
 	r.Token = binary.BigEndian.Uint64(b[12:20])
-	r.Subscription = string(b[20:])
-	if int(r.VShard) >= shard.Count || r.Token == 0 || r.Subscription == "" || len(r.Subscription) > 128 {
+	n := int(b[20])
+	if len(b) < 21+n {
+		return Receipt{}, ErrBadReceipt
+	}
+	r.Topic = string(b[21 : 21+n])
+	r.Subscription = string(b[21+n:])
+	if int(r.VShard) >= shard.Count || r.Token == 0 || r.Topic == "" || r.Subscription == "" || len(r.Subscription) > 128 {
 		return Receipt{}, ErrBadReceipt
 	}
 	return r, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/shardmq/shardmq/subscription"
 )
@@ -50,13 +51,24 @@ func (b *Broker) PutSubscription(ctx context.Context, s subscription.Subscriptio
 		return s, false, err
 	}
 	if existed && old.Ordered && !s.Ordered {
-		err := b.eachCluster(ctx, func(ctx context.Context, name string, sh Shard) error {
-			_, err := sh.Unpark(ctx, s.Topic, s.Name, b.now().UTC())
-			return err
-		})
-		if err != nil {
+		unpark := func(ctx context.Context) error {
+			return b.eachCluster(ctx, func(ctx context.Context, name string, sh Shard) error {
+				_, err := sh.Unpark(ctx, s.Topic, s.Name, b.now().UTC())
+				return err
+			})
+		}
+		if err := unpark(ctx); err != nil {
 			return s, created, fmt.Errorf("subscription saved, but its parked deliveries were not all released (put it again to retry): %w", err)
 		}
+		// Routers that have not seen the change yet (up to a refresh)
+		// may still park deliveries: release again once they have.
+		time.AfterFunc(unparkAgainAfter, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := unpark(ctx); err != nil {
+				b.log.Warn("second release of parked deliveries failed; put the subscription again to retry", "topic", s.Topic, "subscription", s.Name, "err", err)
+			}
+		})
 	}
 	return s, created, nil
 }
@@ -79,6 +91,9 @@ func (b *Broker) DeleteSubscription(ctx context.Context, topic, name string) err
 	}
 	return nil
 }
+
+// unparkAgainAfter outlasts every router's subscription refresh (1s).
+const unparkAgainAfter = 5 * time.Second
 
 // eachCluster runs fn on every cluster of the current shard map at once and
 // joins the errors, each naming its cluster.

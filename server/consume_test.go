@@ -387,3 +387,28 @@ func TestStatsShardMapAndPolicyChange(t *testing.T) {
 		t.Fatalf("first range %v", r0)
 	}
 }
+
+// A lease taken before a subscription became ordered still releases its
+// key's next delivery when acked.
+func TestSwitchToOrderedDoesNotStickAKey(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.do(t, "PUT", "/v1/topics/sw/subscriptions/s", map[string]any{"ordered": false})
+	e.post(t, "/v1/topics/sw/messages", map[string]any{"messages": []any{
+		map[string]any{"key": "m1", "order_key": "k", "payload": 1},
+		map[string]any{"key": "m2", "order_key": "k", "payload": 2},
+	}})
+	first := e.claim(t, "sw", "s", map[string]any{"max": 1})
+	if len(first) != 1 || first[0]["key"] != "m1" {
+		t.Fatalf("first claim %v", first)
+	}
+	e.do(t, "PUT", "/v1/topics/sw/subscriptions/s", map[string]any{"ordered": true})
+	if got := e.claim(t, "sw", "s", map[string]any{"max": 10}); len(got) != 0 {
+		t.Fatalf("m2 delivered while m1 of its key is in flight: %v", got)
+	}
+	e.ack(t, first[0])
+	got := e.claim(t, "sw", "s", map[string]any{"max": 10, "wait_ms": 2000})
+	if len(got) != 1 || got[0]["key"] != "m2" {
+		t.Fatalf("after m1's ack claimed %v, want m2", got)
+	}
+}
