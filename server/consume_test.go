@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shardmq/shardmq/subscription"
 )
 
 func (e *env) do(t *testing.T, method, path string, body any) (int, map[string]any) {
@@ -410,5 +412,28 @@ func TestSwitchToOrderedDoesNotStickAKey(t *testing.T) {
 	got := e.claim(t, "sw", "s", map[string]any{"max": 10, "wait_ms": 2000})
 	if len(got) != 1 || got[0]["key"] != "m2" {
 		t.Fatalf("after m1's ack claimed %v, want m2", got)
+	}
+}
+
+// A router whose clock runs an hour behind still replaces a subscription
+// another router wrote: versions grow above every stored one.
+func TestSubscriptionWriteFromSlowClockWins(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	if st, _ := e.do(t, "PUT", "/v1/topics/clk/subscriptions/s", map[string]any{"max_attempts": 3}); st != 201 {
+		t.Fatalf("PUT: %d", st)
+	}
+	slow := &subscription.MySQLStore{Primaries: e.r.Stores, Now: func() time.Time { return time.Now().Add(-time.Hour) }}
+	if err := slow.Put(t.Context(), subscription.Subscription{Topic: "clk", Name: "s", MaxAttempts: 9}.WithDefaults()); err != nil {
+		t.Fatal(err)
+	}
+	list, err := slow.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list {
+		if s.Topic == "clk" && s.Name == "s" && s.MaxAttempts != 9 {
+			t.Fatalf("the slow router's write was ignored: max_attempts %d", s.MaxAttempts)
+		}
 	}
 }
