@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"log/slog"
 	"net"
@@ -267,24 +266,7 @@ func TestKillPrimaryFailsFastThenFailsOver(t *testing.T) {
 	}
 	// No acknowledged message lost: every created key is on its cluster's
 	// primary in use (the promoted replica for the victim).
-	stored := map[string]bool{}
-	for _, inst := range []*testbed.Instance{other.Primary, victim.Replicas[0]} {
-		db, err := sql.Open("mysql", inst.DSN(e.name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows, err := db.Query("SELECT msg_key FROM message_store")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var k string
-			rows.Scan(&k)
-			stored[k] = true
-		}
-		rows.Close()
-		db.Close()
-	}
+	stored := storedKeys(t, e.name, other.Primary, victim.Replicas[0])
 	lost := 0
 	for _, o := range log {
 		if o.op == "produce" && o.status == "created" && !stored[o.key] {

@@ -187,9 +187,21 @@ func TestKillPrimaryDuringProduce(t *testing.T) {
 	if otherFailed.Load() != 0 {
 		t.Fatalf("%d items of the healthy cluster failed", otherFailed.Load())
 	}
+	stored := storedKeys(t, e.name, own.Clusters[0].Primary, own.Clusters[1].Primary)
+	for k := range created {
+		if !stored[k] {
+			t.Fatalf("%s was answered created but is not stored", k)
+		}
+	}
+	t.Logf("%d created, %d failed fast on the killed cluster, all stored", len(created), victimFailed.Load())
+}
+
+// storedKeys reads the message keys stored in database name on insts.
+func storedKeys(t *testing.T, name string, insts ...*testbed.Instance) map[string]bool {
+	t.Helper()
 	stored := map[string]bool{}
-	for _, c := range own.Clusters {
-		db, err := sql.Open("mysql", c.Primary.DSN(e.name))
+	for _, inst := range insts {
+		db, err := sql.Open("mysql", inst.DSN(name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,18 +211,15 @@ func TestKillPrimaryDuringProduce(t *testing.T) {
 		}
 		for rows.Next() {
 			var k string
-			rows.Scan(&k)
+			if err := rows.Scan(&k); err != nil {
+				t.Fatal(err)
+			}
 			stored[k] = true
 		}
 		rows.Close()
 		db.Close()
 	}
-	for k := range created {
-		if !stored[k] {
-			t.Fatalf("%s was answered created but is not stored", k)
-		}
-	}
-	t.Logf("%d created, %d failed fast on the killed cluster, all stored", len(created), victimFailed.Load())
+	return stored
 }
 
 func waitFor(t *testing.T, d time.Duration, cond func() bool) {

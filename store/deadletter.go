@@ -39,65 +39,17 @@ type RedriveRequest struct {
 // handles, so that a large one never holds many locks for long.
 const redriveBatch = 500
 
-// Redrive makes dead letters ready again with attempts reset, in batches
-// of short transactions; each is traced redriven, and a message with no
-// dead delivery left is pending again. On an ordered subscription a revived
-// delivery whose key has another live delivery is parked, so that a key
-// never has two in flight. It returns how many were redriven.
-func (s *Store) Redrive(ctx context.Context, req RedriveRequest) (int64, error) {
+// inBatches runs batch in transactions of at most redriveBatch rows until
+// one handles fewer, so that a large redrive, purge, archive or drop never
+// holds many locks for long. batch returns how many rows it handled; the
+// total is returned, with what was done before an error.
+func (s *Store) inBatches(ctx context.Context, op string, batch func(tx *sql.Tx) (int, error)) (int64, error) {
 	var total int64
 	for {
 		var n int
-		err := s.inTx(ctx, 5, s.retryHook("redrive"), func(tx *sql.Tx) error {
-			ds, err := lockDead(ctx, tx, req.Topic, req.Subscription, req.ErrorCode, req.IDs, redriveBatch, req.Now)
-			if err != nil || len(ds) == 0 {
-				n = 0
-				return err
-			}
-			n = len(ds)
-			ids := make([]uint64, len(ds))
-			var events []Event
-			for i, d := range ds {
-				ids[i] = d.messageID
-				// On an ordered subscription the revived delivery is the
-				// oldest of its key, so it becomes the head. If another of
-				// the key is in flight it waits, parked, and that one's ack
-				// (or death) releases it, as the key's oldest live row.
-				parked := false
-				if req.Ordered && d.orderKey != "" {
-					if parked, err = keyInFlight(ctx, tx, req.Topic, req.Subscription, d.orderKey, req.Now); err != nil {
-						return err
-					}
-				}
-				if err := reviveDelivery(ctx, tx, req.Subscription, d.messageID, parked, req.Now); err != nil {
-					return err
-				}
-				events = append(events, s.event(req.Now, d, EventRedriven, "", d.attempts, "", ""))
-			}
-			if err := markRevived(ctx, tx, ids, req.Now); err != nil {
-				return err
-			}
-			return insertEvents(ctx, tx, events)
-		})
-		if err != nil {
-			return total, err
-		}
-		total += int64(n)
-		if n < redriveBatch {
-			return total, nil
-		}
-	}
-}
-
-// PurgeDead deletes a subscription's dead letters (of one error code, or
-// all) in batches and returns how many. Their messages stay dead.
-func (s *Store) PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error) {
-	var total int64
-	for {
-		var n int
-		err := s.inTx(ctx, 5, s.retryHook("purge"), func(tx *sql.Tx) error {
-			ids, err := deleteDeadBatch(ctx, tx, topic, sub, errorCode, redriveBatch)
-			n = len(ids)
+		err := s.inTx(ctx, 5, s.retryHook(op), func(tx *sql.Tx) error {
+			var err error
+			n, err = batch(tx)
 			return err
 		})
 		if err != nil {
@@ -110,6 +62,52 @@ func (s *Store) PurgeDead(ctx context.Context, topic, sub, errorCode string) (in
 	}
 }
 
+// Redrive makes dead letters ready again with attempts reset, in batches
+// of short transactions; each is traced redriven, and a message with no
+// dead delivery left is pending again. On an ordered subscription a revived
+// delivery whose key has another live delivery is parked, so that a key
+// never has two in flight. It returns how many were redriven.
+func (s *Store) Redrive(ctx context.Context, req RedriveRequest) (int64, error) {
+	return s.inBatches(ctx, "redrive", func(tx *sql.Tx) (int, error) {
+		ds, err := lockDead(ctx, tx, req.Topic, req.Subscription, req.ErrorCode, req.IDs, redriveBatch, req.Now)
+		if err != nil || len(ds) == 0 {
+			return 0, err
+		}
+		ids := make([]uint64, len(ds))
+		var events []Event
+		for i, d := range ds {
+			ids[i] = d.messageID
+			// On an ordered subscription the revived delivery is the
+			// oldest of its key, so it becomes the head. If another of
+			// the key is in flight it waits, parked, and that one's ack
+			// (or death) releases it, as the key's oldest live row.
+			parked := false
+			if req.Ordered && d.orderKey != "" {
+				if parked, err = keyInFlight(ctx, tx, req.Topic, req.Subscription, d.orderKey, req.Now); err != nil {
+					return 0, err
+				}
+			}
+			if err := reviveDelivery(ctx, tx, req.Subscription, d.messageID, parked, req.Now); err != nil {
+				return 0, err
+			}
+			events = append(events, s.event(req.Now, d, EventRedriven, "", d.attempts, "", ""))
+		}
+		if err := markRevived(ctx, tx, ids, req.Now); err != nil {
+			return 0, err
+		}
+		return len(ds), insertEvents(ctx, tx, events)
+	})
+}
+
+// PurgeDead deletes a subscription's dead letters (of one error code, or
+// all) in batches and returns how many. Their messages stay dead.
+func (s *Store) PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error) {
+	return s.inBatches(ctx, "purge", func(tx *sql.Tx) (int, error) {
+		ids, err := deleteDeadBatch(ctx, tx, topic, sub, errorCode, redriveBatch)
+		return len(ids), err
+	})
+}
+
 // CountDead counts a subscription's dead letters on this cluster.
 func (s *Store) CountDead(ctx context.Context, topic, sub string) (int64, error) {
 	n, err := countDead(ctx, s.db, topic, sub)
@@ -120,68 +118,42 @@ func (s *Store) CountDead(ctx context.Context, topic, sub string) (int64, error)
 // (and are not leased) into dead_letter_archive, in batches; each is traced
 // archived. It returns how many moved.
 func (s *Store) ArchiveDead(ctx context.Context, topic, sub string, cutoff, now time.Time) (int64, error) {
-	var total int64
-	for {
-		var n int
-		err := s.inTx(ctx, 5, s.retryHook("archive"), func(tx *sql.Tx) error {
-			ds, err := lockStaleDead(ctx, tx, topic, sub, cutoff, redriveBatch)
-			if err != nil || len(ds) == 0 {
-				n = 0
-				return err
-			}
-			n = len(ds)
-			if err := insertArchived(ctx, tx, topic, ds, now); err != nil {
-				return err
-			}
-			ids := make([]uint64, len(ds))
-			events := make([]Event, len(ds))
-			for i, d := range ds {
-				ids[i] = d.MessageID
-				events[i] = Event{ID: s.ids.Next(), At: now, MessageID: d.MessageID, VShard: d.VShard, Subscription: sub,
-					Type: EventArchived, Attempt: d.Attempts, ErrorCode: d.ErrorCode}
-			}
-			if err := deleteDeliveries(ctx, tx, sub, ids); err != nil {
-				return err
-			}
-			return insertEvents(ctx, tx, events)
-		})
-		if err != nil {
-			return total, err
+	return s.inBatches(ctx, "archive", func(tx *sql.Tx) (int, error) {
+		ds, err := lockStaleDead(ctx, tx, topic, sub, cutoff, redriveBatch)
+		if err != nil || len(ds) == 0 {
+			return 0, err
 		}
-		total += int64(n)
-		if n < redriveBatch {
-			return total, nil
+		if err := insertArchived(ctx, tx, topic, ds, now); err != nil {
+			return 0, err
 		}
-	}
+		ids := make([]uint64, len(ds))
+		events := make([]Event, len(ds))
+		for i, d := range ds {
+			ids[i] = d.MessageID
+			events[i] = Event{ID: s.ids.Next(), At: now, MessageID: d.MessageID, VShard: d.VShard, Subscription: sub,
+				Type: EventArchived, Attempt: d.Attempts, ErrorCode: d.ErrorCode}
+		}
+		if err := deleteDeliveries(ctx, tx, sub, ids); err != nil {
+			return 0, err
+		}
+		return len(ds), insertEvents(ctx, tx, events)
+	})
 }
 
 // DropSubscription deletes every delivery of a deleted subscription in
 // batches; a message left with no delivery is consumed (no subscription
 // waits for it any more). It returns how many deliveries went.
 func (s *Store) DropSubscription(ctx context.Context, topic, sub string, now time.Time) (int64, error) {
-	var total int64
-	for {
-		var n int
-		err := s.inTx(ctx, 5, s.retryHook("drop_subscription"), func(tx *sql.Tx) error {
-			ids, err := lockSubscriptionBatch(ctx, tx, topic, sub, redriveBatch)
-			if err != nil || len(ids) == 0 {
-				n = 0
-				return err
-			}
-			n = len(ids)
-			if err := deleteDeliveries(ctx, tx, sub, ids); err != nil {
-				return err
-			}
-			return markConsumed(ctx, tx, ids, now)
-		})
-		if err != nil {
-			return total, err
+	return s.inBatches(ctx, "drop_subscription", func(tx *sql.Tx) (int, error) {
+		ids, err := lockSubscriptionBatch(ctx, tx, topic, sub, redriveBatch)
+		if err != nil || len(ids) == 0 {
+			return 0, err
 		}
-		total += int64(n)
-		if n < redriveBatch {
-			return total, nil
+		if err := deleteDeliveries(ctx, tx, sub, ids); err != nil {
+			return 0, err
 		}
-	}
+		return len(ids), markConsumed(ctx, tx, ids, now)
+	})
 }
 
 // Unpark releases every parked delivery of a subscription that is no
