@@ -2,9 +2,6 @@ package broker
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
 	"os"
 	"testing"
 	"time"
@@ -25,23 +22,12 @@ func TestMain(m *testing.M) {
 func openStore(t *testing.T) *store.Store {
 	t.Helper()
 	ctx := context.Background()
-	var rnd [4]byte
-	rand.Read(rnd[:])
-	name := "t_broker_" + hex.EncodeToString(rnd[:])
-	if err := testbed.CreateDatabase(ctx, bed, name); err != nil {
-		t.Fatal(err)
-	}
+	name := testbed.TestDatabase(t, bed, "t_broker_")
 	st, err := store.Open(ctx, bed.Clusters[0].Primary.DSN(name), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		st.Close()
-		if db, err := sql.Open("mysql", bed.Clusters[0].Primary.DSN("")); err == nil {
-			db.Exec("DROP DATABASE " + name)
-			db.Close()
-		}
-	})
+	t.Cleanup(func() { st.Close() })
 	if err := st.Migrate(ctx, time.Now()); err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,6 @@ package lookup
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"testing"
 	"time"
@@ -34,12 +32,7 @@ func TestScatterNamesClustersThatDidNotAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { bed.Stop() })
-	var rnd [4]byte
-	rand.Read(rnd[:])
-	name := "t_lookup_" + hex.EncodeToString(rnd[:])
-	if err := testbed.CreateDatabase(ctx, bed, name); err != nil {
-		t.Fatal(err)
-	}
+	name := testbed.TestDatabase(t, bed, "t_lookup_")
 	ids := idgen.New(nil)
 	ep := primariesOnly{}
 	for _, c := range bed.Clusters {

@@ -2,8 +2,6 @@ package replica
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"testing"
 	"time"
 
@@ -33,12 +31,7 @@ func TestMonitorFollowsReplicaLag(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { bed.Stop() })
-	var rnd [4]byte
-	rand.Read(rnd[:])
-	name := "t_replica_" + hex.EncodeToString(rnd[:])
-	if err := testbed.CreateDatabase(ctx, bed, name); err != nil {
-		t.Fatal(err)
-	}
+	name := testbed.TestDatabase(t, bed, "t_replica_")
 	c := bed.Clusters[0]
 	primary, err := store.Open(ctx, c.Primary.DSN(name), store.Options{})
 	if err != nil {

@@ -3,9 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -52,12 +50,7 @@ func setup(t *testing.T) *env {
 func setupOn(t *testing.T, bed *testbed.Bed, tune func(*Config)) *env {
 	t.Helper()
 	ctx := context.Background()
-	var rnd [4]byte
-	rand.Read(rnd[:])
-	name := "t_e2e_" + hex.EncodeToString(rnd[:])
-	if err := testbed.CreateDatabase(ctx, bed, name); err != nil {
-		t.Fatal(err)
-	}
+	name := testbed.TestDatabase(t, bed, "t_e2e_")
 	var y strings.Builder
 	y.WriteString("clusters:\n")
 	e := &env{name: name, dbs: map[string]*sql.DB{}}
@@ -104,7 +97,6 @@ func setupOn(t *testing.T, bed *testbed.Bed, tune func(*Config)) *env {
 		srv.Close()
 		r.Close()
 		for _, db := range e.dbs {
-			db.Exec("DROP DATABASE " + name)
 			db.Close()
 		}
 	})

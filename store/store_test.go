@@ -2,9 +2,7 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"os"
 	"strings"
@@ -32,25 +30,14 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	var rnd [4]byte
-	rand.Read(rnd[:])
-	name := "t_store_" + hex.EncodeToString(rnd[:])
-	if err := testbed.CreateDatabase(ctx, bed, name); err != nil {
-		t.Fatal(err)
-	}
+	name := testbed.TestDatabase(t, bed, "t_store_")
 	dsn := bed.Clusters[0].Primary.DSN(name)
 	ids := idgen.New(nil)
 	st, err := Open(ctx, dsn, Options{IDs: ids})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		st.Close()
-		if db, err := sql.Open("mysql", bed.Clusters[0].Primary.DSN("")); err == nil {
-			db.Exec("DROP DATABASE " + name)
-			db.Close()
-		}
-	})
+	t.Cleanup(func() { st.Close() })
 	now := time.Now().UTC()
 	if err := st.Migrate(ctx, now); err != nil {
 		t.Fatal(err)
