@@ -1,11 +1,9 @@
 package loadtest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -16,7 +14,8 @@ import (
 // Router is the router's HTTP API as a Target.
 type Router struct {
 	base       string
-	client     *http.Client
+	pool       *connPool
+	poolErr    error
 	durability string
 	timeout    time.Duration
 }
@@ -24,54 +23,46 @@ type Router struct {
 var _ Target = (*Router)(nil)
 
 // NewRouter talks to the router at base (e.g. http://127.0.0.1:8080),
-// keeping up to conns idle connections so that every worker reuses its
-// own. durability is sent with every produce ("" for the router's
-// default). Each request is bounded by 30 s (a claim by 30 s plus its
-// wait).
+// keeping up to conns idle keep-alive connections so that every worker
+// reuses its own (see connPool for why not net/http's client). durability
+// is sent with every produce ("" for the router's default). Each request
+// is bounded by 30 s (a claim by 30 s plus its wait).
 func NewRouter(base string, conns int, durability string) *Router {
-	tr := &http.Transport{
-		Proxy:               nil,
-		MaxIdleConns:        conns,
-		MaxIdleConnsPerHost: conns,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-		ForceAttemptHTTP2:   false,
-	}
-	return &Router{base: strings.TrimSuffix(base, "/"), client: &http.Client{Transport: tr}, durability: durability, timeout: 30 * time.Second}
+	base = strings.TrimSuffix(base, "/")
+	pool, err := newConnPool(base, conns)
+	return &Router{base: base, pool: pool, poolErr: err, durability: durability, timeout: 30 * time.Second}
 }
 
 // Name implements Target.
 func (r *Router) Name() string { return "router" }
 
-// Close releases idle connections.
-func (r *Router) Close() { r.client.CloseIdleConnections() }
+// Close closes the connections.
+func (r *Router) Close() {
+	if r.pool != nil {
+		r.pool.close()
+	}
+}
 
 func (r *Router) do(ctx context.Context, method, path string, body []byte, timeout time.Duration, out any) error {
+	if r.poolErr != nil {
+		return r.poolErr
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, r.base+path, bytes.NewReader(body))
+	resp, err := r.pool.do(ctx, method, path, body)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := r.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		re := &RequestError{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode), Message: strings.TrimSpace(string(data))}
+	data := resp.body
+	if resp.status < 200 || resp.status > 299 {
+		re := &RequestError{Status: resp.status, Code: "http_" + strconv.Itoa(resp.status), Message: strings.TrimSpace(string(data))}
 		var e struct {
 			Error struct{ Code, Message string } `json:"error"`
 		}
 		if json.Unmarshal(data, &e) == nil && e.Error.Code != "" {
 			re.Code, re.Message = e.Error.Code, e.Error.Message
 		}
-		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
+		if s, err := strconv.Atoi(resp.retryAfter); err == nil {
 			re.RetryAfter = time.Duration(s) * time.Second
 		}
 		return re
@@ -80,7 +71,7 @@ func (r *Router) do(ctx context.Context, method, path string, body []byte, timeo
 		return nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return &RequestError{Status: resp.StatusCode, Code: "bad_response", Message: err.Error()}
+		return &RequestError{Status: resp.status, Code: "bad_response", Message: err.Error()}
 	}
 	return nil
 }

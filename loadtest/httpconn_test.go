@@ -1,0 +1,88 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestConnPool(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		switch r.URL.Path {
+		case "/echo":
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(body)
+		case "/chunked":
+			w.Write([]byte(`{"a":`))
+			w.(http.Flusher).Flush() // no Content-Length: chunked
+			w.Write([]byte(`1}`))
+		case "/close":
+			w.Header().Set("Connection", "close")
+			w.Header().Set("Retry-After", "3")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"error":{"code":"unavailable"}}`))
+		case "/slow":
+			<-r.Context().Done()
+		}
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	p, err := newConnPool(srv.URL, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	ctx := context.Background()
+
+	for i := 0; i < 20; i++ {
+		resp, err := p.do(ctx, http.MethodPost, "/echo", []byte(`{"n":1}`))
+		if err != nil || resp.status != 200 || string(resp.body) != `{"n":1}` {
+			t.Fatalf("echo %d: %+v %v", i, resp, err)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("20 sequential requests opened %d connections, want 1 (keep-alive)", n)
+	}
+
+	resp, err := p.do(ctx, http.MethodGet, "/chunked", nil)
+	if err != nil || string(resp.body) != `{"a":1}` {
+		t.Fatalf("chunked: %+v %v", resp, err)
+	}
+
+	resp, err = p.do(ctx, http.MethodPost, "/close", []byte(`{}`))
+	if err != nil || resp.status != 503 || resp.retryAfter != "3" || !strings.Contains(string(resp.body), "unavailable") {
+		t.Fatalf("close: %+v %v", resp, err)
+	}
+	before := conns.Load()
+	if _, err := p.do(ctx, http.MethodPost, "/echo", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if conns.Load() != before+1 {
+		t.Fatal("a connection the server closed was reused")
+	}
+
+	// A cancelled context ends a request the server never answers.
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(50*time.Millisecond, cancel)
+	if _, err := p.do(cctx, http.MethodPost, "/slow", nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("slow request after cancel: %v, want context.Canceled", err)
+	}
+
+	if _, err := newConnPool("https://127.0.0.1:1", 1); err == nil {
+		t.Fatal("https accepted")
+	}
+}
