@@ -24,11 +24,22 @@ type CommitConfig struct {
 	// Defaults to 8 MiB (under MariaDB's default max_allowed_packet of
 	// 16 MiB for the message_store statement).
 	MaxBytes int
-	// Linger is how long a transaction that is not full waits for more
-	// requests before it starts. Defaults to 0: a batch starts as soon as a
-	// committer is free, and batches grow by themselves while all
-	// committers are busy, which adds no latency at low load.
+	// Linger is how long a busy cluster's batch that is not full waits for
+	// more requests before its transaction starts. Defaults to 2ms;
+	// negative disables it. It applies only when at least LingerAfter
+	// requests were already waiting as the batch began, or the previous
+	// batch carried that many: the cluster is then committing back to back and each transaction costs far more
+	// than each message in it (measured here: ~0.7 ms of server CPU per
+	// commit on the primary and as much on its replica, 29 µs per message),
+	// so waiting briefly for the next requests buys fewer, larger
+	// transactions. On a quiet cluster a lone request never waits. Under
+	// 64 single-message clients, 2ms grew batches from 14–15 to 20–22
+	// messages and throughput by 10–20 % (the figures move ±15 % between
+	// runs here).
 	Linger time.Duration
+	// LingerAfter is how many requests must be queued when a batch begins
+	// for it to linger. Defaults to 8.
+	LingerAfter int
 	// Committers bounds the transactions in flight per cluster. Defaults
 	// to 4. One runs whenever requests wait; each further one starts only
 	// while a full batch (MaxMessages) is queued behind the running ones.
@@ -47,6 +58,12 @@ func (c CommitConfig) withDefaults() CommitConfig {
 	}
 	if c.MaxBytes <= 0 {
 		c.MaxBytes = 8 << 20
+	}
+	if c.Linger == 0 {
+		c.Linger = 2 * time.Millisecond
+	}
+	if c.LingerAfter <= 0 {
+		c.LingerAfter = 8
 	}
 	if c.Committers <= 0 {
 		c.Committers = 4
@@ -89,6 +106,7 @@ type committer struct {
 	stopped bool
 
 	transactions, messages, splits atomic.Int64
+	busy                           atomic.Int64 // nanoseconds in transactions
 }
 
 // CommitStats counts what a cluster's group committer did.
@@ -96,6 +114,9 @@ type CommitStats struct {
 	Transactions int64 // transactions run
 	Messages     int64 // messages they carried
 	Splits       int64 // batches split to isolate a failing item
+	// Busy is the time spent in transactions; Busy/Transactions is the
+	// mean transaction time as the router sees it (queueing excluded).
+	Busy time.Duration
 }
 
 func newCommitter(name string, s Shard, cfg CommitConfig) *committer {
@@ -181,6 +202,11 @@ func (c *committer) take(r *produceReq) *produceReq {
 func (c *committer) run(primary bool) {
 	defer c.wg.Done()
 	var carry *produceReq
+	// prev is the number of requests the last batch carried: a busy
+	// cluster whose last batch was large lingers even when the queue is
+	// momentarily empty (its callers are on their way back), so a batch
+	// of one does not take a whole transaction while the rest pile up.
+	prev := 0
 	for {
 		first := carry
 		carry = nil
@@ -217,7 +243,7 @@ func (c *committer) run(primary bool) {
 		n, size := len(first.items), first.bytes
 		var linger <-chan time.Time
 		var timer *time.Timer
-		if c.cfg.Linger > 0 {
+		if c.cfg.Linger > 0 && (len(c.in)+1 >= c.cfg.LingerAfter || prev >= c.cfg.LingerAfter) {
 			timer = time.NewTimer(c.cfg.Linger)
 			linger = timer.C
 		}
@@ -248,6 +274,7 @@ func (c *committer) run(primary bool) {
 		if timer != nil {
 			timer.Stop()
 		}
+		prev = len(batch)
 		c.commit(batch)
 	}
 }
@@ -258,7 +285,9 @@ func (c *committer) commit(batch []*produceReq) {
 	for _, r := range batch {
 		items = append(items, r.items...)
 	}
+	start := time.Now()
 	res, errs := c.produceIsolated(items)
+	c.busy.Add(int64(time.Since(start)))
 	c.transactions.Add(1)
 	c.messages.Add(int64(len(items)))
 	off := 0
@@ -299,7 +328,8 @@ func (b *Broker) CommitStats() map[string]CommitStats {
 	out := map[string]CommitStats{}
 	for name, cs := range *b.shards.Load() {
 		c := cs.commit
-		out[name] = CommitStats{Transactions: c.transactions.Load(), Messages: c.messages.Load(), Splits: c.splits.Load()}
+		out[name] = CommitStats{Transactions: c.transactions.Load(), Messages: c.messages.Load(), Splits: c.splits.Load(),
+			Busy: time.Duration(c.busy.Load())}
 	}
 	return out
 }

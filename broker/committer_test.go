@@ -119,3 +119,81 @@ func TestReceiptRoundTripAndTampering(t *testing.T) {
 		}
 	}
 }
+
+// gateShard is a Shard whose Produce blocks until released and records
+// each batch's size; every other method is left unimplemented.
+type gateShard struct {
+	Shard
+	started chan int      // a batch of n items began
+	release chan struct{} // lets one batch finish
+}
+
+func (g *gateShard) Produce(ctx context.Context, items []store.ProduceItem) ([]store.ProduceResult, error) {
+	g.started <- len(items)
+	<-g.release
+	return make([]store.ProduceResult, len(items)), nil
+}
+
+// A batch that begins with LingerAfter requests queued (or follows a batch
+// of that many) waits up to Linger for more, so requests that arrive just
+// after it began share its transaction; on a quiet cluster a lone request
+// does not wait.
+func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
+	t.Parallel()
+	g := &gateShard{started: make(chan int, 16), release: make(chan struct{})}
+	c := newCommitter("c1", g, CommitConfig{Committers: 1, Linger: 300 * time.Millisecond, LingerAfter: 4}.withDefaults())
+	defer c.stop()
+	ctx := context.Background()
+	submit := func(n int, done chan<- struct{}) {
+		for i := 0; i < n; i++ {
+			go func() {
+				c.submit(ctx, []store.ProduceItem{item(uint64(i+1), "k")})
+				done <- struct{}{}
+			}()
+		}
+	}
+	done := make(chan struct{}, 32)
+
+	// A lone request starts at once, although Linger is long.
+	submit(1, done)
+	if n := <-g.started; n != 1 {
+		t.Fatalf("first batch: %d items, want 1", n)
+	}
+	// While it runs, 5 requests queue up (≥ LingerAfter).
+	submit(5, done)
+	for c.queued.Load() < 5 {
+		time.Sleep(time.Millisecond)
+	}
+	g.release <- struct{}{}
+	<-done
+	// The next batch begins with those 5 and lingers: 3 more requests
+	// sent now join it instead of waiting for a transaction of their own.
+	submit(3, done)
+	if n := <-g.started; n != 8 {
+		t.Fatalf("busy batch: %d items, want the 5 queued and the 3 sent while it lingered", n)
+	}
+	g.release <- struct{}{}
+	for i := 0; i < 8; i++ {
+		<-done
+	}
+	// The load stops: the first lone request still lingers once (the last
+	// batch was large, its callers may be on their way back) ...
+	submit(1, done)
+	if n := <-g.started; n != 1 {
+		t.Fatalf("batch after the busy one: %d items, want 1", n)
+	}
+	g.release <- struct{}{}
+	<-done
+	// ... and the next one starts at once again.
+	submit(1, done)
+	select {
+	case n := <-g.started:
+		if n != 1 {
+			t.Fatalf("quiet batch: %d items, want 1", n)
+		}
+	case <-time.After(250 * time.Millisecond):
+		t.Fatal("a lone request on a quiet cluster waited for the linger")
+	}
+	g.release <- struct{}{}
+	<-done
+}

@@ -65,6 +65,8 @@ var (
 		"Messages carried by those transactions (messages/transactions is the batch size).", []string{"cluster"}, nil)
 	descCommitSplits = prometheus.NewDesc("shardmq_group_commit_splits_total",
 		"Batches split to isolate an item the database refused.", []string{"cluster"}, nil)
+	descCommitSeconds = prometheus.NewDesc("shardmq_group_commit_seconds_total",
+		"Time spent in those transactions, from the first statement to the commit's answer (seconds/transactions is their mean duration).", []string{"cluster"}, nil)
 )
 
 // commitCollector reads the group committers' counters at scrape time.
@@ -74,6 +76,7 @@ func (c commitCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descCommitTx
 	ch <- descCommitMsgs
 	ch <- descCommitSplits
+	ch <- descCommitSeconds
 }
 
 func (c commitCollector) Collect(ch chan<- prometheus.Metric) {
@@ -81,5 +84,6 @@ func (c commitCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descCommitTx, prometheus.CounterValue, float64(s.Transactions), name)
 		ch <- prometheus.MustNewConstMetric(descCommitMsgs, prometheus.CounterValue, float64(s.Messages), name)
 		ch <- prometheus.MustNewConstMetric(descCommitSplits, prometheus.CounterValue, float64(s.Splits), name)
+		ch <- prometheus.MustNewConstMetric(descCommitSeconds, prometheus.CounterValue, s.Busy.Seconds(), name)
 	}
 }
