@@ -27,7 +27,7 @@ type fixture struct {
 	now time.Time
 }
 
-func setup(t *testing.T) *fixture {
+func setup(t testing.TB) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	name := testbed.TestDatabase(t, bed, "t_store_")
