@@ -184,18 +184,22 @@ func TestRetireRetriesInFlightCallOnSuccessor(t *testing.T) {
 		done <- err
 	}()
 	// Wait until the produce is blocked on the row lock.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var n int
-		oldDB.QueryRow(`SELECT COUNT(*) FROM information_schema.INNODB_TRX x JOIN information_schema.PROCESSLIST p ON p.ID = x.trx_mysql_thread_id
+		err := oldDB.QueryRow(`SELECT COUNT(*) FROM information_schema.INNODB_TRX x JOIN information_schema.PROCESSLIST p ON p.ID = x.trx_mysql_thread_id
 WHERE x.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()`).Scan(&n)
 		if n > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("produce never blocked")
+			t.Fatalf("produce never blocked (last check: %v)", err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case err := <-done:
+			t.Fatalf("produce finished while the key's row was held: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 	oldSh.Retire(newSh)
 	select {
