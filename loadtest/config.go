@@ -128,6 +128,10 @@ type Config struct {
 	Fault              Fault
 	FaultAt, FaultDown time.Duration
 
+	// CPU lists the processes whose CPU each phase reports per message
+	// (besides the whole machine, always reported when /proc is there).
+	CPU []CPUSource
+
 	// Command is recorded in the report (how to reproduce it).
 	Command string
 	// Progress receives the live line and phase messages. Defaults to

@@ -350,3 +350,35 @@ func EnsureSandbox(ctx context.Context, dir string, clusters, replicas int, out 
 	}
 	return bed, true, nil
 }
+
+// CPU is the router process as a CPUSource (a restarted router is a new
+// process).
+func (r *RouterProcess) CPU() CPUSource {
+	return CPUSource{Name: "router", PIDs: func() []int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.cmd == nil || r.cmd.Process == nil {
+			return nil
+		}
+		select {
+		case <-r.done:
+			return nil
+		default:
+			return []int{r.cmd.Process.Pid}
+		}
+	}}
+}
+
+// SandboxCPU is every server of the sandbox as one CPUSource.
+func SandboxCPU(bed *testbed.Bed) CPUSource {
+	insts := bed.Instances()
+	return CPUSource{Name: "mariadbd", PIDs: func() []int {
+		var pids []int
+		for _, inst := range insts {
+			if pid, _, err := (&InstanceFault{Inst: inst}).serverPID(); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return pids
+	}}
+}

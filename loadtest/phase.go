@@ -120,7 +120,8 @@ func (p *phase) run(ctx context.Context, progress *progress) PhaseReport {
 	p.consPacer = NewPacer(s.ConsumeRate/float64(max(s.ClaimMax, 1)), p.start, p.end)
 	p.remaining.Store(s.Count)
 
-	var prod, cons, aux sync.WaitGroup
+	cpu0 := sampleCPU(p.cfg.CPU)
+		var prod, cons, aux sync.WaitGroup
 	if s.Kind != "consume" {
 		for w := range s.Producers {
 			prod.Add(1)
@@ -154,7 +155,9 @@ func (p *phase) run(ctx context.Context, progress *progress) PhaseReport {
 	aux.Wait()
 	close(stopProg)
 	<-progDone
-	return p.report()
+	rep := p.report()
+	rep.CPU = cpuUse(p.cfg.CPU, cpu0, sampleCPU(p.cfg.CPU), p.produced.Load()+p.consumed.Load())
+	return rep
 }
 
 // producer is worker w: it takes a slot of the schedule, sends one batch

@@ -160,6 +160,8 @@ type PhaseReport struct {
 	Faults      []FaultEvent     `json:"faults,omitempty"`
 	Recovery    []Recovery       `json:"recovery,omitempty"`
 	Timeline    []Point          `json:"timeline"`
+	// CPU is where the machine's cores went during the phase.
+	CPU []CPUUse `json:"cpu,omitempty"`
 }
 
 func (p *phase) report() PhaseReport {
@@ -383,6 +385,8 @@ func (r *Report) Markdown() string {
 		w("| %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %d |\n", name, p.Target, p.WindowS, pr, pl, cr, cl, ak, e2e, errs)
 	}
 
+	r.writeCPU(w)
+
 	w("\n## Verification\n\n| workload | mode | acknowledged | expected deliveries | consumed | dead (asked) | ack unknown | lost | pending | duplicated | redelivered after nack | after lease expiry | unexpected | corrupt |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, v := range r.Verification {
 		w("| %s | %s | %d | %d | %d | %d | %d | **%d** | %d | **%d** | %d | %d | %d | %d |\n", v.Workload, v.Mode, v.Acknowledged, v.Expected, v.Consumed,
@@ -484,4 +488,59 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
+}
+
+// writeCPU writes where each phase's CPU went, per message, when it was
+// measured.
+func (r *Report) writeCPU(w func(string, ...any)) {
+	var names []string
+	seen := map[string]bool{}
+	for _, p := range r.Phases {
+		for _, u := range p.CPU {
+			if u.Name != "machine" && !seen[u.Name] {
+				seen[u.Name] = true
+				names = append(names, u.Name)
+			}
+		}
+	}
+	if !hasCPU(r.Phases) {
+		return
+	}
+	w("\n## CPU per message\n\nCPU time over each whole phase (warm-up included) over the messages it moved; cores busy is the mean over the phase, of %d. A figure marked * lacks a process that ended during the phase.\n\n| phase | cores busy | machine µs/msg |", r.Host.CPUs)
+	for _, n := range names {
+		w(" %s µs/msg |", n)
+	}
+	w("\n|---|---:|---:|%s\n", strings.Repeat("---:|", len(names)))
+	for _, p := range r.Phases {
+		if len(p.CPU) == 0 {
+			continue
+		}
+		by := map[string]CPUUse{}
+		for _, u := range p.CPU {
+			by[u.Name] = u
+		}
+		m := by["machine"]
+		w("| %s | %.2f | %.0f |", p.Name, m.Cores, m.PerMessageUS)
+		for _, n := range names {
+			u, ok := by[n]
+			switch {
+			case !ok:
+				w(" – |")
+			case u.Partial:
+				w(" %.0f* |", u.PerMessageUS)
+			default:
+				w(" %.0f |", u.PerMessageUS)
+			}
+		}
+		w("\n")
+	}
+}
+
+func hasCPU(ps []PhaseReport) bool {
+	for _, p := range ps {
+		if len(p.CPU) > 0 {
+			return true
+		}
+	}
+	return false
 }

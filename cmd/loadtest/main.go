@@ -169,6 +169,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		cfg.Fault = f
 	}
 
+	cfg.CPU = append(cfg.CPU, loadtest.SelfCPU())
+	if rp != nil {
+		cfg.CPU = append(cfg.CPU, rp.CPU())
+	}
+	if bed != nil {
+		cfg.CPU = append(cfg.CPU, loadtest.SandboxCPU(bed))
+	}
+
 	begin := time.Now()
 	rep, err := loadtest.Run(ctx, cfg)
 	if err != nil {
