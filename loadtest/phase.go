@@ -121,7 +121,7 @@ func (p *phase) run(ctx context.Context, progress *progress) PhaseReport {
 	p.remaining.Store(s.Count)
 
 	cpu0 := sampleCPU(p.cfg.CPU)
-		var prod, cons, aux sync.WaitGroup
+	var prod, cons, aux sync.WaitGroup
 	if s.Kind != "consume" {
 		for w := range s.Producers {
 			prod.Add(1)

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -77,6 +78,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.FaultAt, "fault-at", 0, "when into the first router phase to kill (default 20s)")
 	fs.DurationVar(&cfg.FaultDown, "fault-down", 0, "how long it stays down (default 5s)")
 	out := fs.String("out", "", "report directory (default var/loadtest/SCENARIO)")
+	cpuProfile := fs.String("cpuprofile", "", "write the generator's own CPU profile to this file (to see what the load tester costs)")
 	prog := fs.String("progress", "auto", "auto (a live line on a terminal, a line every 5s otherwise), live, lines or off")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -177,6 +179,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		cfg.CPU = append(cfg.CPU, loadtest.SandboxCPU(bed))
 	}
 
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fail("-cpuprofile: %v", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fail("-cpuprofile: %v", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	begin := time.Now()
 	rep, err := loadtest.Run(ctx, cfg)
 	if err != nil {
