@@ -127,7 +127,11 @@ func (p *connPool) do(ctx context.Context, method, path string, body []byte) (re
 	// a read: closing the connection unblocks it.
 	stop := context.AfterFunc(ctx, func() { _ = pc.c.SetDeadline(time.Unix(1, 0)) })
 	resp, reuse, err := pc.exchange(method, p.host, path, body)
-	stop()
+	if !stop() {
+		// ctx ended meanwhile: its deadline may land on the connection at
+		// any moment, even during a later request, so it is not reused.
+		reuse = false
+	}
 	if err != nil || !reuse {
 		p.discard(pc)
 		if err != nil && ctx.Err() != nil {
