@@ -126,25 +126,32 @@ type gateShard struct {
 	Shard
 	started chan int      // a batch of n items began
 	release chan struct{} // lets one batch finish
+	quit    chan struct{} // closed at cleanup: lets every batch finish
 }
 
 func (g *gateShard) Produce(ctx context.Context, items []store.ProduceItem) ([]store.ProduceResult, error) {
 	g.started <- len(items)
-	<-g.release
+	select {
+	case <-g.release:
+	case <-g.quit:
+	}
 	return make([]store.ProduceResult, len(items)), nil
 }
 
-// A batch that begins with LingerAfter requests queued (or follows a batch
-// of that many) waits up to Linger for more, so requests that arrive just
-// after it began share its transaction; on a quiet cluster a lone request
-// does not wait.
+// A batch that begins with LingerAfter requests queued, and the batch
+// after it, wait up to Linger for more, so requests that arrive meanwhile
+// share their transaction; on a quiet cluster a lone request does not
+// wait.
 func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 	t.Parallel()
-	g := &gateShard{started: make(chan int, 16), release: make(chan struct{})}
-	c := newCommitter("c1", g, CommitConfig{Committers: 1, Linger: 300 * time.Millisecond, LingerAfter: 4}.withDefaults())
-	defer c.stop()
+	g := &gateShard{started: make(chan int, 16), release: make(chan struct{}), quit: make(chan struct{})}
+	c := newCommitter("c1", g, CommitConfig{Committers: 1, Linger: time.Second, LingerAfter: 4}.withDefaults())
+	// Cleanups run last-in first-out: the gate opens before stop waits.
+	t.Cleanup(c.stop)
+	t.Cleanup(func() { close(g.quit) })
 	ctx := context.Background()
-	submit := func(n int, done chan<- struct{}) {
+	done := make(chan struct{}, 32)
+	submit := func(n int) {
 		for i := 0; i < n; i++ {
 			go func() {
 				c.submit(ctx, []store.ProduceItem{item(uint64(i+1), "k")})
@@ -152,48 +159,65 @@ func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 			}()
 		}
 	}
-	done := make(chan struct{}, 32)
+	until := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting until %s", what)
+			}
+		}
+	}
+	startsAtOnce := func(want int) {
+		t.Helper()
+		select {
+		case n := <-g.started:
+			if n != want {
+				t.Fatalf("batch of %d items, want %d", n, want)
+			}
+		case <-time.After(500 * time.Millisecond): // half the linger
+			t.Fatal("a lone request on a quiet cluster waited for the linger")
+		}
+	}
+	finish := func(requests int) {
+		g.release <- struct{}{}
+		for i := 0; i < requests; i++ {
+			<-done
+		}
+	}
 
-	// A lone request starts at once, although Linger is long.
-	submit(1, done)
-	if n := <-g.started; n != 1 {
-		t.Fatalf("first batch: %d items, want 1", n)
-	}
+	// Quiet: a lone request starts at once.
+	submit(1)
+	startsAtOnce(1)
 	// While it runs, 5 requests queue up (≥ LingerAfter).
-	submit(5, done)
-	for c.queued.Load() < 5 {
-		time.Sleep(time.Millisecond)
-	}
-	g.release <- struct{}{}
-	<-done
+	submit(5)
+	until("5 requests are queued", func() bool { return len(c.in) == 5 })
+	finish(1)
 	// The next batch begins with those 5 and lingers: 3 more requests
 	// sent now join it instead of waiting for a transaction of their own.
-	submit(3, done)
+	submit(3)
 	if n := <-g.started; n != 8 {
 		t.Fatalf("busy batch: %d items, want the 5 queued and the 3 sent while it lingered", n)
 	}
-	g.release <- struct{}{}
-	for i := 0; i < 8; i++ {
-		<-done
-	}
-	// The load stops: the first lone request still lingers once (the last
-	// batch was large, its callers may be on their way back) ...
-	submit(1, done)
-	if n := <-g.started; n != 1 {
-		t.Fatalf("batch after the busy one: %d items, want 1", n)
-	}
-	g.release <- struct{}{}
-	<-done
-	// ... and the next one starts at once again.
-	submit(1, done)
+	finish(8)
+	// The batch after a backlog lingers too, even when it begins alone:
+	// a request sent once the first is taken joins it.
+	first := &produceReq{items: []store.ProduceItem{item(100, "k")}, done: make(chan produceResp, 1)}
+	c.queued.Add(1) // as submit does
+	c.in <- first
+	until("the request is taken", func() bool { return len(c.in) == 0 })
 	select {
 	case n := <-g.started:
-		if n != 1 {
-			t.Fatalf("quiet batch: %d items, want 1", n)
-		}
-	case <-time.After(250 * time.Millisecond):
-		t.Fatal("a lone request on a quiet cluster waited for the linger")
+		t.Fatalf("the batch after the busy one started at once with %d items: it did not linger", n)
+	case <-time.After(300 * time.Millisecond): // lingering (for 1 s)
 	}
-	g.release <- struct{}{}
-	<-done
+	submit(1)
+	if n := <-g.started; n != 2 {
+		t.Fatalf("batch after the busy one: %d items, want 2 (it lingered)", n)
+	}
+	finish(1)
+	<-first.done
+	// That batch began without a backlog: quiet again.
+	submit(1)
+	startsAtOnce(1)
+	finish(1)
 }

@@ -66,7 +66,7 @@ var (
 	descCommitSplits = prometheus.NewDesc("shardmq_group_commit_splits_total",
 		"Batches split to isolate an item the database refused.", []string{"cluster"}, nil)
 	descCommitSeconds = prometheus.NewDesc("shardmq_group_commit_seconds_total",
-		"Time spent in those transactions, from the first statement to the commit's answer (seconds/transactions is their mean duration).", []string{"cluster"}, nil)
+		"Time spent committing batches, summed over a cluster's concurrent committers (waiting for a connection and split retries included): seconds/transactions is the mean time a batch took.", []string{"cluster"}, nil)
 )
 
 // commitCollector reads the group committers' counters at scrape time.

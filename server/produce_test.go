@@ -96,6 +96,7 @@ func TestGroupCommitCoalescesConcurrentRequests(t *testing.T) {
 	e := setupOn(t, bed, func(c *Config) {
 		c.Broker.Commit.Committers = 1
 		c.Broker.Commit.Linger = 50 * time.Millisecond
+		c.Broker.Commit.LingerAfter = 1 // every batch lingers: the test is about coalescing
 	})
 	const n = 40
 	var wg sync.WaitGroup

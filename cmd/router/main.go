@@ -25,7 +25,7 @@ func main() {
 	flag.IntVar(&cfg.Broker.Commit.MaxMessages, "commit-max-messages", 0, "most messages in one group-commit transaction (default 500)")
 	flag.IntVar(&cfg.Broker.Commit.MaxBytes, "commit-max-bytes", 0, "most payload bytes in one group-commit transaction (default 8 MiB)")
 	flag.DurationVar(&cfg.Broker.Commit.Linger, "commit-linger", 0, "how long a busy cluster's batch that is not full waits for more requests (default 2ms; negative disables)")
-	flag.IntVar(&cfg.Broker.Commit.LingerAfter, "commit-linger-after", 0, "requests that must be queued when a batch begins for it to linger (default 8)")
+	flag.IntVar(&cfg.Broker.Commit.LingerAfter, "commit-linger-after", 0, "requests that must be queued when a batch or the one before it begins for it to linger (default 8)")
 	flag.IntVar(&cfg.Broker.Commit.Committers, "commit-workers", 0, "group-commit transactions in flight per cluster (default 4; more than one only while a full batch waits)")
 	flag.DurationVar(&cfg.Broker.ReplicatedTimeout, "replicated-timeout", 0, "wait for a replica under durability replicated (default 5s)")
 	flag.DurationVar(&cfg.Broker.FrozenWait, "frozen-wait", 0, "how long a request for a frozen vshard is held (default 2s)")
