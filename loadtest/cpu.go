@@ -1,11 +1,11 @@
 package loadtest
 
 import (
-	"bytes"
 	"os"
-	"strconv"
-	"strings"
+	"sync"
 	"time"
+
+	"github.com/shardmq/shardmq/internal/procstat"
 )
 
 // CPUSource is a set of processes whose CPU time each phase reports per
@@ -20,44 +20,105 @@ type CPUSource struct {
 }
 
 // CPUUse is one source's (or the machine's) CPU over a phase, warm-up and
-// drain included, per message moved (produced plus consumed) in that time.
+// drain included, per message moved in that time (a message produced and
+// consumed in the phase counts twice).
 type CPUUse struct {
 	Name         string  `json:"name"` // "machine": every core, the kernel included
 	Seconds      float64 `json:"cpu_s"`
 	Cores        float64 `json:"cores"` // mean cores busy
 	PerMessageUS float64 `json:"us_per_message"`
-	// Partial: a process of the source ended during the phase (a fault),
-	// so its time is missing.
+	// Partial: a process of the source ended during the phase (a fault):
+	// up to a second of its time is missing.
 	Partial bool `json:"partial,omitempty"`
 }
 
-// userHZ is the unit of /proc CPU times (USER_HZ, 100 on Linux).
-const userHZ = 100
+// cpuTracker follows the CPU time of a phase's sources. It samples every
+// second as well as at the ends, keeping each process's first and last
+// reading, so a process that is killed loses at most a second and one
+// started during the phase (a restart) counts from its start.
+type cpuTracker struct {
+	sources []CPUSource
+	read    func(pid int) (time.Duration, bool) // procstat.Process
+	machine func() time.Duration                // procstat.Machine
+	now     func() time.Time
 
-type cpuSample struct {
-	at      time.Time
-	machine time.Duration
-	procs   []map[int]time.Duration // per source, per pid
+	mu       sync.Mutex
+	at       time.Time
+	machine0 time.Duration
+	first    []map[int]time.Duration // per source and pid: CPU when first seen (0 if it started later)
+	last     []map[int]time.Duration // and when last seen
+	gone     []bool                  // a process of the source ended
 }
 
-func sampleCPU(sources []CPUSource) cpuSample {
-	s := cpuSample{at: time.Now(), machine: machineBusy(), procs: make([]map[int]time.Duration, len(sources))}
-	for i, src := range sources {
-		s.procs[i] = map[int]time.Duration{}
+func newCPUTracker(sources []CPUSource) *cpuTracker {
+	return &cpuTracker{sources: sources, read: procstat.Process, machine: procstat.Machine, now: time.Now}
+}
+
+// start takes the first reading.
+func (t *cpuTracker) start() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.at, t.machine0 = t.now(), t.machine()
+	t.first = make([]map[int]time.Duration, len(t.sources))
+	t.last = make([]map[int]time.Duration, len(t.sources))
+	t.gone = make([]bool, len(t.sources))
+	for i, src := range t.sources {
+		t.first[i], t.last[i] = map[int]time.Duration{}, map[int]time.Duration{}
 		for _, pid := range src.PIDs() {
-			if d, ok := processCPU(pid); ok {
-				s.procs[i][pid] = d
+			if d, ok := t.read(pid); ok {
+				t.first[i][pid], t.last[i][pid] = d, d
 			}
 		}
 	}
-	return s
 }
 
-// cpuUse compares two samples; messages is what the phase moved between
-// them. Nothing is reported where /proc cannot be read.
-func cpuUse(sources []CPUSource, a, b cpuSample, messages int64) []CPUUse {
-	wall := b.at.Sub(a.at).Seconds()
-	if wall <= 0 || a.machine == 0 {
+// sample takes a reading between start and finish.
+func (t *cpuTracker) sample() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, src := range t.sources {
+		seen := map[int]bool{}
+		for _, pid := range src.PIDs() {
+			d, ok := t.read(pid)
+			if !ok {
+				continue
+			}
+			seen[pid] = true
+			if _, known := t.first[i][pid]; !known {
+				t.first[i][pid] = 0 // started during the phase
+			}
+			t.last[i][pid] = d
+		}
+		for pid := range t.last[i] {
+			if !seen[pid] {
+				t.gone[i] = true
+			}
+		}
+	}
+}
+
+// run samples every interval until stop is closed.
+func (t *cpuTracker) run(interval time.Duration, stop <-chan struct{}) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			t.sample()
+		}
+	}
+}
+
+// finish takes the last reading and reports the phase; messages is what
+// it moved. Nothing is reported where /proc cannot be read.
+func (t *cpuTracker) finish(messages int64) []CPUUse {
+	t.sample()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	wall := t.now().Sub(t.at).Seconds()
+	if wall <= 0 || t.machine0 == 0 {
 		return nil
 	}
 	use := func(name string, d time.Duration) CPUUse {
@@ -67,78 +128,20 @@ func cpuUse(sources []CPUSource, a, b cpuSample, messages int64) []CPUUse {
 		}
 		return u
 	}
-	out := []CPUUse{use("machine", b.machine-a.machine)}
-	for i, src := range sources {
-		var d time.Duration
-		partial := false
-		for pid, t0 := range a.procs[i] {
-			t1, ok := b.procs[i][pid]
-			if !ok {
-				partial = true
-				continue
-			}
-			d += t1 - t0
-		}
-		for pid := range b.procs[i] {
-			if _, ok := a.procs[i][pid]; !ok {
-				partial = true // started during the phase: its time before is unknown
-			}
-		}
-		if len(a.procs[i]) == 0 && len(b.procs[i]) == 0 {
+	out := []CPUUse{use("machine", t.machine()-t.machine0)}
+	for i, src := range t.sources {
+		if len(t.last[i]) == 0 {
 			continue
 		}
+		var d time.Duration
+		for pid, end := range t.last[i] {
+			d += end - t.first[i][pid]
+		}
 		u := use(src.Name, d)
-		u.Partial = partial
+		u.Partial = t.gone[i]
 		out = append(out, u)
 	}
 	return out
-}
-
-// processCPU is the user and system time pid has used, from /proc/PID/stat.
-func processCPU(pid int) (time.Duration, bool) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	// The command name is in parentheses and may hold spaces; utime and
-	// stime are the 12th and 13th fields after it.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 13 {
-		return 0, false
-	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	k, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return time.Duration(u+k) * time.Second / userHZ, true
-}
-
-// machineBusy is the time every CPU spent not idle (user, nice, system,
-// irq, softirq, steal) since boot, from /proc/stat; 0 when unreadable.
-func machineBusy() time.Duration {
-	data, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := bytes.Cut(data, []byte("\n"))
-	f := strings.Fields(string(line))
-	if len(f) < 9 || f[0] != "cpu" {
-		return 0
-	}
-	var busy int64
-	for _, i := range []int{1, 2, 3, 6, 7, 8} { // user nice system [idle iowait] irq softirq steal
-		n, err := strconv.ParseInt(f[i], 10, 64)
-		if err != nil {
-			return 0
-		}
-		busy += n
-	}
-	return time.Duration(busy) * time.Second / userHZ
 }
 
 // SelfCPU is the generator's own process.

@@ -120,7 +120,10 @@ func (p *phase) run(ctx context.Context, progress *progress) PhaseReport {
 	p.consPacer = NewPacer(s.ConsumeRate/float64(max(s.ClaimMax, 1)), p.start, p.end)
 	p.remaining.Store(s.Count)
 
-	cpu0 := sampleCPU(p.cfg.CPU)
+	cpu := newCPUTracker(p.cfg.CPU)
+	cpu.start()
+	stopCPU := make(chan struct{})
+	go cpu.run(time.Second, stopCPU)
 	var prod, cons, aux sync.WaitGroup
 	if s.Kind != "consume" {
 		for w := range s.Producers {
@@ -155,8 +158,9 @@ func (p *phase) run(ctx context.Context, progress *progress) PhaseReport {
 	aux.Wait()
 	close(stopProg)
 	<-progDone
+	close(stopCPU)
 	rep := p.report()
-	rep.CPU = cpuUse(p.cfg.CPU, cpu0, sampleCPU(p.cfg.CPU), p.produced.Load()+p.consumed.Load())
+	rep.CPU = cpu.finish(p.produced.Load() + p.consumed.Load())
 	return rep
 }
 

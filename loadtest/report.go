@@ -506,7 +506,7 @@ func (r *Report) writeCPU(w func(string, ...any)) {
 	if !hasCPU(r.Phases) {
 		return
 	}
-	w("\n## CPU per message\n\nCPU time over each whole phase (warm-up included) over the messages it moved; cores busy is the mean over the phase, of %d. A figure marked * lacks a process that ended during the phase.\n\n| phase | cores busy | machine µs/msg |", r.Host.CPUs)
+	w("\n## CPU per message\n\nCPU time over each whole phase (warm-up and drain included) over the messages it moved (a message produced and consumed in the phase counts twice); cores busy is the mean over the phase, of %d. A figure marked * misses up to a second of a process that ended during the phase.\n\n| phase | cores busy | machine µs/msg |", r.Host.CPUs)
 	for _, n := range names {
 		w(" %s µs/msg |", n)
 	}

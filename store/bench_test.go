@@ -3,11 +3,11 @@ package store
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shardmq/shardmq/internal/procstat"
 )
 
 // BenchmarkPlaceholders measures building the multi-row VALUES list of a
@@ -32,12 +32,15 @@ func BenchmarkProduceBatch(b *testing.B) {
 	for _, size := range []int{1, 20, 100} {
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
 			ctx := context.Background()
+			// Go calls this function again with a larger b.N: keys of each
+			// call are new, or the later calls would measure duplicates.
+			call := f.ids.Next()
 			items := make([]ProduceItem, size)
-			cpu0, okCPU := processCPU(pid)
+			cpu0, okCPU := procstat.Process(pid)
 			start := time.Now()
 			for i := 0; i < b.N; i++ {
 				for j := range items {
-					items[j] = f.item("bench", fmt.Sprintf("b%d-%d-%d", size, i, j), payload)
+					items[j] = f.item("bench", fmt.Sprintf("b%d-%d-%d", call, i, j), payload)
 				}
 				if _, err := f.st.Produce(ctx, items); err != nil {
 					b.Fatal(err)
@@ -46,33 +49,11 @@ func BenchmarkProduceBatch(b *testing.B) {
 			elapsed := time.Since(start)
 			msgs := float64(b.N * size)
 			b.ReportMetric(msgs/elapsed.Seconds(), "msgs/s")
-			if cpu1, ok := processCPU(pid); ok && okCPU {
+			if cpu1, ok := procstat.Process(pid); ok && okCPU {
 				used := float64((cpu1 - cpu0).Microseconds())
 				b.ReportMetric(used/float64(b.N), "server-cpu-µs/tx")
 				b.ReportMetric(used/msgs, "server-cpu-µs/msg")
 			}
 		})
 	}
-}
-
-// processCPU is the user+system CPU time pid has used, read from
-// /proc/PID/stat (clock ticks of 10 ms, the Linux default USER_HZ).
-func processCPU(pid int) (time.Duration, bool) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil || pid == 0 {
-		return 0, false
-	}
-	// Fields after the command name, which is in parentheses and may
-	// contain spaces: utime and stime are the 12th and 13th of them.
-	s := string(data)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 13 {
-		return 0, false
-	}
-	u, err1 := strconv.ParseInt(fields[11], 10, 64)
-	k, err2 := strconv.ParseInt(fields[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return time.Duration(u+k) * 10 * time.Millisecond, true
 }
