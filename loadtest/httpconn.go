@@ -3,6 +3,7 @@ package loadtest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -24,22 +25,32 @@ import (
 // everything the box did per message. A worker that writes and reads its
 // own connection spends a fraction of that, so the CPU goes to the router
 // and MySQL, which is what a benchmark means to measure. It speaks only
-// what the router answers: Content-Length or chunked bodies, keep-alive.
+// what the router answers: Content-Length or chunked bodies, keep-alive,
+// Connection: close; no HEAD requests, and a server that answers before
+// reading the whole request body shows as a write error.
 type connPool struct {
 	addr string // host:port
 	host string // Host header
 	idle chan *pooledConn
 	// dial is net.Dialer.DialContext; one place so tests can count dials.
-	dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	mu   sync.Mutex
-	all  map[*pooledConn]struct{} // every open connection, closed by close
+	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
+	mu     sync.Mutex
+	all    map[*pooledConn]struct{} // every open connection, closed by close
+	closed bool
 }
 
 type pooledConn struct {
-	c  net.Conn
-	br *bufio.Reader
-	bw *bufio.Writer
+	c         net.Conn
+	br        *bufio.Reader
+	bw        *bufio.Writer
+	idleSince time.Time
 }
+
+// staleAfter is how long a connection may sit idle before it is checked
+// for a close by the server (a restarted router) before reuse.
+const staleAfter = time.Second
+
+var errPoolClosed = errors.New("connection pool closed")
 
 func newConnPool(base string, conns int) (*connPool, error) {
 	u, err := url.Parse(base)
@@ -48,6 +59,9 @@ func newConnPool(base string, conns int) (*connPool, error) {
 	}
 	if u.Scheme != "http" {
 		return nil, fmt.Errorf("router URL %q: only http:// is supported", base)
+	}
+	if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
+		return nil, fmt.Errorf("router URL %q: give scheme, host and port only (the API's paths start at /)", base)
 	}
 	addr := u.Host
 	if u.Port() == "" {
@@ -62,10 +76,20 @@ func newConnPool(base string, conns int) (*connPool, error) {
 }
 
 func (p *connPool) get(ctx context.Context) (*pooledConn, error) {
-	select {
-	case pc := <-p.idle:
+	for {
+		var pc *pooledConn
+		select {
+		case pc = <-p.idle:
+		default:
+		}
+		if pc == nil {
+			break
+		}
+		if time.Since(pc.idleSince) > staleAfter && !pc.alive() {
+			p.discard(pc)
+			continue
+		}
 		return pc, nil
-	default:
 	}
 	c, err := p.dial(ctx, "tcp", p.addr)
 	if err != nil {
@@ -73,12 +97,39 @@ func (p *connPool) get(ctx context.Context) (*pooledConn, error) {
 	}
 	pc := &pooledConn{c: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 16<<10)}
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		c.Close()
+		return nil, errPoolClosed
+	}
 	p.all[pc] = struct{}{}
-	p.mu.Unlock()
 	return pc, nil
 }
 
+// alive reports whether an idle connection is still open: a server that
+// closed it (idle timeout, restart) makes a read end at once with EOF,
+// while an open one times out after a millisecond. Only connections idle
+// for staleAfter are checked, so a busy worker pays nothing.
+func (pc *pooledConn) alive() bool {
+	if pc.br.Buffered() > 0 {
+		return false // bytes nobody asked for: the stream is out of step
+	}
+	_ = pc.c.SetReadDeadline(time.Now().Add(time.Millisecond))
+	var one [1]byte
+	n, err := pc.c.Read(one[:])
+	var ne net.Error
+	return n == 0 && errors.As(err, &ne) && ne.Timeout()
+}
+
 func (p *connPool) put(pc *pooledConn) {
+	pc.idleSince = time.Now()
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		p.discard(pc)
+		return
+	}
 	select {
 	case p.idle <- pc:
 	default:
@@ -93,14 +144,22 @@ func (p *connPool) discard(pc *pooledConn) {
 	p.mu.Unlock()
 }
 
-// close closes every connection, idle or in use.
+// close closes every connection, idle or in use; requests after it fail.
 func (p *connPool) close() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.closed = true
 	for pc := range p.all {
 		_ = pc.c.Close()
 	}
 	p.all = map[*pooledConn]struct{}{}
+	p.mu.Unlock()
+	for {
+		select {
+		case <-p.idle:
+		default:
+			return
+		}
+	}
 }
 
 // response is what a request answered.
@@ -114,6 +173,9 @@ type response struct {
 // fails, or whose answer asks to close it, is not reused. ctx bounds the
 // whole exchange through the connection's deadline.
 func (p *connPool) do(ctx context.Context, method, path string, body []byte) (response, error) {
+	if err := ctx.Err(); err != nil {
+		return response{}, err
+	}
 	pc, err := p.get(ctx)
 	if err != nil {
 		return response{}, err

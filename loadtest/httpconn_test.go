@@ -82,7 +82,48 @@ func TestConnPool(t *testing.T) {
 		t.Fatalf("slow request after cancel: %v, want context.Canceled", err)
 	}
 
-	if _, err := newConnPool("https://127.0.0.1:1", 1); err == nil {
-		t.Fatal("https accepted")
+	for _, bad := range []string{"https://127.0.0.1:1", "http://127.0.0.1:1/prefix", "http://127.0.0.1:1?x=1"} {
+		if _, err := newConnPool(bad, 1); err == nil {
+			t.Errorf("router URL %s accepted", bad)
+		}
+	}
+
+	p.close()
+	if _, err := p.do(ctx, http.MethodPost, "/echo", nil); err == nil {
+		t.Fatal("a closed pool sent a request")
+	}
+}
+
+// A connection the server closed while it sat idle (an idle timeout, a
+// restarted router) is noticed before reuse: the request goes out on a
+// new connection instead of failing.
+func TestConnPoolSkipsConnectionsClosedWhileIdle(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{}`))
+	}))
+	srv.Config.IdleTimeout = 100 * time.Millisecond
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	p, err := newConnPool(srv.URL, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	ctx := context.Background()
+	if _, err := p.do(ctx, http.MethodGet, "/", nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(staleAfter + 200*time.Millisecond) // the server closes it meanwhile
+	if _, err := p.do(ctx, http.MethodGet, "/", nil); err != nil {
+		t.Fatalf("request after the server closed the idle connection: %v", err)
+	}
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2 (the closed one replaced)", n)
 	}
 }

@@ -238,6 +238,9 @@ func (r *Router) Subscribe(ctx context.Context, topic string, subs []string, max
 
 // Ready waits until GET /readyz answers 200, polling every 100 ms.
 func (r *Router) Ready(ctx context.Context) error {
+	if r.poolErr != nil {
+		return r.poolErr
+	}
 	for {
 		err := r.do(ctx, http.MethodGet, "/readyz", nil, time.Second, nil)
 		if err == nil {
