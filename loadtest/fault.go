@@ -78,23 +78,11 @@ func NewInstanceFault(bed *testbed.Bed, name string) (*InstanceFault, error) {
 func (f *InstanceFault) Name() string { return f.Inst.Name }
 
 // serverPID returns the live mariadbd serving the instance's data
-// directory and its command line.
+// directory and its command line (to start it again the same way).
 func (f *InstanceFault) serverPID() (int, []string, error) {
-	pids := []int{f.Inst.PID}
-	if data, err := os.ReadFile(f.Inst.PIDFile); err == nil {
-		if pid, err := strconv.Atoi(string(bytes.TrimSpace(data))); err == nil {
-			pids = append([]int{pid}, pids...)
-		}
-	}
-	for _, pid := range pids {
-		argv, err := cmdline(pid)
-		if err != nil || !alive(pid) {
-			continue
-		}
-		for _, a := range argv {
-			if a == "--datadir="+f.Inst.DataDir {
-				return pid, argv, nil
-			}
+	for _, pid := range testbed.ServerPIDs(f.Inst) {
+		if argv, err := cmdline(pid); err == nil {
+			return pid, argv, nil
 		}
 	}
 	return 0, nil, fmt.Errorf("fault: no running server for %s (data directory %s)", f.Inst.Name, f.Inst.DataDir)
@@ -181,24 +169,9 @@ func cmdline(pid int) ([]string, error) {
 	return argv, nil
 }
 
-// alive reports whether pid runs and is not a zombie.
-func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
-		return stat[i+2] != 'Z'
-	}
-	return true
-}
-
 func waitGone(ctx context.Context, pid int) error {
 	deadline := time.Now().Add(10 * time.Second)
-	for alive(pid) {
+	for testbed.PIDAlive(pid) {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("fault: pid %d still running 10s after SIGKILL", pid)
 		}
@@ -375,9 +348,7 @@ func SandboxCPU(bed *testbed.Bed) CPUSource {
 	return CPUSource{Name: "mariadbd", PIDs: func() []int {
 		var pids []int
 		for _, inst := range insts {
-			if pid, _, err := (&InstanceFault{Inst: inst}).serverPID(); err == nil {
-				pids = append(pids, pid)
-			}
+			pids = append(pids, testbed.ServerPIDs(inst)...)
 		}
 		return pids
 	}}

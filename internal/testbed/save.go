@@ -111,11 +111,13 @@ func readSaved(path string) (*savedBed, error) {
 	return &s, nil
 }
 
-// serverPIDs returns the live mariadbd processes serving inst's data
+// ServerPIDs returns the live mariadbd processes serving inst's data
 // directory: the PID recorded at start and the one in its PID file (which
 // differs after a Restart by another process), each checked against the
-// process's command line so a reused PID is never signalled.
-func serverPIDs(inst *Instance) []int {
+// process's command line so a reused PID is never signalled. Tools that
+// attach to a bed they did not start (the load tester's faults) find its
+// servers with it.
+func ServerPIDs(inst *Instance) []int {
 	var pids []int
 	for _, pid := range []int{inst.PID, readPIDFile(inst.PIDFile)} {
 		if pid > 0 && (len(pids) == 0 || pids[0] != pid) && isServerOf(pid, inst.DataDir) {
@@ -128,7 +130,7 @@ func serverPIDs(inst *Instance) []int {
 // running reports whether any server of the bed runs.
 func (b *Bed) running() bool {
 	for _, inst := range b.Instances() {
-		if len(serverPIDs(inst)) > 0 {
+		if len(ServerPIDs(inst)) > 0 {
 			return true
 		}
 	}
@@ -141,7 +143,7 @@ func (b *Bed) running() bool {
 // its socket is asked to shut down with mariadb-admin.
 func (b *Bed) shutdownForeign(ctx context.Context) error {
 	return parallel(b.Instances(), func(inst *Instance) error {
-		pids := serverPIDs(inst)
+		pids := ServerPIDs(inst)
 		if len(pids) == 0 {
 			if ping(ctx, inst) != nil {
 				return nil
@@ -175,6 +177,9 @@ func stopPID(inst *Instance, pid int) error {
 	}
 	return fmt.Errorf("testbed: %s (pid %d) still running after SIGKILL", inst.Name, pid)
 }
+
+// PIDAlive reports whether pid names a live process (a zombie is dead).
+func PIDAlive(pid int) bool { return pidAlive(pid) }
 
 func waitGone(pid int, d time.Duration) bool {
 	deadline := time.Now().Add(d)
