@@ -33,10 +33,13 @@ type connPool struct {
 	host string // Host header
 	idle chan *pooledConn
 	// dial is net.Dialer.DialContext; one place so tests can count dials.
-	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
-	mu     sync.Mutex
-	all    map[*pooledConn]struct{} // every open connection, closed by close
-	closed bool
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// staleAfter is how long a connection may sit idle before it is
+	// checked for a close by the server (a restarted router) before reuse.
+	staleAfter time.Duration
+	mu         sync.Mutex
+	all        map[*pooledConn]struct{} // every open connection, closed by close
+	closed     bool
 }
 
 type pooledConn struct {
@@ -45,10 +48,6 @@ type pooledConn struct {
 	bw        *bufio.Writer
 	idleSince time.Time
 }
-
-// staleAfter is how long a connection may sit idle before it is checked
-// for a close by the server (a restarted router) before reuse.
-const staleAfter = time.Second
 
 var errPoolClosed = errors.New("connection pool closed")
 
@@ -71,7 +70,7 @@ func newConnPool(base string, conns int) (*connPool, error) {
 		conns = 1
 	}
 	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
-	return &connPool{addr: addr, host: u.Host, idle: make(chan *pooledConn, conns), dial: d.DialContext,
+	return &connPool{addr: addr, host: u.Host, idle: make(chan *pooledConn, conns), dial: d.DialContext, staleAfter: time.Second,
 		all: map[*pooledConn]struct{}{}}, nil
 }
 
@@ -85,7 +84,7 @@ func (p *connPool) get(ctx context.Context) (*pooledConn, error) {
 		if pc == nil {
 			break
 		}
-		if time.Since(pc.idleSince) > staleAfter && !pc.alive() {
+		if time.Since(pc.idleSince) > p.staleAfter && !pc.alive() {
 			p.discard(pc)
 			continue
 		}
@@ -109,7 +108,7 @@ func (p *connPool) get(ctx context.Context) (*pooledConn, error) {
 // alive reports whether an idle connection is still open: a server that
 // closed it (idle timeout, restart) makes a read end at once with EOF,
 // while an open one times out after a millisecond. Only connections idle
-// for staleAfter are checked, so a busy worker pays nothing.
+// for the pool's staleAfter are checked, so a busy worker pays nothing.
 func (pc *pooledConn) alive() bool {
 	if pc.br.Buffered() > 0 {
 		return false // bytes nobody asked for: the stream is out of step

@@ -98,14 +98,17 @@ func TestConnPool(t *testing.T) {
 // restarted router) is noticed before reuse: the request goes out on a
 // new connection instead of failing.
 func TestConnPoolSkipsConnectionsClosedWhileIdle(t *testing.T) {
-	var conns atomic.Int64
+	var conns, closed atomic.Int64
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte(`{}`))
 	}))
 	srv.Config.IdleTimeout = 100 * time.Millisecond
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
+		switch s {
+		case http.StateNew:
 			conns.Add(1)
+		case http.StateClosed:
+			closed.Add(1)
 		}
 	}
 	srv.Start()
@@ -115,11 +118,16 @@ func TestConnPoolSkipsConnectionsClosedWhileIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.close()
+	p.staleAfter = 10 * time.Millisecond
 	ctx := context.Background()
 	if _, err := p.do(ctx, http.MethodGet, "/", nil); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(staleAfter + 200*time.Millisecond) // the server closes it meanwhile
+	for deadline := time.Now().Add(10 * time.Second); closed.Load() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server never closed the idle connection")
+		}
+	}
 	if _, err := p.do(ctx, http.MethodGet, "/", nil); err != nil {
 		t.Fatalf("request after the server closed the idle connection: %v", err)
 	}
