@@ -71,10 +71,15 @@ func (s *Server) produce(w http.ResponseWriter, r *http.Request) {
 		if pr.ID != 0 {
 			out[i].ID = strconv.FormatUint(pr.ID, 10)
 		}
-		if pr.Status == "unavailable" {
+		switch pr.Status {
+		case "unavailable":
 			w.Header().Set("Retry-After", retryAfterSeconds)
 			if pr.Err != nil {
 				out[i].Error = fail(CodeUnavailable, pr.Err.Error())
+			}
+		case "rejected": // the database refused a value: no retry can succeed
+			if pr.Err != nil {
+				out[i].Error = fail(CodeInvalidRequest, pr.Err.Error())
 			}
 		}
 	}
