@@ -97,11 +97,9 @@ type reconcileRequest struct {
 
 func (s *Server) reconcile(w http.ResponseWriter, r *http.Request, a Admin) {
 	var body reconcileRequest
-	if r.ContentLength != 0 {
-		if e := s.decode(w, r, &body); e != nil {
-			writeError(w, e)
-			return
-		}
+	if e := s.decodeOptional(w, r, &body); e != nil {
+		writeError(w, e)
+		return
 	}
 	req := reconcile.Request{Clusters: body.Clusters, DryRun: body.DryRun, Samples: body.Samples}
 	for name, v := range map[string]string{"since": body.Since, "until": body.Until} {

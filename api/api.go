@@ -4,17 +4,17 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/topology"
 )
 
@@ -31,12 +31,15 @@ type Broker interface {
 
 var _ Broker = (*broker.Broker)(nil)
 
-// Limits bound what one request may carry. Zero fields take the defaults.
+// Limits bound what one request may carry. Zero fields take the defaults;
+// fields bounded by a column (store/limits.go) are clamped to what it holds.
+// README "Limits" lists them; TestLimitsTableMatchesCode keeps the two equal.
 type Limits struct {
 	MaxBody      int64         // request body; defaults to 16 MiB
 	MaxBatch     int           // messages per produce, receipts per ack/nack/extend; defaults to 1000
-	MaxPayload   int           // one message's payload bytes; defaults to 1 MiB
-	MaxKey       int           // key, order_key, transaction_id bytes; defaults to 256
+	MaxPayload   int           // one message's payload bytes; defaults to 1 MiB, at most store.MaxPayloadBytes
+	MaxKey       int           // key, order_key, transaction_id bytes; defaults to and at most store.MaxKeyBytes (256)
+	MaxHeaders   int           // headers encoded as JSON; defaults to and at most store.MaxHeadersBytes (65,535)
 	MaxClaim     int           // claim max; defaults to 1000
 	MaxWait      time.Duration // claim wait_ms; defaults to 20s
 	DefaultLease time.Duration // claim visibility_timeout_ms when absent; defaults to 30s
@@ -56,7 +59,11 @@ func (l Limits) WithDefaults() Limits {
 	}
 	def(&l.MaxBatch, 1000)
 	def(&l.MaxPayload, 1<<20)
-	def(&l.MaxKey, 256)
+	def(&l.MaxKey, store.MaxKeyBytes)
+	def(&l.MaxHeaders, store.MaxHeadersBytes)
+	l.MaxPayload = min(l.MaxPayload, store.MaxPayloadBytes)
+	l.MaxKey = min(l.MaxKey, store.MaxKeyBytes)
+	l.MaxHeaders = min(l.MaxHeaders, store.MaxHeadersBytes)
 	def(&l.MaxClaim, 1000)
 	defDur := func(v *time.Duration, d time.Duration) {
 		if *v <= 0 {
@@ -123,6 +130,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fail(CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path))
 		return
 	}
+	if e := checkQuery(r, pattern); e != nil {
+		writeError(w, e)
+		return
+	}
 	s.mux.ServeHTTP(w, r)
 }
 
@@ -152,41 +163,26 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 
 const emptyBody = "request body is empty"
 
-// decode reads a JSON body within MaxBody into v.
+// decode reads a JSON body within MaxBody into v, strictly (strict.go).
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) *apiError {
-	body := http.MaxBytesReader(w, r.Body, s.limits.MaxBody)
-	dec := json.NewDecoder(body)
-	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return fail(CodeRequestTooLarge, "request body exceeds "+strconv.FormatInt(s.limits.MaxBody, 10)+" bytes")
-		}
-		if errors.Is(err, io.EOF) {
-			return fail(CodeInvalidJSON, emptyBody)
-		}
-		return fail(CodeInvalidJSON, "request body is not valid JSON for this endpoint: "+err.Error())
+	body, e := s.readBody(w, r)
+	if e != nil {
+		return e
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return fail(CodeRequestTooLarge, "request body exceeds "+strconv.FormatInt(s.limits.MaxBody, 10)+" bytes")
-		}
-		return fail(CodeInvalidJSON, "request body has data after the JSON value")
-	}
-	return nil
+	return decodeStrict(body, v)
 }
 
 // decodeOptional is decode for endpoints whose body may be empty (all
 // fields take defaults).
 func (s *Server) decodeOptional(w http.ResponseWriter, r *http.Request, v any) *apiError {
-	if r.ContentLength == 0 {
+	body, e := s.readBody(w, r)
+	if e != nil {
+		return e
+	}
+	if len(bytes.TrimLeft(body, " \t\r\n")) == 0 {
 		return nil
 	}
-	e := s.decode(w, r, v)
-	if e != nil && e.Message == emptyBody {
-		return nil
-	}
-	return e
+	return decodeStrict(body, v)
 }
 
 // pathName validates a topic or subscription name from the path.

@@ -71,10 +71,15 @@ func (s *Server) produce(w http.ResponseWriter, r *http.Request) {
 		if pr.ID != 0 {
 			out[i].ID = strconv.FormatUint(pr.ID, 10)
 		}
-		if pr.Status == "unavailable" {
+		switch pr.Status {
+		case "unavailable":
 			w.Header().Set("Retry-After", retryAfterSeconds)
 			if pr.Err != nil {
 				out[i].Error = fail(CodeUnavailable, pr.Err.Error())
+			}
+		case "rejected": // the database refused a value: no retry can succeed
+			if pr.Err != nil {
+				out[i].Error = fail(CodeInvalidRequest, pr.Err.Error())
 			}
 		}
 	}
@@ -142,10 +147,11 @@ func (s *Server) validateProduce(req *produceRequest) ([]broker.Message, *apiErr
 			return nil, at("give delay_ms or deliver_at, not both")
 		}
 		if m.DelayMS != nil {
-			if *m.DelayMS < 0 || time.Duration(*m.DelayMS)*time.Millisecond > l.MaxDelay {
-				return nil, at("delay_ms must be 0-%d", l.MaxDelay.Milliseconds())
+			d, e := millis(fmt.Sprintf("messages[%d].delay_ms", i), *m.DelayMS, 0, l.MaxDelay)
+			if e != nil {
+				return nil, e
 			}
-			msg.Delay = time.Duration(*m.DelayMS) * time.Millisecond
+			msg.Delay = d
 		}
 		if m.DeliverAt != "" {
 			t, err := time.Parse(time.RFC3339Nano, m.DeliverAt)
@@ -155,6 +161,9 @@ func (s *Server) validateProduce(req *produceRequest) ([]broker.Message, *apiErr
 			if time.Until(t) > l.MaxDelay {
 				return nil, at("deliver_at is more than %s ahead", l.MaxDelay)
 			}
+			if now := time.Now(); t.Before(now) {
+				t = now // the past means now (and stays inside what a DATETIME column holds)
+			}
 			msg.DeliverAt = t
 		}
 		if len(m.Headers) > 0 {
@@ -162,8 +171,8 @@ func (s *Server) validateProduce(req *produceRequest) ([]broker.Message, *apiErr
 			if err != nil {
 				return nil, at("headers: %v", err)
 			}
-			if len(h) > 64<<10 {
-				return nil, at("headers are %d bytes encoded, at most 65536 allowed", len(h))
+			if len(h) > l.MaxHeaders {
+				return nil, fail(CodePayloadTooLarge, fmt.Sprintf("messages[%d]: headers are %d bytes encoded as JSON, at most %d allowed", i, len(h), l.MaxHeaders))
 			}
 			msg.Headers = h
 		}
@@ -217,23 +226,27 @@ func (s *Server) claimWith(w http.ResponseWriter, r *http.Request, dead bool) {
 		cr.Max = *req.Max
 	}
 	if req.VisibilityMS != nil {
-		v := time.Duration(*req.VisibilityMS) * time.Millisecond
-		if *req.VisibilityMS < 1 || v > l.MaxLease {
-			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("visibility_timeout_ms must be 1-%d", l.MaxLease.Milliseconds())))
+		v, e := millis("visibility_timeout_ms", *req.VisibilityMS, time.Millisecond, l.MaxLease)
+		if e != nil {
+			writeError(w, e)
 			return
 		}
 		cr.Lease = v
 	}
 	if req.WaitMS != nil {
-		v := time.Duration(*req.WaitMS) * time.Millisecond
-		if *req.WaitMS < 0 || v > l.MaxWait {
-			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("wait_ms must be 0-%d", l.MaxWait.Milliseconds())))
+		v, e := millis("wait_ms", *req.WaitMS, 0, l.MaxWait)
+		if e != nil {
+			writeError(w, e)
 			return
 		}
 		cr.Wait = v
 	}
-	if len(req.Consumer) > 128 {
-		writeError(w, fail(CodeInvalidRequest, "consumer is longer than 128 bytes"))
+	if len(req.Consumer) > maxConsumer {
+		writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("consumer is longer than %d bytes", maxConsumer)))
+		return
+	}
+	if len(req.ErrorCode) > maxErrorCode {
+		writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("error_code is longer than %d bytes", maxErrorCode)))
 		return
 	}
 	got, err := s.b.Claim(r.Context(), cr)
@@ -321,9 +334,9 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request) {
 	}
 	lease := s.limits.DefaultLease
 	if req.VisibilityMS != nil {
-		lease = time.Duration(*req.VisibilityMS) * time.Millisecond
-		if *req.VisibilityMS < 1 || lease > s.limits.MaxLease {
-			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("visibility_timeout_ms must be 1-%d", s.limits.MaxLease.Milliseconds())))
+		var e *apiError
+		if lease, e = millis("visibility_timeout_ms", *req.VisibilityMS, time.Millisecond, s.limits.MaxLease); e != nil {
+			writeError(w, e)
 			return
 		}
 	}
@@ -367,21 +380,19 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
 			writeError(w, fail(CodeInvalidReceipt, fmt.Sprintf("items[%d].receipt is not a receipt issued by shardmq", i)))
 			return
 		}
-		if len(it.ErrorCode) > 64 {
-			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("items[%d].error_code is longer than 64 bytes", i)))
+		if len(it.ErrorCode) > maxErrorCode {
+			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("items[%d].error_code is longer than %d bytes", i, maxErrorCode)))
 			return
 		}
-		if it.RetryAfterMS != nil && (*it.RetryAfterMS < 0 || time.Duration(*it.RetryAfterMS)*time.Millisecond > s.limits.MaxDelay) {
-			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("items[%d].retry_after_ms must be 0-%d", i, s.limits.MaxDelay.Milliseconds())))
-			return
-		}
-		msg := it.Error
-		if len(msg) > 2048 {
-			msg = msg[:2048] // kept for the trace; a longer error is cut, not refused
-		}
-		items[i] = broker.NackItem{Receipt: rc, ErrorCode: it.ErrorCode, Error: msg}
+		// Kept for the trace; a longer error is cut at a character boundary, not refused.
+		items[i] = broker.NackItem{Receipt: rc, ErrorCode: it.ErrorCode, Error: cutUTF8(it.Error, maxLastError)}
 		if it.RetryAfterMS != nil {
-			items[i].RetryAfter = time.Duration(*it.RetryAfterMS) * time.Millisecond
+			d, e := millis(fmt.Sprintf("items[%d].retry_after_ms", i), *it.RetryAfterMS, 0, s.limits.MaxDelay)
+			if e != nil {
+				writeError(w, e)
+				return
+			}
+			items[i].RetryAfter = d
 		}
 	}
 	res := s.b.Nack(r.Context(), items)

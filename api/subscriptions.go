@@ -150,6 +150,10 @@ func (s *Server) putSubscription(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
+	if err := sub.WithDefaults().Validate(); err != nil {
+		writeError(w, fail(CodeInvalidRequest, err.Error())) // before the broker reads or writes anything
+		return
+	}
 	saved, created, err := s.subs.PutSubscription(r.Context(), sub)
 	if err != nil {
 		s.subscriptionError(w, topic, name, err)
@@ -205,13 +209,18 @@ func (s *Server) listDead(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	limit := 100
-	if v := q.Get("limit"); v != "" {
+	if q.Has("limit") {
+		v := q.Get("limit")
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxDeadPage {
-			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("limit must be 1-%d", maxDeadPage)))
+			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("limit must be an integer 1-%d, got %q", maxDeadPage, v)))
 			return
 		}
 		limit = n
+	}
+	if len(q.Get("error_code")) > maxErrorCode {
+		writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("error_code is longer than %d bytes", maxErrorCode)))
+		return
 	}
 	page, err := s.subs.ListDead(r.Context(), topic, name, q.Get("error_code"), q.Get("cursor"), limit)
 	if err != nil {
@@ -243,7 +252,12 @@ func (s *Server) purgeDead(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	n, err := s.subs.PurgeDead(r.Context(), topic, name, r.URL.Query().Get("error_code"))
+	code := r.URL.Query().Get("error_code")
+	if len(code) > maxErrorCode {
+		writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("error_code is longer than %d bytes", maxErrorCode)))
+		return
+	}
+	n, err := s.subs.PurgeDead(r.Context(), topic, name, code)
 	if err != nil {
 		s.subscriptionError(w, topic, name, err)
 		return
@@ -275,6 +289,10 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
 	}
 	if chosen != 1 {
 		writeError(w, fail(CodeInvalidRequest, `give exactly one of "ids", "error_code" or "all": true`))
+		return
+	}
+	if len(body.ErrorCode) > maxErrorCode {
+		writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("error_code is longer than %d bytes", maxErrorCode)))
 		return
 	}
 	if len(body.IDs) > s.limits.MaxBatch {

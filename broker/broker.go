@@ -232,8 +232,8 @@ type ProduceResult struct {
 	Key    string
 	ID     uint64
 	VShard shard.ID
-	Status string // created | duplicate | conflict | unavailable
-	Err    error  // why unavailable
+	Status string // created | duplicate | conflict | unavailable | rejected
+	Err    error  // why unavailable or rejected
 }
 
 // PayloadHash is what tells a duplicate (same key, same payload) from a
@@ -350,6 +350,9 @@ func (b *Broker) produceOn(ctx context.Context, name string, cs *clusterShard, t
 	for j, i := range idx {
 		if err := resp.errs[j]; err != nil {
 			results[i].Status, results[i].Err = "unavailable", err
+			if errors.Is(err, store.ErrInvalidData) {
+				results[i].Status = "rejected" // deterministic: a retry cannot succeed
+			}
 			continue
 		}
 		r := resp.res[j]

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"os"
 	"testing"
 	"time"
@@ -220,4 +221,30 @@ func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 	submit(1)
 	startsAtOnce(1)
 	finish(1)
+}
+
+// An item the database refuses for its own values (headers one byte longer
+// than their BLOB column) fails alone with store.ErrInvalidData, which
+// Produce answers "rejected", never "unavailable": a retry cannot succeed.
+func TestCommitterKeepsInvalidDataApart(t *testing.T) {
+	t.Parallel()
+	st := openStore(t)
+	ids := idgen.New(nil)
+	c := newCommitter("c1", st, CommitConfig{Committers: 1}.withDefaults())
+	defer c.stop()
+	bad := item(ids.Next(), "too-long-headers")
+	bad.Msg.Headers = make([]byte, store.MaxHeadersBytes+1)
+	items := []store.ProduceItem{item(ids.Next(), "a"), bad, item(ids.Next(), "c")}
+	resp := c.submit(context.Background(), items)
+	if resp.errs[0] != nil || resp.errs[2] != nil {
+		t.Fatalf("neighbours failed: %v, %v", resp.errs[0], resp.errs[2])
+	}
+	if err := resp.errs[1]; !errors.Is(err, store.ErrInvalidData) || errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("over-long headers: %v, want store.ErrInvalidData", err)
+	}
+	fits := item(ids.Next(), "headers-filling-the-column")
+	fits.Msg.Headers = make([]byte, store.MaxHeadersBytes)
+	if resp := c.submit(context.Background(), []store.ProduceItem{fits}); resp.errs[0] != nil {
+		t.Fatalf("headers of exactly the column's size: %v", resp.errs[0])
+	}
 }

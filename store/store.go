@@ -190,6 +190,9 @@ func translate(err error) error {
 		case errReadOnly, errReadOnlyTx, errTooManyConns, errServerShutdow:
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
+		if invalidData(me.Number) {
+			return fmt.Errorf("%w: %v", ErrInvalidData, err)
+		}
 		return err
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
