@@ -44,6 +44,9 @@ type Shard interface {
 	DropSubscription(ctx context.Context, topic, sub string, now time.Time) (int64, error)
 	Unpark(ctx context.Context, topic, sub string, now time.Time) (int64, error)
 	Stats(ctx context.Context, now time.Time) ([]store.QueueStats, error)
+	// AppendEvents writes trace events on their own, exactly once per
+	// event id (the recent-keys cache's duplicate and conflict answers).
+	AppendEvents(ctx context.Context, evs []store.Event) error
 }
 
 var _ Shard = (*store.Store)(nil)
@@ -124,6 +127,7 @@ type Broker struct {
 	recent   *expirable.LRU[string, recentKey]
 	setMu    sync.Mutex
 	claims   *claimers
+	rejected *rejectedTrace
 }
 
 // clusterShard is a cluster's connection and its group committer.
@@ -134,8 +138,9 @@ type clusterShard struct {
 
 // recentKey is what the recent-keys cache remembers of a registered key.
 type recentKey struct {
-	id   uint64
-	hash [16]byte
+	id     uint64
+	vshard uint16 // the holder's: where its trace lives
+	hash   [16]byte
 }
 
 // New returns a broker routing by table to shards (cluster name → shard).
@@ -151,6 +156,7 @@ func New(cfg Config, table *routing.Table, shards map[string]Shard, subs Subscri
 		claims: newClaimers()}
 	if b.cfg.RecentKeys > 0 {
 		b.recent = expirable.NewLRU[string, recentKey](b.cfg.RecentKeys, nil, b.cfg.RecentKeysTTL)
+		b.rejected = newRejectedTrace(b)
 	}
 	empty := map[string]*clusterShard{}
 	b.shards.Store(&empty)
@@ -183,6 +189,9 @@ func (b *Broker) SetShards(shards map[string]Shard) {
 
 // Close stops the group committers after they commit what is queued.
 func (b *Broker) Close() {
+	if b.rejected != nil {
+		b.rejected.stop()
+	}
 	b.setMu.Lock()
 	defer b.setMu.Unlock()
 	for _, cs := range *b.shards.Load() {
@@ -294,10 +303,12 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 		if dur == DurabilityPrimary && b.recent != nil {
 			if rk, ok := b.recent.Get(topic + "\x00" + key); ok {
 				results[i].ID = rk.id
-				results[i].Status = "conflict"
+				status := store.Conflict
 				if string(rk.hash[:]) == string(hash) {
-					results[i].Status = "duplicate"
+					status = store.Duplicate
 				}
+				results[i].Status = status.String()
+				b.rejected.add(b.ids.Next(), status, rk, hash)
 				continue
 			}
 		}
@@ -364,7 +375,11 @@ func (b *Broker) produceOn(ctx context.Context, name string, cs *clusterShard, t
 				continue // the holder's hash is not ours; let the database answer again
 			}
 			copy(h[:], items[i].Hash)
-			b.recent.Add(topic+"\x00"+results[i].Key, recentKey{id: r.ID, hash: h})
+			v := items[i].Msg.VShard
+			if r.Status == store.Duplicate {
+				v = r.VShard
+			}
+			b.recent.Add(topic+"\x00"+results[i].Key, recentKey{id: r.ID, vshard: v, hash: h})
 		}
 	}
 	if dur != DurabilityReplicated {
