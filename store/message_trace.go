@@ -44,6 +44,9 @@ const (
 	EventRedriven       = "redriven"
 	EventMoved          = "moved"
 	EventArchived       = "archived"
+	// EventDropped: the delivery was removed because its subscription was
+	// deleted; the message was never delivered to it again.
+	EventDropped = "dropped"
 )
 
 // Event is one trace row.
