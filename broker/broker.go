@@ -72,7 +72,8 @@ type Config struct {
 	Commit CommitConfig
 	// ReplicatedTimeout bounds the wait for a replica under replicated
 	// durability; past it the items are answered unavailable (they are
-	// committed on the primary, and a retry answers duplicate). Defaults
+	// committed on the primary; a replicated retry answers duplicate once
+	// a replica has applied them, unavailable again until then). Defaults
 	// to 5s.
 	ReplicatedTimeout time.Duration
 	// RecentKeys is the size of the recent-keys cache that answers known
@@ -394,10 +395,22 @@ func (b *Broker) produceOn(ctx context.Context, name string, cs *clusterShard, t
 	}
 	for _, i := range idx {
 		if results[i].Status == "created" || results[i].Status == "duplicate" {
-			results[i].Err = fmt.Errorf("committed on the primary of cluster %s but not confirmed on a replica (a retry with the same key answers duplicate): %w", name, err)
+			results[i].Err = fmt.Errorf("%s: %w", notReplicatedText(name), err)
 			results[i].Status = "unavailable"
 		}
 	}
+}
+
+// notReplicatedText is what an item answered unavailable under replicated
+// durability says about its state and about a retry. A duplicate answer
+// under replicated durability claims, like created, that a replica has
+// the message, so a retry waits for a replica again: it answers duplicate
+// once one has applied the message, and unavailable until then. It never
+// stores the message twice.
+func notReplicatedText(cluster string) string {
+	return "committed on the primary of cluster " + cluster + " but no replica confirmed it in time; " +
+		"a retry with the same key and order_key never stores it twice: it answers duplicate once a replica has applied it, " +
+		"unavailable until then"
 }
 
 // ClaimRequest asks for up to Max deliveries of topic/sub.
