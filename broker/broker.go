@@ -44,6 +44,9 @@ type Shard interface {
 	DropSubscription(ctx context.Context, topic, sub string, now time.Time) (int64, error)
 	Unpark(ctx context.Context, topic, sub string, now time.Time) (int64, error)
 	Stats(ctx context.Context, now time.Time) ([]store.QueueStats, error)
+	// AppendEvents writes trace events on their own, exactly once per
+	// event id (the recent-keys cache's duplicate and conflict answers).
+	AppendEvents(ctx context.Context, evs []store.Event) error
 }
 
 var _ Shard = (*store.Store)(nil)
@@ -69,7 +72,8 @@ type Config struct {
 	Commit CommitConfig
 	// ReplicatedTimeout bounds the wait for a replica under replicated
 	// durability; past it the items are answered unavailable (they are
-	// committed on the primary, and a retry answers duplicate). Defaults
+	// committed on the primary; a replicated retry answers duplicate once
+	// a replica has applied them, unavailable again until then). Defaults
 	// to 5s.
 	ReplicatedTimeout time.Duration
 	// RecentKeys is the size of the recent-keys cache that answers known
@@ -124,6 +128,7 @@ type Broker struct {
 	recent   *expirable.LRU[string, recentKey]
 	setMu    sync.Mutex
 	claims   *claimers
+	rejected *rejectedTrace
 }
 
 // clusterShard is a cluster's connection and its group committer.
@@ -134,8 +139,9 @@ type clusterShard struct {
 
 // recentKey is what the recent-keys cache remembers of a registered key.
 type recentKey struct {
-	id   uint64
-	hash [16]byte
+	id     uint64
+	vshard uint16 // the holder's: where its trace lives
+	hash   [16]byte
 }
 
 // New returns a broker routing by table to shards (cluster name → shard).
@@ -151,6 +157,7 @@ func New(cfg Config, table *routing.Table, shards map[string]Shard, subs Subscri
 		claims: newClaimers()}
 	if b.cfg.RecentKeys > 0 {
 		b.recent = expirable.NewLRU[string, recentKey](b.cfg.RecentKeys, nil, b.cfg.RecentKeysTTL)
+		b.rejected = newRejectedTrace(b)
 	}
 	empty := map[string]*clusterShard{}
 	b.shards.Store(&empty)
@@ -183,6 +190,9 @@ func (b *Broker) SetShards(shards map[string]Shard) {
 
 // Close stops the group committers after they commit what is queued.
 func (b *Broker) Close() {
+	if b.rejected != nil {
+		b.rejected.stop()
+	}
 	b.setMu.Lock()
 	defer b.setMu.Unlock()
 	for _, cs := range *b.shards.Load() {
@@ -294,10 +304,12 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 		if dur == DurabilityPrimary && b.recent != nil {
 			if rk, ok := b.recent.Get(topic + "\x00" + key); ok {
 				results[i].ID = rk.id
-				results[i].Status = "conflict"
+				status := store.Conflict
 				if string(rk.hash[:]) == string(hash) {
-					results[i].Status = "duplicate"
+					status = store.Duplicate
 				}
+				results[i].Status = status.String()
+				b.rejected.add(b.ids.Next(), status, rk, hash)
 				continue
 			}
 		}
@@ -367,7 +379,11 @@ func (b *Broker) produceOn(ctx context.Context, name string, cs *clusterShard, t
 				continue // the holder's hash is not ours; let the database answer again
 			}
 			copy(h[:], items[i].Hash)
-			b.recent.Add(topic+"\x00"+results[i].Key, recentKey{id: r.ID, hash: h})
+			v := items[i].Msg.VShard
+			if r.Status == store.Duplicate {
+				v = r.VShard
+			}
+			b.recent.Add(topic+"\x00"+results[i].Key, recentKey{id: r.ID, vshard: v, hash: h})
 		}
 	}
 	if dur != DurabilityReplicated {
@@ -382,10 +398,22 @@ func (b *Broker) produceOn(ctx context.Context, name string, cs *clusterShard, t
 	}
 	for _, i := range idx {
 		if results[i].Status == "created" || results[i].Status == "duplicate" {
-			results[i].Err = fmt.Errorf("committed on the primary of cluster %s but not confirmed on a replica (a retry with the same key answers duplicate): %w", name, err)
+			results[i].Err = fmt.Errorf("%s: %w", notReplicatedText(name), err)
 			results[i].Status = "unavailable"
 		}
 	}
+}
+
+// notReplicatedText is what an item answered unavailable under replicated
+// durability says about its state and about a retry. A duplicate answer
+// under replicated durability claims, like created, that a replica has
+// the message, so a retry waits for a replica again: it answers duplicate
+// once one has applied the message, and unavailable until then. It never
+// stores the message twice.
+func notReplicatedText(cluster string) string {
+	return "committed on the primary of cluster " + cluster + " but no replica confirmed it in time; " +
+		"a retry with the same key and order_key never stores it twice: it answers duplicate once a replica has applied it, " +
+		"unavailable until then"
 }
 
 // ClaimRequest asks for up to Max deliveries of topic/sub.

@@ -209,3 +209,8 @@ func (s *Shard) Stats(ctx context.Context, now time.Time) (out []store.QueueStat
 	})
 	return out, err
 }
+
+// AppendEvents implements broker.Shard.
+func (s *Shard) AppendEvents(ctx context.Context, evs []store.Event) error {
+	return s.call(ctx, false, func(ctx context.Context, sh broker.Shard) error { return sh.AppendEvents(ctx, evs) })
+}

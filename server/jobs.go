@@ -39,7 +39,7 @@ func (r *Router) startJobs() {
 	j.retries.Store(retries)
 	j.upkeep = deadletter.New(r.cfg.DeadLetters, r.broker, r.subs, r.leading, r.cfg.Now, r.cfg.Log)
 	reg := r.Metrics()
-	reg.MustRegister(retries, commitCollector{r})
+	reg.MustRegister(retries, commitCollector{r}, rejectedCollector{r})
 	reg.MustRegister(j.upkeep.Collectors()...)
 	ctx, cancel := context.WithCancel(context.Background())
 	j.cancel = cancel

@@ -141,20 +141,45 @@ func (s *Store) ArchiveDead(ctx context.Context, topic, sub string, cutoff, now 
 }
 
 // DropSubscription deletes every delivery of a deleted subscription in
-// batches; a message left with no delivery is consumed (no subscription
-// waits for it any more). It returns how many deliveries went.
+// batches, each traced dropped (error code subscription_deleted, saying
+// whether it was ready, in flight or dead); a message left with no delivery
+// is consumed in the documented sense — nothing waits for it any more —
+// and its trace says why. It returns how many deliveries went.
 func (s *Store) DropSubscription(ctx context.Context, topic, sub string, now time.Time) (int64, error) {
 	return s.inBatches(ctx, "drop_subscription", func(tx *sql.Tx) (int, error) {
-		ids, err := lockSubscriptionBatch(ctx, tx, topic, sub, redriveBatch)
-		if err != nil || len(ids) == 0 {
+		ds, err := lockSubscriptionBatch(ctx, tx, topic, sub, redriveBatch)
+		if err != nil || len(ds) == 0 {
 			return 0, err
+		}
+		ids := make([]uint64, len(ds))
+		events := make([]Event, len(ds))
+		for i, d := range ds {
+			ids[i] = d.messageID
+			state := "pending (never claimed)"
+			switch {
+			case d.dead:
+				state = "a dead letter"
+			case d.leased:
+				state = "leased (in flight or its lease lapsed)"
+			case d.attempts > 0:
+				state = "waiting for a retry"
+			}
+			events[i] = Event{ID: s.ids.Next(), At: now, MessageID: d.messageID, VShard: d.vshard, Subscription: sub,
+				Type: EventDropped, Attempt: d.attempts, ErrorCode: DroppedSubscriptionDeleted,
+				Error: "subscription deleted while its delivery was " + state + "; never delivered to it again"}
 		}
 		if err := deleteDeliveries(ctx, tx, sub, ids); err != nil {
 			return 0, err
 		}
-		return len(ids), markConsumed(ctx, tx, ids, now)
+		if err := insertEvents(ctx, tx, events); err != nil {
+			return 0, err
+		}
+		return len(ds), markConsumed(ctx, tx, ids, now)
 	})
 }
+
+// DroppedSubscriptionDeleted is the error code of a dropped event.
+const DroppedSubscriptionDeleted = "subscription_deleted"
 
 // Unpark releases every parked delivery of a subscription that is no
 // longer ordered.

@@ -61,6 +61,7 @@ func insertKeysSQL(rows []keyRow, ignore bool) (string, []any) {
 // registeredKey is who holds a (topic, key).
 type registeredKey struct {
 	messageID uint64
+	vshard    uint16
 	hash      []byte
 }
 
@@ -69,7 +70,7 @@ type registeredKey struct {
 func selectKeys(ctx context.Context, tx *sql.Tx, rows []keyRow) (map[[2]string]registeredKey, error) {
 	var b strings.Builder
 	args := make([]any, 0, len(rows)*2)
-	b.WriteString("SELECT topic, msg_key, message_id, payload_hash FROM message_key WHERE (topic, msg_key) IN (")
+	b.WriteString("SELECT topic, msg_key, message_id, vshard, payload_hash FROM message_key WHERE (topic, msg_key) IN (")
 	for i, r := range rows {
 		if i > 0 {
 			b.WriteByte(',')
@@ -87,7 +88,7 @@ func selectKeys(ctx context.Context, tx *sql.Tx, rows []keyRow) (map[[2]string]r
 	for res.Next() {
 		var topic, key string
 		var k registeredKey
-		if err := res.Scan(&topic, &key, &k.messageID, &k.hash); err != nil {
+		if err := res.Scan(&topic, &key, &k.messageID, &k.vshard, &k.hash); err != nil {
 			return nil, fmt.Errorf("select message_key: %w", err)
 		}
 		out[[2]string{topic, key}] = k

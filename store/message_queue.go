@@ -451,22 +451,32 @@ func countDead(ctx context.Context, q queryer, topic, sub string) (int64, error)
 	return n, row.Err()
 }
 
+// droppedDelivery is a delivery of a deleted subscription, as its trace
+// event records it.
+type droppedDelivery struct {
+	messageID uint64
+	vshard    uint16
+	attempts  int
+	dead      bool
+	leased    bool
+}
+
 // lockSubscriptionBatch locks up to limit deliveries of a subscription.
-func lockSubscriptionBatch(ctx context.Context, tx *sql.Tx, topic, sub string, limit int) ([]uint64, error) {
-	rows, err := tx.QueryContext(ctx, "SELECT message_id FROM message_queue WHERE topic = ? AND subscription = ? LIMIT ? FOR UPDATE", topic, sub, limit)
+func lockSubscriptionBatch(ctx context.Context, tx *sql.Tx, topic, sub string, limit int) ([]droppedDelivery, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT message_id, vshard, attempts, is_dead, claim_token <> 0 FROM message_queue WHERE topic = ? AND subscription = ? LIMIT ? FOR UPDATE", topic, sub, limit)
 	if err != nil {
 		return nil, fmt.Errorf("lock message_queue of a subscription: %w", err)
 	}
 	defer rows.Close()
-	var ids []uint64
+	var out []droppedDelivery
 	for rows.Next() {
-		var id uint64
-		if err := rows.Scan(&id); err != nil {
+		var d droppedDelivery
+		if err := rows.Scan(&d.messageID, &d.vshard, &d.attempts, &d.dead, &d.leased); err != nil {
 			return nil, fmt.Errorf("lock message_queue of a subscription: %w", err)
 		}
-		ids = append(ids, id)
+		out = append(out, d)
 	}
-	return ids, rows.Err()
+	return out, rows.Err()
 }
 
 // lockStaleDead locks up to limit dead letters of a subscription that died

@@ -44,6 +44,9 @@ const (
 	EventRedriven       = "redriven"
 	EventMoved          = "moved"
 	EventArchived       = "archived"
+	// EventDropped: the delivery was removed because its subscription was
+	// deleted; the message was never delivered to it again.
+	EventDropped = "dropped"
 )
 
 // Event is one trace row.
@@ -62,6 +65,34 @@ type Event struct {
 }
 
 func insertEvents(ctx context.Context, tx *sql.Tx, evs []Event) error {
+	return execInsertEvents(ctx, tx, "INSERT INTO", evs)
+}
+
+// insertEventsOnce inserts events whose id and time the caller derived
+// from something that happens once (a produce attempt's own message id
+// and time), ignoring rows already there: a transaction that runs again,
+// or a rejected attempt traced again, adds no second row.
+func insertEventsOnce(ctx context.Context, tx execer, evs []Event) error {
+	return execInsertEvents(ctx, tx, "INSERT IGNORE INTO", evs)
+}
+
+// execer is what a write needs: a pool or a transaction.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// AppendEvents writes trace events outside any other change, in one
+// statement, exactly once per event id and time (INSERT IGNORE). The
+// router writes the duplicate and conflict events of the produce attempts
+// its recent-keys cache answered this way, batched.
+func (s *Store) AppendEvents(ctx context.Context, evs []Event) error {
+	if err := insertEventsOnce(ctx, s.db, evs); err != nil {
+		return translate(err)
+	}
+	return nil
+}
+
+func execInsertEvents(ctx context.Context, tx execer, verb string, evs []Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
@@ -74,7 +105,7 @@ func insertEvents(ctx context.Context, tx *sql.Tx, evs []Event) error {
 		args = append(args, e.ID, e.At, e.MessageID, e.VShard, nullString(e.Subscription), e.Type, nullString(e.Consumer),
 			e.Attempt, claimed, nullString(e.ErrorCode), nullString(e.Error))
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO message_trace (id, created_at, message_id, vshard, subscription, event, consumer,
+	_, err := tx.ExecContext(ctx, verb+` message_trace (id, created_at, message_id, vshard, subscription, event, consumer,
   attempt, claimed_at, error_code, error) VALUES `+placeholders(len(evs), 11), args...)
 	if err != nil {
 		return fmt.Errorf("insert message_trace: %w", err)

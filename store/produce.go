@@ -50,6 +50,9 @@ type ProduceItem struct {
 type ProduceResult struct {
 	Status ProduceStatus
 	ID     uint64
+	// VShard of the message holding the key (duplicate, conflict): where
+	// its trace lives.
+	VShard uint16
 	// GTID of the transaction that committed the batch, when an item asked.
 	GTID string
 }
@@ -117,6 +120,7 @@ func (s *Store) Produce(ctx context.Context, items []ProduceItem) ([]ProduceResu
 			}
 		}
 		var created []*Message
+		var rejected []Event
 		at := make(map[uint64]time.Time, len(items))
 		bySubs := map[string][]*Message{}
 		subsOf := map[string][]string{}
@@ -130,10 +134,12 @@ func (s *Store) Produce(ctx context.Context, items []ProduceItem) ([]ProduceResu
 					// purge raced us. Fail the batch; it is retried whole.
 					return errKeyVanished
 				case h.messageID != it.Msg.ID && bytes.Equal(h.hash, it.Hash):
-					results[i] = ProduceResult{Status: Duplicate, ID: h.messageID}
+					results[i] = ProduceResult{Status: Duplicate, ID: h.messageID, VShard: h.vshard}
+					rejected = append(rejected, RejectedEvent(it, Duplicate, h.messageID, h.vshard))
 					continue
 				case h.messageID != it.Msg.ID:
-					results[i] = ProduceResult{Status: Conflict, ID: h.messageID}
+					results[i] = ProduceResult{Status: Conflict, ID: h.messageID, VShard: h.vshard}
+					rejected = append(rejected, RejectedEvent(it, Conflict, h.messageID, h.vshard))
 					continue
 				case committed[it.Msg.ID]:
 					// This very batch committed before (a retry after a
@@ -146,6 +152,13 @@ func (s *Store) Produce(ctx context.Context, items []ProduceItem) ([]ProduceResu
 			sk := subsKey(it.Subscriptions)
 			bySubs[sk] = append(bySubs[sk], it.Msg)
 			subsOf[sk] = it.Subscriptions
+		}
+		// The rejected attempts are traced on the holder's vshard in the
+		// same transaction, so an answer of duplicate or conflict is never
+		// given without its event. Only this path writes them: the fast
+		// path is for batches whose keys are all new.
+		if err := insertEventsOnce(ctx, tx, rejected); err != nil {
+			return err
 		}
 		if len(created) == 0 {
 			return nil
@@ -304,6 +317,22 @@ func (s *Store) ownEarlierCommits(ctx context.Context, tx *sql.Tx, items []Produ
 		out[id] = true
 	}
 	return out, nil
+}
+
+// RejectedEvent is the trace event of a produce attempt answered
+// duplicate or conflict: on the message holding the key (holder, on
+// vshard), at the attempt's time, with the attempt's own message id as the
+// event id (that id is never stored otherwise), so that tracing the same
+// attempt twice writes one row. A conflict's event names the payload hash
+// that was refused.
+func RejectedEvent(it ProduceItem, status ProduceStatus, holder uint64, vshard uint16) Event {
+	e := Event{ID: it.Msg.ID, At: it.Msg.CreatedAt, MessageID: holder, VShard: vshard, Type: EventDuplicate}
+	if status == Conflict {
+		e.Type = EventConflict
+		e.ErrorCode = "payload_differs"
+		e.Error = fmt.Sprintf("key reused with another payload (hash %x); the stored message is unchanged", it.Hash)
+	}
+	return e
 }
 
 type storeError string

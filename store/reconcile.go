@@ -59,7 +59,7 @@ type CheckRange struct {
 
 // terminalEvents are the events that end (or reopen) a subscription's
 // delivery when its row is gone.
-var terminalEvents = []string{EventAcked, EventDeadLettered, EventArchived, EventRedriven}
+var terminalEvents = []string{EventAcked, EventDeadLettered, EventArchived, EventRedriven, EventDropped}
 
 // CheckMessages reads one page of messages with their deliveries, terminal
 // events and key rows in one snapshot and reports what disagrees. It only
@@ -229,7 +229,8 @@ func groupEvents(evs []Event) map[uint64][]Event {
 // judgeMessage derives what a message's status and deliveries should be
 // from its delivery rows and its terminal events (in time order), and
 // reports where they disagree. Per subscription: a row is live or dead; with
-// no row, the last terminal event says done (acked), dead (dead-lettered or
+// no row, the last terminal event says done (acked, or dropped with its
+// deleted subscription), dead (dead-lettered or
 // archived) or nothing (redriven, or no event), which for a subscription
 // that existed at production means the delivery is missing. The status is
 // dead when any subscription is dead, pending while any is live or
@@ -264,7 +265,7 @@ func judgeMessage(ctx context.Context, m *Message, dels []deliveryRow, evs []Eve
 			continue
 		}
 		switch typ {
-		case EventAcked:
+		case EventAcked, EventDropped:
 			states[sub] = done
 		case EventDeadLettered, EventArchived:
 			states[sub] = dead

@@ -99,7 +99,7 @@ func TestProduceDedupAndConflict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []ProduceResult{{Status: Created, ID: a.Msg.ID}, {Status: Duplicate, ID: a.Msg.ID}, {Status: Created, ID: b.Msg.ID}}
+	want := []ProduceResult{{Status: Created, ID: a.Msg.ID}, {Status: Duplicate, ID: a.Msg.ID, VShard: 7}, {Status: Created, ID: b.Msg.ID}}
 	for i := range want {
 		if res[i] != want[i] {
 			t.Errorf("item %d: got %+v, want %+v", i, res[i], want[i])
@@ -112,7 +112,7 @@ func TestProduceDedupAndConflict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = []ProduceResult{{Status: Duplicate, ID: a.Msg.ID}, {Status: Conflict, ID: b.Msg.ID}, {Status: Created, ID: other.Msg.ID}}
+	want = []ProduceResult{{Status: Duplicate, ID: a.Msg.ID, VShard: 7}, {Status: Conflict, ID: b.Msg.ID, VShard: 7}, {Status: Created, ID: other.Msg.ID}}
 	for i := range want {
 		if res[i] != want[i] {
 			t.Errorf("second batch item %d: got %+v, want %+v", i, res[i], want[i])
