@@ -1,5 +1,7 @@
 package server
 
+import "github.com/shardmq/shardmq/routing"
+
 // staleSource is what /readyz asks of a topology source that can fall
 // behind the store it follows (Consul: unreachable, or its shard map
 // rejected). The router keeps serving with the last known topology, so a
@@ -28,3 +30,6 @@ func (r *Router) withTopologyStatus(out map[string]any) map[string]any {
 // a topology backend's registration publishes it for the resharding
 // barrier.
 func (r *Router) ShardMapVersion() int64 { return r.table.Load().Version() }
+
+// ShardMap is the shard map the router routes with.
+func (r *Router) ShardMap() *routing.Map { return r.table.Load() }

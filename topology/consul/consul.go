@@ -65,8 +65,17 @@ type Config struct {
 	DSN DSN
 	// SessionTTL is the TTL of router and leader sessions; a dead router's
 	// registration and lock go after it (Consul waits up to twice as
-	// long). Defaults to 10s, Consul's minimum.
+	// long). Defaults to 10s, Consul's minimum: a real agent refuses a
+	// shorter one (the in-process double accepts it, for tests).
 	SessionTTL time.Duration
+	// Instance says where this router process runs, e.g. "host
+	// 10.0.0.5:8080" (the router binds its listen address before it
+	// registers). A router that finds its id registered by a process of
+	// the same instance takes that registration over at once: the
+	// previous process crashed, since two live ones cannot share a listen
+	// address. Empty: a registration held by another session is always
+	// refused until its session ends.
+	Instance string
 	// LockDelay is Consul's lock-delay on the leader lock after its holder's
 	// session is invalidated. Defaults to 1ms, in effect none: a leader
 	// steps down on its own once it could not renew its session for a TTL,
@@ -180,8 +189,18 @@ func (s *Source) Load(ctx context.Context) (*topology.Topology, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consul: read shard map: %w", err)
 	}
+	applied, err := s.Applied(ctx)
+	if err != nil {
+		return nil, err
+	}
 	m, err := decodeMap(pair)
 	if err != nil {
+		if top, who := topology.HighestApplied(applied); top > 0 {
+			return nil, fmt.Errorf("consul: shard map %s: %w; live routers apply version %d (%s): %s", s.mapKey(), err, top, strings.Join(who, ", "), topology.RecoveryHint)
+		}
+		return nil, fmt.Errorf("consul: shard map %s: %w", s.mapKey(), err)
+	}
+	if err := topology.CheckStored(m, applied); err != nil {
 		return nil, fmt.Errorf("consul: shard map %s: %w", s.mapKey(), err)
 	}
 	entries, hmeta, err := s.api.Health().Service(s.cfg.Service, "", true, (&api.QueryOptions{}).WithContext(ctx))

@@ -7,6 +7,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/hashicorp/consul/api"
@@ -17,10 +18,22 @@ import (
 
 // SeedMap stores m, the shard map of a static topology, as the first map
 // in Consul. When a map is already stored it is refused with
-// *topology.ConflictError unless replace is set; then m is written as the
-// successor of the stored map (its version raised above the stored one if
-// need be) with check-and-set. It returns the version written.
+// *topology.ConflictError unless replace is set; so is a store without a
+// map while live routers report one applied (the store lost its data:
+// recover with RecoverMap, or force with replace). The version written is
+// m's, raised to topology.NextVersion when that is higher, so that it is
+// above the stored map and above every map a live router applied. It
+// returns the version written.
 func SeedMap(ctx context.Context, s *Source, m *routing.Map, replace bool) (int64, error) {
+	for attempt := 0; ; attempt++ {
+		v, err := seedOnce(ctx, s, m, replace)
+		if err == nil || attempt == 4 || !replace || !errors.Is(err, topology.ErrConflict) && !errors.Is(err, topology.ErrBehind) {
+			return v, err
+		}
+	}
+}
+
+func seedOnce(ctx context.Context, s *Source, m *routing.Map, replace bool) (int64, error) {
 	cur, err := s.ShardMap(ctx)
 	var prev int64
 	switch {
@@ -31,12 +44,20 @@ func SeedMap(ctx context.Context, s *Source, m *routing.Map, replace bool) (int6
 	default:
 		return 0, err
 	}
+	applied, err := s.Applied(ctx)
+	if err != nil {
+		return 0, err
+	}
 	if prev > 0 && !replace {
 		return 0, &topology.ConflictError{Want: 0, Have: prev}
 	}
+	if top, who := topology.HighestApplied(applied); prev == 0 && top > 0 && !replace {
+		return 0, fmt.Errorf("%w: no shard map stored, but live routers apply version %d (%s): the store lost its data; rebuild the map with -recover, or write the file's map above theirs with -replace",
+			topology.ErrConflict, top, strings.Join(who, ", "))
+	}
 	next := m
-	if m.Version() <= prev {
-		if next, err = routing.NewMap(prev+1, m.Ranges(), nil); err != nil {
+	if v := topology.NextVersion(prev, applied); m.Version() < v {
+		if next, err = routing.NewMap(v, m.Ranges(), nil); err != nil {
 			return 0, err
 		}
 	}
