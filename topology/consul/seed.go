@@ -106,6 +106,46 @@ func ServiceDefinitions(top *topology.Topology, service string) ([]*api.AgentSer
 	return out, nil
 }
 
+// ServiceConfig is one instance's service definition in the format of a
+// Consul agent's configuration files (`consul validate` accepts a file of
+// {"service": ServiceConfig} or {"services": [ServiceConfig, …]}).
+type ServiceConfig struct {
+	ID      string            `json:"id"`
+	Name    string            `json:"name"`
+	Address string            `json:"address"`
+	Port    int               `json:"port"`
+	Meta    map[string]string `json:"meta"`
+	Checks  []CheckConfig     `json:"checks"`
+}
+
+// CheckConfig is a service check in an agent's configuration files.
+type CheckConfig struct {
+	Name     string `json:"name"`
+	TCP      string `json:"tcp"`
+	Interval string `json:"interval"`
+	Timeout  string `json:"timeout"`
+	// Status is the check's state until its first run.
+	Status string `json:"status,omitempty"`
+}
+
+// ServiceConfigs turns registrations (ServiceDefinitions) into agent
+// configuration-file definitions.
+func ServiceConfigs(defs []*api.AgentServiceRegistration) []ServiceConfig {
+	out := make([]ServiceConfig, 0, len(defs))
+	for _, d := range defs {
+		c := ServiceConfig{ID: d.ID, Name: d.Name, Address: d.Address, Port: d.Port, Meta: d.Meta, Checks: []CheckConfig{}}
+		checks := append(api.AgentServiceChecks(nil), d.Checks...)
+		if d.Check != nil {
+			checks = append(api.AgentServiceChecks{d.Check}, checks...)
+		}
+		for _, ch := range checks {
+			c.Checks = append(c.Checks, CheckConfig{Name: ch.Name, TCP: ch.TCP, Interval: ch.Interval, Timeout: ch.Timeout, Status: ch.Status})
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
 func sortedClusters(top *topology.Topology) []string {
 	names := make([]string, 0, len(top.Clusters))
 	for n := range top.Clusters {

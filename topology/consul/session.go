@@ -505,9 +505,12 @@ func (l *leader) run(ctx context.Context) {
 		l.s.destroySession(ctx, sid)
 		if ctx.Err() == nil {
 			l.s.log.Warn("consul: leader session lost; campaigning again", "err", err)
-			// Routers blocked on the lock see it free first: the one
-			// whose session just ended does not win it straight back.
-			sleep(ctx, l.s.cfg.MinBackoff)
+			// Routers blocked on the lock see it free first and, if
+			// the lock-delay refused them, retry after
+			// max(LockDelay, MinBackoff): the router whose session just
+			// ended waits twice that, so it does not win the lock
+			// straight back.
+			sleep(ctx, 2*min(max(l.s.cfg.LockDelay, l.s.cfg.MinBackoff), time.Second))
 		}
 	}
 }
