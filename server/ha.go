@@ -395,8 +395,12 @@ type EndpointView struct {
 
 // ClusterView is one cluster in GET /v1/admin/topology.
 type ClusterView struct {
-	Name      string         `json:"name"`
-	VShards   int            `json:"vshards"`
+	Name    string `json:"name"`
+	VShards int    `json:"vshards"`
+	// State is serving, stale (routing to the last known endpoints of a
+	// cluster that vanished from the catalog), no_primary or unknown.
+	State     string         `json:"state"`
+	Detail    string         `json:"detail,omitempty"`
 	Endpoints []EndpointView `json:"endpoints"`
 }
 
@@ -427,9 +431,16 @@ func (a adminOps) Topology(context.Context) (any, error) {
 	h.mu.Unlock()
 	sort.Strings(names)
 	out := make([]ClusterView, 0, len(names))
+	cstates := map[string]topology.ClusterState{}
+	for _, cs := range h.r.clusterStates(h.r.Stores()) {
+		cstates[cs.Name] = cs
+		if _, ok := prims[cs.Name]; !ok {
+			out = append(out, ClusterView{Name: cs.Name, VShards: len(m.VShards(cs.Name)), State: cs.State, Detail: cs.Detail, Endpoints: []EndpointView{}})
+		}
+	}
 	for _, n := range names {
 		p, st := prims[n], mon[n]
-		cv := ClusterView{Name: n, VShards: len(m.VShards(n))}
+		cv := ClusterView{Name: n, VShards: len(m.VShards(n)), State: cstates[n].State, Detail: cstates[n].Detail}
 		pv := EndpointView{Role: "primary", Endpoint: p.endpoint, Health: "ok", Breaker: breaker(p.endpoint), Error: st.HeartbeatError}
 		if !st.LastHeartbeat.IsZero() {
 			pv.LastHeartbeat = st.LastHeartbeat.Format(time.RFC3339Nano)
@@ -455,8 +466,10 @@ func (a adminOps) Topology(context.Context) (any, error) {
 		}
 		out = append(out, cv)
 	}
-	return map[string]any{"shard_map_version": m.Version(), "max_replica_lag_ms": h.monitor.Config().MaxLag.Milliseconds(),
-		"clusters": out}, nil
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	res := map[string]any{"shard_map_version": m.Version(), "max_replica_lag_ms": h.monitor.Config().MaxLag.Milliseconds(),
+		"clusters": out}
+	return h.r.withTopologyStatus(res), nil
 }
 
 func (a adminOps) Reconcile(ctx context.Context, req reconcile.Request) (*reconcile.Report, error) {

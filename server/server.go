@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sort"
 	"sync"
 	"time"
 
@@ -284,30 +283,37 @@ func (r *Router) Stores() map[string]*store.Store {
 // ClusterHealth is one cluster's readiness detail.
 type ClusterHealth struct {
 	Cluster string `json:"cluster"`
-	OK      bool   `json:"ok"`
-	Error   string `json:"error,omitempty"`
+	// State is the cluster's standing in the topology (see
+	// clusterStates): serving, stale, no_primary or unknown.
+	State  string `json:"state"`
+	OK     bool   `json:"ok"`
+	Error  string `json:"error,omitempty"`
+	Detail string `json:"detail,omitempty"`
 }
 
-// ready answers /readyz: ready while at least one cluster answers, since
-// every other cluster's vshards keep serving when one is down.
+// ready answers /readyz with every cluster of the shard map and every
+// cluster the router holds a pool for: ready while at least one cluster
+// answers, since every other cluster's vshards keep serving when one is
+// down.
 func (r *Router) ready(ctx context.Context) (any, error) {
 	stores := r.Stores()
-	names := make([]string, 0, len(stores))
-	for n := range stores {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	out := make([]ClusterHealth, len(names))
+	states := r.clusterStates(stores)
+	out := make([]ClusterHealth, len(states))
 	var wg sync.WaitGroup
-	for i, n := range names {
+	for i, st := range states {
+		out[i] = ClusterHealth{Cluster: st.Name, State: st.State, Detail: st.Detail, Error: st.Detail}
+		store, ok := stores[st.Name]
+		if !ok {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			out[i] = ClusterHealth{Cluster: n, OK: true}
-			if err := stores[n].Ping(cctx); err != nil {
-				out[i] = ClusterHealth{Cluster: n, Error: err.Error()}
+			out[i].OK, out[i].Error = true, ""
+			if err := store.Ping(cctx); err != nil {
+				out[i].OK, out[i].Error = false, err.Error()
 			}
 		}()
 	}

@@ -1,5 +1,13 @@
 package server
 
+import (
+	"sort"
+
+	"github.com/shardmq/shardmq/routing"
+	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/topology"
+)
+
 // staleSource is what /readyz asks of a topology source that can fall
 // behind the store it follows (Consul: unreachable, or its shard map
 // rejected). The router keeps serving with the last known topology, so a
@@ -28,3 +36,42 @@ func (r *Router) withTopologyStatus(out map[string]any) map[string]any {
 // a topology backend's registration publishes it for the resharding
 // barrier.
 func (r *Router) ShardMapVersion() int64 { return r.table.Load().Version() }
+
+// ShardMap is the shard map the router routes with.
+func (r *Router) ShardMap() *routing.Map { return r.table.Load() }
+
+// clusterStates lists every cluster of the shard map in use and every
+// cluster with a pool, sorted, each with its state: the source's when it
+// reports states (Consul), else serving for a cluster with a pool and
+// unknown for one the map names without any.
+func (r *Router) clusterStates(stores map[string]*store.Store) []topology.ClusterState {
+	byName := map[string]topology.ClusterState{}
+	if s, ok := r.cfg.Source.(topology.ClusterStater); ok {
+		for _, st := range s.ClusterStates() {
+			byName[st.Name] = st
+		}
+	}
+	names := map[string]bool{}
+	if r.table != nil {
+		for _, n := range r.table.Load().Clusters() {
+			names[n] = true
+		}
+	}
+	for n := range stores {
+		names[n] = true
+	}
+	out := make([]topology.ClusterState, 0, len(names))
+	for n := range names {
+		st, ok := byName[n]
+		switch {
+		case ok:
+		case stores[n] != nil:
+			st = topology.ClusterState{Name: n, State: topology.StateServing}
+		default:
+			st = topology.ClusterState{Name: n, State: topology.StateUnknown, Detail: "the shard map names it but the topology has no primary for it"}
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}

@@ -90,13 +90,15 @@ func (r *Registry) Start(ctx context.Context) error {
 		defer close(r.done)
 		t := time.NewTicker(r.every)
 		defer t.Stop()
+		var quiet quietLog
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if err := r.Refresh(ctx); err != nil && ctx.Err() == nil {
-					r.log.Warn("subscriptions not refreshed; keeping the last ones", "err", err)
+				err := r.Refresh(ctx)
+				if ctx.Err() == nil {
+					quiet.report(r.log, r.now(), err)
 				}
 			}
 		}
@@ -250,4 +252,29 @@ func (r *Registry) Delete(ctx context.Context, topic, name string) error {
 	delete(r.topics[topic], name)
 	r.mu.Unlock()
 	return nil
+}
+
+// quietLog keeps a failing refresh from logging every tick: the first
+// failure is logged, then one line a minute with the number of failures
+// since, and the recovery.
+type quietLog struct {
+	failing bool
+	last    time.Time // when a failure was last logged
+	missed  int       // failures since then
+}
+
+const quietEvery = time.Minute
+
+func (q *quietLog) report(log *slog.Logger, now time.Time, err error) {
+	switch {
+	case err == nil && q.failing:
+		log.Info("subscriptions refreshed again", "failed_refreshes", q.missed)
+		*q = quietLog{}
+	case err == nil:
+	case !q.failing || now.Sub(q.last) >= quietEvery:
+		log.Warn("subscriptions not refreshed; keeping the last ones", "err", err, "failed_refreshes_since_last_log", q.missed)
+		q.failing, q.last, q.missed = true, now, 0
+	default:
+		q.missed++
+	}
 }

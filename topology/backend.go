@@ -28,8 +28,12 @@ type Backend interface {
 	// version prev, by next. It is a check-and-set: when the stored
 	// version is no longer prev the write is refused with a
 	// *ConflictError and nothing changes. next must be valid and its
-	// version above prev (ErrInvalid otherwise).
+	// version above prev (ErrInvalid otherwise) and above every version
+	// a live router applied (ErrBehind otherwise): writers take it from
+	// NextVersion, or write through WriteShardMap.
 	UpdateShardMap(ctx context.Context, prev int64, next *routing.Map) error
+	// Applied lists what every live router reports routing with.
+	Applied(ctx context.Context) ([]AppliedMap, error)
 	// Register counts this router, named id, among the live routers until
 	// the Registration is stopped, ctx is done or the router dies. A new
 	// registration has applied version 0, so a router registers before it
@@ -179,12 +183,13 @@ func (l *SoleLeader) Leading(ctx context.Context) (<-chan struct{}, error) {
 }
 
 // Publishing wraps src so that while it is watched, reg publishes the
-// shard-map version the router actually routes with, read from applied: at
+// shard map the router actually routes with (its version, and its digest
+// when reg is a MapPublisher), read from applied: at
 // the start of Watch, after every topology handed to the router, and every
 // publishEvery in case the router applied one later (after a retry) or
 // kept its map. The caller publishes once more after building the router
 // from Load, if it wants the barrier to see the router before it serves.
-func Publishing(src Source, reg Registration, applied func() int64) Source {
+func Publishing(src Source, reg Registration, applied func() *routing.Map) Source {
 	return &publishing{Source: src, reg: reg, applied: applied}
 }
 
@@ -193,11 +198,11 @@ const publishEvery = 250 * time.Millisecond
 type publishing struct {
 	Source
 	reg     Registration
-	applied func() int64
+	applied func() *routing.Map
 }
 
 func (p *publishing) Watch(ctx context.Context, apply func(*Topology)) {
-	p.reg.Publish(p.applied())
+	PublishMap(p.reg, p.applied())
 	done := make(chan struct{})
 	defer func() { <-done }()
 	go func() {
@@ -209,13 +214,13 @@ func (p *publishing) Watch(ctx context.Context, apply func(*Topology)) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				p.reg.Publish(p.applied())
+				PublishMap(p.reg, p.applied())
 			}
 		}
 	}()
 	p.Source.Watch(ctx, func(t *Topology) {
 		apply(t)
-		p.reg.Publish(p.applied())
+		PublishMap(p.reg, p.applied())
 	})
 }
 

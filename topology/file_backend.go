@@ -28,7 +28,7 @@ type FileBackend struct {
 	Log   *slog.Logger
 
 	mu      sync.Mutex // serializes UpdateShardMap; guards regs, changed and loaded
-	regs    map[*fileRegistration]int64
+	regs    map[*fileRegistration]AppliedMap
 	changed chan struct{} // closed and replaced when a registration changes
 	loaded  []byte        // the file as Load last read it
 }
@@ -42,7 +42,7 @@ func NewFileBackend(path string, every time.Duration, log *slog.Logger) *FileBac
 		Path:    path,
 		Every:   every,
 		Log:     log,
-		regs:    map[*fileRegistration]int64{},
+		regs:    map[*fileRegistration]AppliedMap{},
 		changed: make(chan struct{}),
 	}
 }
@@ -109,6 +109,9 @@ func (f *FileBackend) UpdateShardMap(_ context.Context, prev int64, next *routin
 	}
 	if have := cur.Map.Version(); have != prev {
 		return &ConflictError{Want: prev, Have: have}
+	}
+	if err := CheckAbove(next, f.appliedLocked()); err != nil {
+		return err
 	}
 	out, err := replaceShardMap(data, next)
 	if err != nil {
@@ -186,7 +189,7 @@ func (f *FileBackend) Register(ctx context.Context, id string) (Registration, er
 	}
 	r := &fileRegistration{f: f, id: id}
 	f.mu.Lock()
-	f.regs[r] = 0
+	f.regs[r] = AppliedMap{Router: id}
 	f.signalLocked()
 	f.mu.Unlock()
 	context.AfterFunc(ctx, r.Stop)
@@ -203,9 +206,9 @@ func (f *FileBackend) WaitApplied(ctx context.Context, version int64) error {
 	for {
 		f.mu.Lock()
 		var behind []string
-		for r, v := range f.regs {
-			if v < version {
-				behind = append(behind, fmt.Sprintf("%s at %d", r.id, v))
+		for r, a := range f.regs {
+			if a.Version < version {
+				behind = append(behind, fmt.Sprintf("%s at %d", r.id, a.Version))
 			}
 		}
 		changed := f.changed
@@ -221,6 +224,21 @@ func (f *FileBackend) WaitApplied(ctx context.Context, version int64) error {
 	}
 }
 
+// Applied implements Backend: the registrations of this process.
+func (f *FileBackend) Applied(context.Context) ([]AppliedMap, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.appliedLocked(), nil
+}
+
+func (f *FileBackend) appliedLocked() []AppliedMap {
+	out := make([]AppliedMap, 0, len(f.regs))
+	for _, a := range f.regs {
+		out = append(out, a)
+	}
+	return out
+}
+
 // Leader implements Backend: the single router always leads.
 func (f *FileBackend) Leader(string) Leader { return NewSoleLeader() }
 
@@ -229,11 +247,16 @@ type fileRegistration struct {
 	id string
 }
 
-func (r *fileRegistration) Publish(v int64) {
+func (r *fileRegistration) Publish(v int64) { r.publish(v, "") }
+
+// PublishMap implements MapPublisher.
+func (r *fileRegistration) PublishMap(m *routing.Map) { r.publish(m.Version(), m.Digest()) }
+
+func (r *fileRegistration) publish(v int64, digest string) {
 	r.f.mu.Lock()
 	defer r.f.mu.Unlock()
-	if cur, ok := r.f.regs[r]; ok && v > cur {
-		r.f.regs[r] = v
+	if cur, ok := r.f.regs[r]; ok && (v > cur.Version || v == cur.Version && cur.Digest == "" && digest != "") {
+		r.f.regs[r] = AppliedMap{Router: r.id, Version: v, Digest: digest}
 		r.f.signalLocked()
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/server"
 	"github.com/shardmq/shardmq/topology"
 	"github.com/shardmq/shardmq/topology/consul"
@@ -28,7 +29,7 @@ func addConsulFlags(fs *flag.FlagSet) *consulOptions {
 	fs.StringVar(&o.prefix, "consul-prefix", "shardmq/", "Consul KV prefix of the shard map, subscriptions, routers and leader lock")
 	fs.StringVar(&o.service, "consul-service", "mysql", "Consul service name of the MySQL instances (meta cluster and role)")
 	fs.StringVar(&o.routerID, "router-id", "", "this router's id among the live routers (default hostname-listen address)")
-	fs.DurationVar(&o.ttl, "consul-session-ttl", 10*time.Second, "TTL of the router's Consul sessions (registration, leader lock)")
+	fs.DurationVar(&o.ttl, "consul-session-ttl", 10*time.Second, "TTL of the router's Consul sessions (registration, leader lock); at least 10s, Consul's minimum")
 	fs.StringVar(&o.user, "mysql-user", "root", "MySQL user for the instances discovered in Consul")
 	fs.StringVar(&o.password, "mysql-password", os.Getenv("SHARDMQ_MYSQL_PASSWORD"), "MySQL password (default $SHARDMQ_MYSQL_PASSWORD)")
 	fs.StringVar(&o.database, "mysql-database", "shardmq", "MySQL database on every instance")
@@ -48,7 +49,7 @@ type onConsul struct {
 // setup points cfg at Consul and registers the router before it loads the
 // topology, so that no barrier passes while it starts. It returns nil when
 // -consul-addr is not set.
-func (o *consulOptions) setup(ctx context.Context, cfg *server.Config) (*onConsul, error) {
+func (o *consulOptions) setup(ctx context.Context, cfg *server.Config, listen string) (*onConsul, error) {
 	if o.addr == "" {
 		return nil, nil
 	}
@@ -60,16 +61,20 @@ func (o *consulOptions) setup(ctx context.Context, cfg *server.Config) (*onConsu
 	for k := range q {
 		params[k] = q.Get(k)
 	}
+	if o.ttl < 10*time.Second {
+		return nil, fmt.Errorf("-consul-session-ttl %s: Consul's minimum is 10s", o.ttl)
+	}
+	host, _ := os.Hostname()
 	src, err := consul.New(consul.Config{
 		Address: o.addr, Prefix: o.prefix, Service: o.service, SessionTTL: o.ttl, Log: cfg.Log,
-		DSN: consul.DSN{User: o.user, Password: o.password, Database: o.database, Params: params},
+		Instance: host + " " + listen,
+		DSN:      consul.DSN{User: o.user, Password: o.password, Database: o.database, Params: params},
 	})
 	if err != nil {
 		return nil, err
 	}
 	id := o.routerID
 	if id == "" {
-		host, _ := os.Hostname()
 		id = host + "-" + cfg.Listen
 	}
 	reg, err := src.Register(ctx, id)
@@ -77,11 +82,11 @@ func (o *consulOptions) setup(ctx context.Context, cfg *server.Config) (*onConsu
 		return nil, err
 	}
 	c := &onConsul{reg: reg, leader: src.Leader(id)}
-	cfg.Source = topology.Publishing(src, reg, func() int64 {
+	cfg.Source = topology.Publishing(src, reg, func() *routing.Map {
 		if r := c.router.Load(); r != nil {
-			return r.ShardMapVersion()
+			return r.ShardMap()
 		}
-		return 0
+		return nil
 	})
 	cfg.Subscriptions = src.Subscriptions()
 	cfg.Leader = c.leader
@@ -96,7 +101,7 @@ func (c *onConsul) serving(ctx context.Context, r *server.Router) {
 		return
 	}
 	c.router.Store(r)
-	c.reg.Publish(r.ShardMapVersion())
+	topology.PublishMap(c.reg, r.ShardMap())
 	c.leader.Start(ctx)
 }
 

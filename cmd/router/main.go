@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	_ "net/http/pprof"
 	"os"
@@ -70,7 +71,15 @@ func main() {
 }
 
 func run(ctx context.Context, cfg server.Config, co *consulOptions) error {
-	c, err := co.setup(ctx, &cfg)
+	// Bind first: on Consul, holding the listen address proves that a
+	// registration of this router's id from the same address belongs to a
+	// dead predecessor, which the router then takes over.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+	c, err := co.setup(ctx, &cfg, ln.Addr().String())
 	if err != nil {
 		return err
 	}
@@ -80,11 +89,10 @@ func run(ctx context.Context, cfg server.Config, co *consulOptions) error {
 		return err
 	}
 	c.serving(ctx, r)
-	ln, err := r.Listen()
-	if err != nil {
-		r.Close()
-		return err
+	if c != nil {
+		cfg.Log.Info("router serving", "listen", ln.Addr().String(), "topology", "consul "+co.addr)
+	} else {
+		cfg.Log.Info("router serving", "listen", ln.Addr().String(), "topology", cfg.TopologyFile)
 	}
-	cfg.Log.Info("router serving", "listen", ln.Addr().String(), "topology", cfg.TopologyFile)
 	return r.Run(ctx, ln)
 }

@@ -65,8 +65,17 @@ type Config struct {
 	DSN DSN
 	// SessionTTL is the TTL of router and leader sessions; a dead router's
 	// registration and lock go after it (Consul waits up to twice as
-	// long). Defaults to 10s, Consul's minimum.
+	// long). Defaults to 10s, Consul's minimum: a real agent refuses a
+	// shorter one (the in-process double accepts it, for tests).
 	SessionTTL time.Duration
+	// Instance says where this router process runs, e.g. "host
+	// 10.0.0.5:8080" (the router binds its listen address before it
+	// registers). A router that finds its id registered by a process of
+	// the same instance takes that registration over at once: the
+	// previous process crashed, since two live ones cannot share a listen
+	// address. Empty: a registration held by another session is always
+	// refused until its session ends.
+	Instance string
 	// LockDelay is Consul's lock-delay on the leader lock after its holder's
 	// session is invalidated. Defaults to 1ms, in effect none: a leader
 	// steps down on its own once it could not renew its session for a TTL,
@@ -128,10 +137,12 @@ type Source struct {
 	instances []*api.ServiceEntry
 	hIndex    uint64            // health index the instances were read at
 	primaries map[string]string // cluster → chosen primary address
-	problems  string            // last logged discovery problems
-	errs      map[string]error  // watcher → last failure; nil entries are healthy
-	rejected  error             // why the stored shard map is not in use
-	kick      chan struct{}     // a watcher has news for the apply loop
+	lastKnown map[string]known  // cluster → its last usable endpoints
+	states    []topology.ClusterState
+	problems  string           // last logged discovery problems
+	errs      map[string]error // watcher → last failure; nil entries are healthy
+	rejected  error            // why the stored shard map is not in use
+	kick      chan struct{}    // a watcher has news for the apply loop
 }
 
 var _ topology.Backend = (*Source)(nil)
@@ -156,6 +167,7 @@ func New(cfg Config) (*Source, error) {
 	return &Source{
 		cfg: cfg, api: c, log: cfg.Log,
 		primaries: map[string]string{},
+		lastKnown: map[string]known{},
 		errs:      map[string]error{},
 		kick:      make(chan struct{}, 1),
 	}, nil
@@ -180,11 +192,21 @@ func (s *Source) Load(ctx context.Context) (*topology.Topology, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consul: read shard map: %w", err)
 	}
+	applied, err := s.Applied(ctx)
+	if err != nil {
+		return nil, err
+	}
 	m, err := decodeMap(pair)
 	if err != nil {
+		if top, who := topology.HighestApplied(applied); top > 0 {
+			return nil, fmt.Errorf("consul: shard map %s: %w; live routers apply version %d (%s): %s", s.mapKey(), err, top, strings.Join(who, ", "), topology.RecoveryHint)
+		}
 		return nil, fmt.Errorf("consul: shard map %s: %w", s.mapKey(), err)
 	}
-	entries, hmeta, err := s.api.Health().Service(s.cfg.Service, "", true, (&api.QueryOptions{}).WithContext(ctx))
+	if err := topology.CheckStored(m, applied); err != nil {
+		return nil, fmt.Errorf("consul: shard map %s: %w", s.mapKey(), err)
+	}
+	entries, hmeta, err := s.api.Health().Service(s.cfg.Service, "", false, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("consul: discover service %q: %w", s.cfg.Service, err)
 	}
@@ -395,7 +417,7 @@ func (s *Source) watchHealth(ctx context.Context) {
 	index := s.hIndex
 	s.mu.Unlock()
 	s.blockingLoop(ctx, "discovery", index, func(q *api.QueryOptions) (uint64, error) {
-		entries, meta, err := s.api.Health().Service(s.cfg.Service, "", true, q)
+		entries, meta, err := s.api.Health().Service(s.cfg.Service, "", false, q)
 		if err != nil {
 			return 0, err
 		}
@@ -432,13 +454,37 @@ func (d DSN) For(hostport string) string {
 	return c.FormatDSN()
 }
 
-// buildLocked turns the passing instances and the last good map into a
-// topology. A cluster without exactly one passing primary is left out, so
-// its vshards answer unavailable while every other cluster serves; when
-// two instances claim to be primary the one in use is kept, if it is one
-// of them.
+// known is a cluster as last seen with a usable primary.
+type known struct {
+	cluster topology.Cluster
+	primary string // address
+}
+
+// critical reports whether any check of an instance (node checks and
+// maintenance mode included) is critical.
+func critical(e *api.ServiceEntry) bool {
+	for _, c := range e.Checks {
+		if c.Status == api.HealthCritical {
+			return true
+		}
+	}
+	return false
+}
+
+// buildLocked turns the registered instances and the last good map into a
+// topology. Consul telling "dead" from "empty" decides:
+//
+//   - an instance with a critical check is dead and dropped;
+//   - a cluster with instances but without exactly one usable primary is
+//     left out (no_primary), so its vshards answer unavailable while
+//     every other cluster serves; when two instances claim to be primary
+//     the one in use is kept, if it is one of them;
+//   - a cluster of the map that vanished from the catalog altogether (an
+//     agent that lost its data, a deregistration by mistake) keeps its
+//     last known endpoints (stale) until the map stops naming it;
+//   - a cluster of the map never seen in the catalog is unknown.
 func (s *Source) buildLocked() *topology.Topology {
-	type group struct{ primaries, replicas []string }
+	type group struct{ primaries, replicas, dead []string }
 	groups := map[string]*group{}
 	var problems []string
 	for _, e := range s.instances {
@@ -455,21 +501,25 @@ func (s *Source) buildLocked() *topology.Topology {
 			g = &group{}
 			groups[cluster] = g
 		}
-		if role == RolePrimary {
+		switch {
+		case critical(e):
+			g.dead = append(g.dead, addr(e))
+		case role == RolePrimary:
 			g.primaries = append(g.primaries, addr(e))
-		} else {
+		default:
 			g.replicas = append(g.replicas, addr(e))
 		}
 	}
 	t := &topology.Topology{Clusters: map[string]topology.Cluster{}, Map: s.good}
 	chosen := map[string]string{}
+	states := map[string]topology.ClusterState{}
 	for name, g := range groups {
-		primary := ""
+		primary, why := "", ""
 		switch {
 		case len(g.primaries) == 1:
 			primary = g.primaries[0]
 		case len(g.primaries) == 0:
-			problems = append(problems, fmt.Sprintf("cluster %s has no passing primary: its vshards are unavailable", name))
+			why = fmt.Sprintf("cluster %s has no usable primary (%d critical instances): its vshards are unavailable", name, len(g.dead))
 		default:
 			sort.Strings(g.primaries)
 			for _, p := range g.primaries {
@@ -478,12 +528,15 @@ func (s *Source) buildLocked() *topology.Topology {
 				}
 			}
 			if primary == "" {
-				problems = append(problems, fmt.Sprintf("cluster %s has %d passing primaries %v and none is the one in use: its vshards are unavailable", name, len(g.primaries), g.primaries))
+				why = fmt.Sprintf("cluster %s has %d usable primaries %v and none is the one in use: its vshards are unavailable", name, len(g.primaries), g.primaries)
 			} else {
-				problems = append(problems, fmt.Sprintf("cluster %s has %d passing primaries %v: keeping %s", name, len(g.primaries), g.primaries, primary))
+				problems = append(problems, fmt.Sprintf("cluster %s has %d usable primaries %v: keeping %s", name, len(g.primaries), g.primaries, primary))
 			}
 		}
 		if primary == "" {
+			problems = append(problems, why)
+			states[name] = topology.ClusterState{Name: name, State: topology.StateNoPrimary, Detail: why}
+			delete(s.lastKnown, name)
 			continue
 		}
 		chosen[name] = primary
@@ -493,15 +546,40 @@ func (s *Source) buildLocked() *topology.Topology {
 			c.Replicas = append(c.Replicas, s.cfg.DSN.For(r))
 		}
 		t.Clusters[name] = c
+		s.lastKnown[name] = known{cluster: c, primary: primary}
+		states[name] = topology.ClusterState{Name: name, State: topology.StateServing}
 	}
+	inMap := map[string]bool{}
 	if t.Map != nil {
 		for _, name := range t.Map.Clusters() {
-			if _, ok := t.Clusters[name]; !ok && groups[name] == nil {
-				problems = append(problems, fmt.Sprintf("cluster %s of shard map %d has no passing instance: its vshards are unavailable", name, t.Map.Version()))
+			inMap[name] = true
+			if groups[name] != nil {
+				continue
 			}
+			if k, ok := s.lastKnown[name]; ok {
+				why := fmt.Sprintf("cluster %s of shard map %d vanished from the catalog: routing to its last known primary %s until it is registered again, marked critical, or left out of the shard map", name, t.Map.Version(), k.primary)
+				problems = append(problems, why)
+				t.Clusters[name] = k.cluster
+				chosen[name] = k.primary
+				states[name] = topology.ClusterState{Name: name, State: topology.StateStale, Detail: why}
+				continue
+			}
+			why := fmt.Sprintf("cluster %s of shard map %d has no instance in the catalog: its vshards are unavailable", name, t.Map.Version())
+			problems = append(problems, why)
+			states[name] = topology.ClusterState{Name: name, State: topology.StateUnknown, Detail: why}
+		}
+	}
+	for name := range s.lastKnown {
+		if groups[name] == nil && !inMap[name] {
+			delete(s.lastKnown, name) // left out of the map by an operator
 		}
 	}
 	s.primaries = chosen
+	s.states = s.states[:0]
+	for _, st := range states {
+		s.states = append(s.states, st)
+	}
+	sort.Slice(s.states, func(i, j int) bool { return s.states[i].Name < s.states[j].Name })
 	sort.Strings(problems)
 	if p := strings.Join(problems, "; "); p != s.problems {
 		s.problems = p
@@ -510,4 +588,12 @@ func (s *Source) buildLocked() *topology.Topology {
 		}
 	}
 	return t
+}
+
+// ClusterStates implements topology.ClusterStater: every cluster of the
+// catalog and of the shard map, as the last topology built saw it.
+func (s *Source) ClusterStates() []topology.ClusterState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]topology.ClusterState(nil), s.states...)
 }

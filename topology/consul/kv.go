@@ -63,7 +63,8 @@ func (s *Source) ShardMap(ctx context.Context) (*routing.Map, error) {
 
 // UpdateShardMap implements topology.Backend: the version check and the
 // write are one check-and-set on the key's ModifyIndex. With prev 0 it
-// creates the map where none (or no valid one) is stored.
+// creates the map where none (or no valid one) is stored. A version that
+// a live router has already applied is refused (topology.ErrBehind).
 func (s *Source) UpdateShardMap(ctx context.Context, prev int64, next *routing.Map) error {
 	if err := topology.CheckNext(prev, next); err != nil {
 		return err
@@ -75,6 +76,13 @@ func (s *Source) UpdateShardMap(ctx context.Context, prev int64, next *routing.M
 	have, index := storedVersion(pair)
 	if have != prev {
 		return &topology.ConflictError{Want: prev, Have: have}
+	}
+	applied, err := s.Applied(ctx)
+	if err != nil {
+		return err
+	}
+	if err := topology.CheckAbove(next, applied); err != nil {
+		return err
 	}
 	ok, _, err := s.api.KV().CAS(&api.KVPair{Key: s.mapKey(), Value: EncodeMap(next), ModifyIndex: index}, (&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/topology"
 )
 
@@ -21,7 +22,12 @@ type RouterInfo struct {
 	ID string `json:"id"`
 	// Applied is the shard-map version the router routes with; 0 until
 	// it has loaded one.
-	Applied      int64     `json:"applied_version"`
+	Applied int64 `json:"applied_version"`
+	// Digest is the applied map's routing.Map.Digest, so that a map
+	// rewritten under a version in use is caught at start-up.
+	Digest string `json:"applied_digest,omitempty"`
+	// Instance is where the router process runs (Config.Instance).
+	Instance     string    `json:"instance,omitempty"`
 	RegisteredAt time.Time `json:"registered_at"`
 	UpdatedAt    time.Time `json:"updated_at"`
 	// Session is the Consul session holding the registration.
@@ -103,18 +109,27 @@ func (s *Source) Register(ctx context.Context, id string) (topology.Registration
 	now := time.Now().UTC()
 	r := &registration{
 		s: s, key: s.routersKey() + id,
-		info: RouterInfo{ID: id, RegisteredAt: now},
+		info: RouterInfo{ID: id, Instance: s.cfg.Instance, RegisteredAt: now},
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	sid, sent, err := s.createSession(ctx, "shardmq router "+id, api.SessionBehaviorDelete, time.Millisecond)
 	if err != nil {
 		return nil, err
 	}
-	ok, err := r.write(ctx, sid)
-	if err != nil || !ok {
+	for attempt := 0; ; attempt++ {
+		ok, err := r.write(ctx, sid)
+		if err == nil && ok {
+			break
+		}
+		if err == nil && attempt < 3 {
+			var took bool
+			if took, err = s.takeOver(ctx, r.key, id); err == nil && took {
+				continue
+			}
+		}
 		s.destroySession(ctx, sid)
 		if err == nil {
-			err = fmt.Errorf("consul: router id %q is registered by another live router", id)
+			err = fmt.Errorf("consul: router id %q is registered by another live router (instance %q); give each router its own -router-id", id, s.holderInstance(ctx, r.key))
 		}
 		return nil, err
 	}
@@ -136,13 +151,18 @@ type registration struct {
 }
 
 // Publish implements topology.Registration.
-func (r *registration) Publish(v int64) {
+func (r *registration) Publish(v int64) { r.publish(v, "") }
+
+// PublishMap implements topology.MapPublisher.
+func (r *registration) PublishMap(m *routing.Map) { r.publish(m.Version(), m.Digest()) }
+
+func (r *registration) publish(v int64, digest string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if v <= r.info.Applied {
+	if v < r.info.Applied || v == r.info.Applied && (digest == "" || digest == r.info.Digest) {
 		return
 	}
-	r.info.Applied = v
+	r.info.Applied, r.info.Digest = v, digest
 	select {
 	case r.kick <- struct{}{}:
 	default:
@@ -220,6 +240,8 @@ func (r *registration) serve(ctx context.Context, sid string, lastOK time.Time) 
 		retry = nil
 		ok, err := r.write(ctx, sid)
 		switch {
+		case err != nil && r.s.sessionGone(ctx, sid):
+			return fmt.Errorf("%w: session %s ended: %v", errSessionLost, sid, err)
 		case err != nil:
 			fails++
 			retry = time.After(r.s.backoff(fails))
@@ -229,6 +251,76 @@ func (r *registration) serve(ctx context.Context, sid string, lastOK time.Time) 
 			fails = 0
 		}
 	}
+}
+
+// takeOver ends the session holding the registration key of router id
+// when that registration is this router's own predecessor: same id and
+// the same non-empty Config.Instance (host and listen address, which two
+// live processes cannot share). A router restarted after a crash then
+// registers at once instead of waiting for its old session's TTL. The
+// predecessor's hold on the leader lock, if any, ends with it. It reports
+// whether it ended a session.
+func (s *Source) takeOver(ctx context.Context, key, id string) (bool, error) {
+	if s.cfg.Instance == "" {
+		return false, nil
+	}
+	pair, _, err := s.api.KV().Get(key, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return false, fmt.Errorf("consul: read router registration: %w", err)
+	}
+	if pair == nil {
+		return true, nil // gone meanwhile: try again
+	}
+	var old RouterInfo
+	if pair.Session == "" || json.Unmarshal(pair.Value, &old) != nil || old.ID != id || old.Instance != s.cfg.Instance {
+		return false, nil
+	}
+	s.log.Warn("consul: taking over the registration of this router's previous process", "router", id, "instance", old.Instance, "session", pair.Session)
+	if _, err := s.api.Session().Destroy(pair.Session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+		return false, fmt.Errorf("consul: end the previous process's session: %w", err)
+	}
+	if lp, _, err := s.api.KV().Get(s.leaderKey(), (&api.QueryOptions{}).WithContext(ctx)); err == nil && lp != nil && lp.Session != "" && string(lp.Value) == id {
+		if info, _, err := s.api.Session().Info(lp.Session, (&api.QueryOptions{}).WithContext(ctx)); err == nil && info != nil && info.Name == "shardmq leader "+id {
+			s.api.Session().Destroy(lp.Session, (&api.WriteOptions{}).WithContext(ctx))
+		}
+	}
+	// The registration session's lock-delay is 1ms.
+	sleep(ctx, 5*time.Millisecond)
+	return true, nil
+}
+
+// holderInstance names the instance holding a registration key, for
+// error messages.
+func (s *Source) holderInstance(ctx context.Context, key string) string {
+	pair, _, err := s.api.KV().Get(key, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil || pair == nil {
+		return ""
+	}
+	var info RouterInfo
+	json.Unmarshal(pair.Value, &info)
+	return info.Instance
+}
+
+// sessionGone reports whether Consul says session id no longer exists
+// (destroyed or expired). A real agent answers a write with a dead
+// session by 500 "invalid session", which looks like any other failure;
+// asking for the session tells them apart without reading error text.
+func (s *Source) sessionGone(ctx context.Context, id string) bool {
+	entry, _, err := s.api.Session().Info(id, (&api.QueryOptions{}).WithContext(ctx))
+	return err == nil && entry == nil
+}
+
+// Applied implements topology.Backend from the live registrations.
+func (s *Source) Applied(ctx context.Context) ([]topology.AppliedMap, error) {
+	routers, err := s.Routers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]topology.AppliedMap, 0, len(routers))
+	for _, r := range routers {
+		out = append(out, topology.AppliedMap{Router: r.ID, Version: r.Applied, Digest: r.Digest})
+	}
+	return out, nil
 }
 
 // Routers lists the live routers' registrations, by id.
@@ -413,6 +505,12 @@ func (l *leader) run(ctx context.Context) {
 		l.s.destroySession(ctx, sid)
 		if ctx.Err() == nil {
 			l.s.log.Warn("consul: leader session lost; campaigning again", "err", err)
+			// Routers blocked on the lock see it free first and, if
+			// the lock-delay refused them, retry after
+			// max(LockDelay, MinBackoff): the router whose session just
+			// ended waits twice that, so it does not win the lock
+			// straight back.
+			sleep(ctx, 2*min(max(l.s.cfg.LockDelay, l.s.cfg.MinBackoff), time.Second))
 		}
 	}
 }
@@ -435,6 +533,11 @@ func (l *leader) campaign(ctx context.Context, sid string, lastOK time.Time) err
 		if free {
 			ok, _, err := kv.Acquire(&api.KVPair{Key: key, Value: []byte(l.id), Session: sid}, (&api.WriteOptions{}).WithContext(cctx))
 			switch {
+			case err != nil && l.s.sessionGone(cctx, sid):
+				// Consul refuses a dead session's acquire (500 "invalid
+				// session"): campaign again with a new one at once.
+				cancel(fmt.Errorf("%w: session %s ended: %v", errSessionLost, sid, err))
+				continue
 			case err != nil:
 				fails++
 				sleep(cctx, l.s.backoff(fails))
