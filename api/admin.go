@@ -35,7 +35,7 @@ func (s *Server) routeAdmin(a Admin) {
 	s.mux.HandleFunc("GET /v1/admin/topology", func(w http.ResponseWriter, r *http.Request) {
 		top, err := a.Topology(r.Context())
 		if err != nil {
-			writeError(w, fail(CodeInternal, err.Error()))
+			writeError(w, s.hide(r, CodeInternal, err))
 			return
 		}
 		writeJSON(w, http.StatusOK, top)
@@ -63,7 +63,7 @@ func (s *Server) routeAdmin(a Admin) {
 		}
 		res, err := a.MissingTransactions(r.Context(), req.TransactionIDs)
 		if err != nil {
-			writeError(w, lookupError(err, "transactions"))
+			writeError(w, s.lookupError(r, err, "transactions"))
 			return
 		}
 		writeJSON(w, http.StatusOK, viewMissing(w, res))
@@ -139,17 +139,17 @@ func (s *Server) reconcile(w http.ResponseWriter, r *http.Request, a Admin) {
 	rep, err := a.Reconcile(r.Context(), req)
 	if err != nil {
 		if errors.Is(err, reconcile.ErrRunning) {
-			writeError(w, fail(CodeUnavailable, err.Error()))
+			writeError(w, fail(CodeUnavailable, reconcile.ErrRunning.Error()))
 			return
 		}
-		writeError(w, lookupError(err, "reconciliation"))
+		writeError(w, s.lookupError(r, err, "reconciliation"))
 		return
 	}
 	out := viewReport(rep)
 	if len(body.TransactionIDs) > 0 {
 		res, err := a.MissingTransactions(r.Context(), body.TransactionIDs)
 		if err != nil {
-			writeError(w, lookupError(err, "transactions"))
+			writeError(w, s.lookupError(r, err, "transactions"))
 			return
 		}
 		out["transactions"] = viewMissing(w, res)

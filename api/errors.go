@@ -21,6 +21,15 @@ const (
 	CodeMethodNotAllowed    = "method_not_allowed"
 	CodeUnavailable         = "unavailable"
 	CodeInternal            = "internal"
+
+	// Security (guard.go, docs/security.md).
+	CodeUnauthorized         = "unauthorized"
+	CodeForbidden            = "forbidden"
+	CodeRateLimited          = "rate_limited"
+	CodeOriginNotAllowed     = "origin_not_allowed"
+	CodeHostNotAllowed       = "host_not_allowed"
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	CodeOverloaded           = "overloaded"
 )
 
 var statusOf = map[string]int{
@@ -37,6 +46,14 @@ var statusOf = map[string]int{
 	CodeMethodNotAllowed:    http.StatusMethodNotAllowed,
 	CodeUnavailable:         http.StatusServiceUnavailable,
 	CodeInternal:            http.StatusInternalServerError,
+
+	CodeUnauthorized:         http.StatusUnauthorized,
+	CodeForbidden:            http.StatusForbidden,
+	CodeRateLimited:          http.StatusTooManyRequests,
+	CodeOriginNotAllowed:     http.StatusForbidden,
+	CodeHostNotAllowed:       http.StatusForbidden,
+	CodeUnsupportedMediaType: http.StatusUnsupportedMediaType,
+	CodeOverloaded:           http.StatusServiceUnavailable,
 }
 
 // apiError is an error answered to the client as a whole.

@@ -61,11 +61,11 @@ func (s *Server) produce(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := s.b.Produce(r.Context(), topic, msgs, dur)
 	if err != nil {
-		s.log.Error("produce failed", "topic", topic, "err", err)
-		writeError(w, fail(CodeUnavailable, err.Error()))
+		writeError(w, s.hide(r, CodeUnavailable, fmt.Errorf("produce to %s: %w", topic, err)))
 		return
 	}
 	out := make([]produceResult, len(res))
+	hide := s.hider(r)
 	for i, pr := range res {
 		out[i] = produceResult{Key: pr.Key, VShard: int(pr.VShard), Status: pr.Status}
 		if pr.ID != 0 {
@@ -75,7 +75,7 @@ func (s *Server) produce(w http.ResponseWriter, r *http.Request) {
 		case "unavailable":
 			w.Header().Set("Retry-After", retryAfterSeconds)
 			if pr.Err != nil {
-				out[i].Error = fail(CodeUnavailable, pr.Err.Error())
+				out[i].Error = hide(CodeUnavailable, pr.Err)
 			}
 		case "rejected": // the database refused a value: no retry can succeed
 			if pr.Err != nil {
@@ -249,17 +249,16 @@ func (s *Server) claimWith(w http.ResponseWriter, r *http.Request, dead bool) {
 		writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("error_code is longer than %d bytes", maxErrorCode)))
 		return
 	}
+	if cr.Consumer == "" {
+		cr.Consumer = consumerOf(r)
+	}
 	got, err := s.b.Claim(r.Context(), cr)
 	switch {
 	case errors.Is(err, broker.ErrUnknownSubscription):
 		writeError(w, fail(CodeUnknownSubscription, fmt.Sprintf("topic %s has no subscription %s", topic, sub)))
 		return
-	case errors.Is(err, broker.ErrUnavailable):
-		writeError(w, fail(CodeUnavailable, err.Error()))
-		return
 	case err != nil:
-		s.log.Error("claim failed", "topic", topic, "subscription", sub, "err", err)
-		writeError(w, fail(CodeUnavailable, err.Error()))
+		writeError(w, s.hide(r, CodeUnavailable, fmt.Errorf("claim %s/%s: %w", topic, sub, err)))
 		return
 	}
 	out := make([]claimedMessage, len(got))
@@ -303,14 +302,15 @@ func (s *Server) receipts(w http.ResponseWriter, r *http.Request, req *receiptsR
 	return rs, true
 }
 
-func (s *Server) writeLeaseResults(w http.ResponseWriter, receipts []string, res []broker.LeaseResult) {
+func (s *Server) writeLeaseResults(w http.ResponseWriter, r *http.Request, receipts []string, res []broker.LeaseResult) {
 	out := make([]leaseResult, len(res))
+	hide := s.hider(r)
 	for i, lr := range res {
 		out[i] = leaseResult{Receipt: receipts[i], Status: lr.Status, Expires: formatTime(lr.Expires)}
 		if lr.Status == "unavailable" {
 			w.Header().Set("Retry-After", retryAfterSeconds)
 			if lr.Err != nil {
-				out[i].Error = fail(CodeUnavailable, lr.Err.Error())
+				out[i].Error = hide(CodeUnavailable, lr.Err)
 			}
 		}
 	}
@@ -323,7 +323,7 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.writeLeaseResults(w, req.Receipts, s.b.Ack(r.Context(), rs))
+	s.writeLeaseResults(w, r, req.Receipts, s.b.Ack(r.Context(), rs))
 }
 
 func (s *Server) extend(w http.ResponseWriter, r *http.Request) {
@@ -340,7 +340,7 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.writeLeaseResults(w, req.Receipts, s.b.Extend(r.Context(), rs, lease))
+	s.writeLeaseResults(w, r, req.Receipts, s.b.Extend(r.Context(), rs, lease))
 }
 
 type nackRequest struct {
@@ -397,12 +397,13 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
 	}
 	res := s.b.Nack(r.Context(), items)
 	out := make([]nackResult, len(res))
+	hide := s.hider(r)
 	for i, nr := range res {
 		out[i] = nackResult{Receipt: req.Items[i].Receipt, Status: nr.Status, NextAttemptAt: formatTime(nr.NextAttemptAt)}
 		if nr.Status == "unavailable" {
 			w.Header().Set("Retry-After", retryAfterSeconds)
 			if nr.Err != nil {
-				out[i].Error = fail(CodeUnavailable, nr.Err.Error())
+				out[i].Error = hide(CodeUnavailable, nr.Err)
 			}
 		}
 	}

@@ -121,7 +121,7 @@ func topicAndSub(w http.ResponseWriter, r *http.Request) (string, string, bool) 
 }
 
 // subscriptionError answers an error from the subscription operations.
-func (s *Server) subscriptionError(w http.ResponseWriter, topic, sub string, err error) {
+func (s *Server) subscriptionError(w http.ResponseWriter, r *http.Request, topic, sub string, err error) {
 	switch {
 	case errors.Is(err, broker.ErrUnknownSubscription):
 		writeError(w, fail(CodeUnknownSubscription, fmt.Sprintf("topic %s has no subscription %s", topic, sub)))
@@ -130,8 +130,7 @@ func (s *Server) subscriptionError(w http.ResponseWriter, topic, sub string, err
 	case errors.Is(err, broker.ErrBadCursor):
 		writeError(w, fail(CodeInvalidRequest, err.Error()))
 	default:
-		s.log.Error("subscription operation failed", "topic", topic, "subscription", sub, "err", err)
-		writeError(w, fail(CodeUnavailable, err.Error()))
+		writeError(w, s.hide(r, CodeUnavailable, fmt.Errorf("subscription %s/%s: %w", topic, sub, err)))
 	}
 }
 
@@ -156,7 +155,7 @@ func (s *Server) putSubscription(w http.ResponseWriter, r *http.Request) {
 	}
 	saved, created, err := s.subs.PutSubscription(r.Context(), sub)
 	if err != nil {
-		s.subscriptionError(w, topic, name, err)
+		s.subscriptionError(w, r, topic, name, err)
 		return
 	}
 	st := http.StatusOK
@@ -173,7 +172,7 @@ func (s *Server) getSubscription(w http.ResponseWriter, r *http.Request) {
 	}
 	sub, err := s.subs.GetSubscription(r.Context(), topic, name)
 	if err != nil {
-		s.subscriptionError(w, topic, name, err)
+		s.subscriptionError(w, r, topic, name, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, sub)
@@ -185,7 +184,7 @@ func (s *Server) deleteSubscription(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.subs.DeleteSubscription(r.Context(), topic, name); err != nil {
-		s.subscriptionError(w, topic, name, err)
+		s.subscriptionError(w, r, topic, name, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"topic": topic, "name": name, "deleted": true})
@@ -224,7 +223,7 @@ func (s *Server) listDead(w http.ResponseWriter, r *http.Request) {
 	}
 	page, err := s.subs.ListDead(r.Context(), topic, name, q.Get("error_code"), q.Get("cursor"), limit)
 	if err != nil {
-		s.subscriptionError(w, topic, name, err)
+		s.subscriptionError(w, r, topic, name, err)
 		return
 	}
 	items := make([]deadLetterJSON, len(page.Items))
@@ -259,7 +258,7 @@ func (s *Server) purgeDead(w http.ResponseWriter, r *http.Request) {
 	}
 	n, err := s.subs.PurgeDead(r.Context(), topic, name, code)
 	if err != nil {
-		s.subscriptionError(w, topic, name, err)
+		s.subscriptionError(w, r, topic, name, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"purged": n})
@@ -310,7 +309,7 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
 	}
 	n, err := s.subs.Redrive(r.Context(), topic, name, ids, body.ErrorCode)
 	if err != nil {
-		s.subscriptionError(w, topic, name, err)
+		s.subscriptionError(w, r, topic, name, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"redriven": n})

@@ -110,16 +110,16 @@ type traceResponse struct {
 }
 
 // lookupError maps a lookup failure to the error answered.
-func lookupError(err error, what string) *apiError {
+func (s *Server) lookupError(r *http.Request, err error, what string) *apiError {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return fail(CodeNotFound, what+" not found")
 	case errors.Is(err, store.ErrUnavailable):
-		return fail(CodeUnavailable, err.Error())
+		return s.hide(r, CodeUnavailable, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return fail(CodeUnavailable, err.Error())
+		return s.hide(r, CodeUnavailable, err)
 	}
-	return fail(CodeInternal, err.Error())
+	return s.hide(r, CodeInternal, err)
 }
 
 func (s *Server) trace(w http.ResponseWriter, r *http.Request, t Tracer) {
@@ -139,7 +139,7 @@ func (s *Server) trace(w http.ResponseWriter, r *http.Request, t Tracer) {
 	}
 	tr, err := t.Trace(r.Context(), topic, key, orderKey)
 	if err != nil {
-		writeError(w, lookupError(err, "message "+strconv.Quote(key)+" on topic "+topic+" (give order_key if it had one)"))
+		writeError(w, s.lookupError(r, err, "message "+strconv.Quote(key)+" on topic "+topic+" (give order_key if it had one)"))
 		return
 	}
 	out := traceResponse{Message: s.viewMessage(tr.Message, tr.Cluster), Deliveries: []deliveryView{}, Events: []eventView{},
@@ -164,17 +164,14 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request, t Tracer) {
 	}
 	res, err := t.Transaction(r.Context(), id)
 	if err != nil {
-		writeError(w, lookupError(err, "transaction "+strconv.Quote(id)))
+		writeError(w, s.lookupError(r, err, "transaction "+strconv.Quote(id)))
 		return
 	}
 	msgs := make([]messageView, len(res.Messages))
 	for i, m := range res.Messages {
 		msgs[i] = s.viewMessage(m.Message, m.Cluster)
 	}
-	unanswered := res.Unanswered
-	if unanswered == nil {
-		unanswered = []lookup.ClusterError{}
-	}
+	unanswered := s.hideClusterErrors(r, res.Unanswered)
 	if len(unanswered) > 0 {
 		w.Header().Set("Retry-After", retryAfterSeconds)
 	}

@@ -21,6 +21,9 @@ func (e *env) do(t *testing.T, method, path string, body any) (int, map[string]a
 		rd = bytes.NewReader(data)
 	}
 	req, _ := http.NewRequest(method, e.url+path, rd)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,101 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+
+	"github.com/shardmq/shardmq/api"
+	"github.com/shardmq/shardmq/auth"
+	"github.com/shardmq/shardmq/internal/tlsconf"
+)
+
+// SecurityConfig is who may use the router and how it is reached
+// (docs/security.md). The zero value runs open on a loopback address.
+type SecurityConfig struct {
+	// TokensFile is the token file (hashes, scopes, rates), reloaded when
+	// it changes. Empty runs the router open: no token is asked for, and
+	// Listen refuses a non-loopback address unless Insecure.
+	TokensFile string
+	// Insecure lets a router without tokens listen on any address.
+	Insecure bool
+	// AllowedOrigins, AllowedHosts: see api.GuardConfig.
+	AllowedOrigins []string
+	AllowedHosts   []string
+	// TLSCert and TLSKey are the listener's certificate and key (PEM),
+	// reloaded when they change. Empty: plain HTTP.
+	TLSCert, TLSKey string
+	// MaxInFlight caps the requests served at once; beyond it the router
+	// answers 503 overloaded. Defaults to 4096; negative disables.
+	MaxInFlight int
+}
+
+// security is the router's part that checks requests and secures the
+// listener.
+type security struct {
+	tokens  *auth.Store // nil: open
+	certs   *tlsconf.CertFiles
+	handler http.Handler
+}
+
+// secure puts the guard and the load shedder in front of the API.
+func (r *Router) secure() error {
+	c := r.cfg.Security
+	sec := &security{}
+	if c.TokensFile != "" {
+		st, err := auth.Open(c.TokensFile, r.cfg.ReloadEvery, r.cfg.Log)
+		if err != nil {
+			return err
+		}
+		st.Start(context.Background())
+		sec.tokens = st
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		sec.stop()
+		return errors.New("config: TLS needs both the certificate and the key file")
+	}
+	if c.TLSCert != "" {
+		cf, err := tlsconf.LoadCertFiles(c.TLSCert, c.TLSKey, r.cfg.Log)
+		if err != nil {
+			sec.stop()
+			return err
+		}
+		sec.certs = cf
+	}
+	gc := api.GuardConfig{AllowedOrigins: c.AllowedOrigins, AllowedHosts: c.AllowedHosts, Metrics: r.ha.metrics, Log: r.cfg.Log, Now: r.cfg.Now}
+	if sec.tokens != nil {
+		gc.Tokens = sec.tokens
+	}
+	max := c.MaxInFlight
+	if max == 0 {
+		max = 4096
+	}
+	sec.handler = api.NewShed(r.api.Guard(gc), max, r.ha.metrics)
+	r.sec = sec
+	return nil
+}
+
+func (s *security) stop() {
+	if s != nil && s.tokens != nil {
+		s.tokens.Stop()
+	}
+}
+
+// secureListener refuses to serve without tokens on an address others can
+// reach (unless Insecure), and adds TLS when configured.
+func (r *Router) secureListener(ln net.Listener) (net.Listener, error) {
+	c := r.cfg.Security
+	if r.sec.tokens == nil && !c.Insecure {
+		if a, ok := ln.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
+			ln.Close()
+			return nil, fmt.Errorf("listen %s: a router without a token file (-tokens) serves only a loopback address; give -tokens, or -insecure to serve anyone who can reach it", r.cfg.Listen)
+		}
+	}
+	if r.sec.certs != nil {
+		return tls.NewListener(ln, r.sec.certs.ServerConfig()), nil
+	}
+	return ln, nil
+}
