@@ -41,12 +41,12 @@ func (r Receipt) Encode() string {
 	b = append(b, byte(len(r.Topic)))
 	b = append(b, r.Topic...)
 	b = append(b, r.Subscription...)
-	return base64.RawURLEncoding.EncodeToString(b)
+	return receiptEncoding.EncodeToString(b)
 }
 
 // DecodeReceipt parses a receipt's text form.
 func DecodeReceipt(s string) (Receipt, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
+	b, err := receiptEncoding.DecodeString(s)
 	if err != nil || len(b) < 22 || b[0] != receiptVersion || b[1]&^flagOrdered != 0 {
 		return Receipt{}, ErrBadReceipt
 	}
@@ -60,8 +60,28 @@ func DecodeReceipt(s string) (Receipt, error) {
 	}
 	r.Topic = string(b[21 : 21+n])
 	r.Subscription = string(b[21+n:])
-	if int(r.VShard) >= shard.Count || r.Token == 0 || r.Topic == "" || r.Subscription == "" || len(r.Subscription) > 128 {
+	if int(r.VShard) >= shard.Count || r.Token == 0 || !receiptName(r.Topic) || !receiptName(r.Subscription) {
 		return Receipt{}, ErrBadReceipt
 	}
 	return r, nil
+}
+
+// receiptEncoding is strict so that one receipt has exactly one text form.
+var receiptEncoding = base64.RawURLEncoding.Strict()
+
+// receiptName reports whether a receipt's topic or subscription is a name
+// the router could have put there (topology.NameRE: [a-zA-Z0-9._-]{1,128}),
+// so that a forged receipt carries no other bytes (invalid UTF-8, quotes)
+// further in.
+func receiptName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '.' || c == '_' || c == '-' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
 }
