@@ -115,8 +115,19 @@ func (b *Breaker) State() string { return b.cb.State().String() }
 // the caller giving up (its context ends) counts as neither. A refused
 // call returns an error that wraps store.ErrUnavailable and ErrOpen.
 func (b *Breaker) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	return b.DoWithin(ctx, b.timeout, fn)
+}
+
+// DoWithin is Do with the call bounded by timeout instead of CallTimeout:
+// a read that has a cheaper place to go (a replica read, which falls back
+// to the primary) waits less for a hung endpoint, and its timeout counts
+// as the endpoint's failure all the same.
+func (b *Breaker) DoWithin(ctx context.Context, timeout time.Duration, fn func(ctx context.Context) error) error {
+	if timeout <= 0 {
+		timeout = b.timeout
+	}
 	_, err := b.cb.Execute(func() (struct{}, error) {
-		cctx, cancel := context.WithTimeout(ctx, b.timeout)
+		cctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		err := fn(cctx)
 		switch {

@@ -43,6 +43,12 @@ type HAConfig struct {
 	// WritableTimeout bounds the check that a newly named primary accepts
 	// writes before the router switches to it. Defaults to 2s.
 	WritableTimeout time.Duration
+	// ReplicaReadTimeout bounds each trace and lookup read on a replica
+	// (instead of the breakers' CallTimeout): a replica that stops
+	// answering (a hung process, a partition) costs a read this long, the
+	// timeout counts as a failure of its breaker, and the read goes to the
+	// primary at once. Defaults to 1s.
+	ReplicaReadTimeout time.Duration
 }
 
 // ha wires replicas, breakers, failover, trace and reconciliation into a
@@ -91,6 +97,9 @@ func newHA(r *Router) *ha {
 	cfg := r.cfg.HA
 	if cfg.WritableTimeout <= 0 {
 		cfg.WritableTimeout = 2 * time.Second
+	}
+	if cfg.ReplicaReadTimeout <= 0 {
+		cfg.ReplicaReadTimeout = time.Second
 	}
 	if cfg.Replicas.Now == nil {
 		cfg.Replicas.Now = r.cfg.Now
@@ -331,7 +340,8 @@ func (e lookupEndpoints) target(rep replica.Replica, ok bool) (lookup.Target, bo
 	if !ok {
 		return lookup.Target{}, false
 	}
-	return lookup.Target{Reader: guarded{rep.Store, e.h.breakers.For(rep.Endpoint)}, Endpoint: rep.Endpoint, Lag: max(rep.Lag, 0)}, true
+	return lookup.Target{Reader: replicaRead{rep.Store, e.h.breakers.For(rep.Endpoint), e.h.cfg.ReplicaReadTimeout},
+		Endpoint: rep.Endpoint, Lag: max(rep.Lag, 0)}, true
 }
 
 // reconcileEndpoints implements reconcile.Endpoints.

@@ -31,6 +31,7 @@ func main() {
 	flag.DurationVar(&cfg.Broker.ReplicatedTimeout, "replicated-timeout", 0, "wait for a replica under durability replicated (default 5s)")
 	flag.DurationVar(&cfg.Broker.FrozenWait, "frozen-wait", 0, "how long a request for a frozen vshard is held (default 2s)")
 	flag.IntVar(&cfg.Broker.RecentKeys, "recent-keys", 0, "size of the recent-keys cache (default 100000; -1 disables)")
+	flag.DurationVar(&cfg.HA.ReplicaReadTimeout, "replica-read-timeout", 0, "bound on each trace or lookup read on a replica before it falls back to the primary (default 1s)")
 	flag.IntVar(&cfg.Store.MaxOpen, "pool-max-open", 0, "connections per cluster primary (default 64)")
 	flag.StringVar(&cfg.DeadLetters.WebhookURL, "dead-letter-webhook", "", "URL that receives a JSON POST for every dead-letter growth alarm")
 	gcPercent := flag.Int("gc-percent", 400, "Go's GC target (debug.SetGCPercent); ignored when the GOGC environment variable is set")

@@ -107,6 +107,7 @@ func (p *process) terminate(inst *Instance, log *slog.Logger) error {
 	if !p.running() {
 		return nil
 	}
+	_ = p.cmd.Process.Signal(syscall.SIGCONT) // a Suspended server handles SIGTERM only once continued
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:

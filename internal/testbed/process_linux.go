@@ -70,3 +70,14 @@ func allocate(f *os.File, size int64) {
 		_ = syscall.Fallocate(int(f.Fd()), 0, 0, size)
 	}
 }
+
+// isStopped reports whether pid is stopped by a signal (state T in
+// /proc/PID/stat).
+func isStopped(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'T'
+}
