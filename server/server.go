@@ -46,6 +46,11 @@ type Config struct {
 	// Subscriptions is where subscriptions are kept. Defaults to the
 	// subscription table on every cluster's primary.
 	Subscriptions subscription.Store
+	// MirrorSubscriptions keeps a copy of every subscription of the
+	// Subscriptions store on every cluster's primary and repairs the
+	// store from it (subscription.Mirrored), so that subscriptions
+	// outlive a loss of Consul's data.
+	MirrorSubscriptions bool
 	// SubscriptionRefresh is how often subscriptions made through other
 	// routers are picked up. Defaults to 1s.
 	SubscriptionRefresh time.Duration
@@ -61,6 +66,13 @@ type Config struct {
 	HA HAConfig
 	// Security: tokens, TLS, browser rules, load shedding (security.go).
 	Security SecurityConfig
+	// CheckMapRecords makes the router refuse to start on a shard map
+	// older than one recorded on its clusters (vshard_owner), or
+	// different from the one recorded under its version: the topology
+	// store lost or rolled back its map while other routers route with a
+	// newer one. Set for Consul, where several routers must agree; the
+	// static file's single router follows its file.
+	CheckMapRecords bool
 	// Log defaults to discarding.
 	Log *slog.Logger
 	// Now is the clock. Defaults to time.Now.
@@ -105,6 +117,7 @@ type Router struct {
 	ha       *ha   // replicas, breakers, failover, trace, reconciliation (ha.go)
 	jobs     *jobs // dead-letter upkeep and produce metrics (jobs.go)
 	sec      *security
+	record   *mapRecorder
 }
 
 // replicaDSNs lists a cluster's replicas in the topology in use.
@@ -150,10 +163,19 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		r.Close()
 		return nil, err
 	}
+	if cfg.CheckMapRecords {
+		if err := r.checkRecorded(ctx, top.Map); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("load topology: %w", err)
+		}
+	}
 	r.table = routing.NewTable(top.Map)
 	subStore := cfg.Subscriptions
-	if subStore == nil {
+	switch {
+	case subStore == nil:
 		subStore = &subscription.MySQLStore{Primaries: r.Stores, Now: cfg.Now}
+	case cfg.MirrorSubscriptions:
+		subStore = &subscription.Mirrored{Shared: subStore, Durable: &subscription.MySQLStore{Primaries: r.Stores, Now: cfg.Now}, Log: cfg.Log}
 	}
 	r.subs = subscription.NewRegistry(subStore, cfg.SubscriptionRefresh, cfg.Now, cfg.Log)
 	if err := r.subs.Start(ctx); err != nil {
@@ -171,6 +193,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		return nil, err
 	}
 	r.startJobs()
+	r.record = startMapRecorder(r)
 	return r, nil
 }
 
@@ -267,6 +290,7 @@ func (r *Router) apply(ctx context.Context, top *topology.Topology) {
 	if !r.table.Store(top.Map) {
 		r.cfg.Log.Warn("reloaded shard map is older than the one in use; map kept", "version", top.Map.Version(), "current", r.table.Load().Version())
 	}
+	r.record.kick()
 	r.ha.applied(top)
 }
 
@@ -347,6 +371,9 @@ func (r *Router) Close() {
 	r.mu.Unlock()
 	// Services stop without r.mu held: their goroutines may need it (the
 	// subscription refresh reads the pools through Stores).
+	if r.record != nil {
+		r.record.stop()
+	}
 	r.jobs.stop()
 	r.sec.stop()
 	r.ha.stop()

@@ -174,3 +174,10 @@ func (m *MySQLStore) Delete(ctx context.Context, topic, name string) (bool, erro
 	}
 	return true, nil
 }
+
+// known reports whether any primary holds a row of the subscription,
+// tombstones included.
+func (m *MySQLStore) known(ctx context.Context, topic, name string) (bool, error) {
+	v, err := m.storedVersion(ctx, topic, name)
+	return v > 0, err
+}

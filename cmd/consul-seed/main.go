@@ -32,6 +32,8 @@ func main() {
 	flag.BoolVar(&o.register, "register", false, "register the instances' services through the agent at -consul-addr (otherwise print their definitions)")
 	flag.StringVar(&o.outDir, "out", "", "write each instance's service definition to DIR/<service id>.json (an agent configuration file) instead of printing them")
 	flag.BoolVar(&o.skipMap, "services-only", false, "do not touch the shard map")
+	flag.BoolVar(&o.recover, "recover", false, "rebuild the shard map from the clusters' vshard_owner records and the live routers, after the topology store lost it (no service definitions)")
+	flag.BoolVar(&o.force, "force", false, "with -recover: go on when a cluster cannot be read or a live router disagrees with the records")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -44,6 +46,7 @@ func main() {
 type options struct {
 	file, addr, prefix, service, outDir string
 	replace, register, skipMap          bool
+	recover, force                      bool
 }
 
 // run does the work; out receives the service definitions when they are
@@ -56,6 +59,9 @@ func run(ctx context.Context, o options, out, info io.Writer) error {
 	src, err := consul.New(consul.Config{Address: o.addr, Prefix: o.prefix, Service: o.service})
 	if err != nil {
 		return err
+	}
+	if o.recover {
+		return recoverMap(ctx, o, top, src, info)
 	}
 	defs, err := consul.ServiceDefinitions(top, o.service)
 	if err != nil {

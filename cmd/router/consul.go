@@ -89,6 +89,8 @@ func (o *consulOptions) setup(ctx context.Context, cfg *server.Config, listen st
 		return nil
 	})
 	cfg.Subscriptions = src.Subscriptions()
+	cfg.CheckMapRecords = true
+	cfg.MirrorSubscriptions = true
 	cfg.Leader = c.leader
 	cfg.Log.Info("router on consul", "consul", o.addr, "prefix", src.Prefix(), "service", o.service, "router_id", id)
 	return c, nil

@@ -22,8 +22,16 @@
 //     catalog registration, and /v1/health/service/<name> with ?passing and
 //     ?tag=, node checks included.
 //
+// Errors are answered as the agent answers them (status and plain-text
+// body without a trailing newline, checked against Consul 1.20): an
+// acquire with a destroyed or unknown session is 500 `raft apply failed:
+// invalid session "<id>"`, a renewal of one is 404 `Session id '<id>' not
+// found`, a malformed ?cas= or ?flags= is 500 with Go's ParseUint error,
+// an invalid Behavior is 500, an unknown check is 404 `Unknown check ID`.
+// Wipe stands for an agent restarted without its data.
+//
 // Deliberate differences: session TTLs below Consul's 10s minimum are
-// accepted (tests use short ones), a session expires TTL×Options.TTLMultiplier
+// accepted unless Options.MinSessionTTL is set (tests use short ones), a session expires TTL×Options.TTLMultiplier
 // after its last renewal (Consul waits 2×TTL; the default here is 1×),
 // checks never run on their own (tests flip them), and ACLs, datacenters,
 // namespaces, ?filter= and ?stale/?consistent are ignored.
@@ -55,6 +63,10 @@ type Options struct {
 	// TTLMultiplier scales a session's TTL into the time after its last
 	// renewal at which it is invalidated. Defaults to 1; real Consul uses 2.
 	TTLMultiplier float64
+	// MinSessionTTL is the shortest session TTL accepted; a shorter one
+	// is refused with the agent's 500 "Invalid Session TTL". Defaults to
+	// none (tests use short TTLs); real Consul's is 10s.
+	MinSessionTTL time.Duration
 }
 
 // Server is a running double. Its methods are safe for concurrent use.
@@ -141,6 +153,29 @@ func (s *Server) SetDown(down bool) {
 	s.wakeLocked()
 }
 
+// Wipe makes the double an agent restarted without its data (a -dev
+// agent, or a server whose data directory was lost): KV, sessions,
+// lock-delays and the catalog (but the agent's own node) are gone and the
+// index starts again from a low number. Connections are cut, as a restart
+// cuts them, so that blocked queries return with an error and clients
+// start again from index 0.
+func (s *Server) Wipe() {
+	s.mu.Lock()
+	for _, se := range s.sessions {
+		se.timer.Stop()
+	}
+	own := s.nodes[s.opts.Node]
+	s.kv, s.tombs, s.delays = map[string]*api.KVPair{}, map[string]uint64{}, map[string]time.Time{}
+	s.sessions = map[string]*session{}
+	s.nodes = map[string]*api.Node{s.opts.Node: own}
+	s.services, s.checks = map[string]*api.AgentService{}, map[string]*api.HealthCheck{}
+	s.index, s.kvIndex, s.sesIndex, s.hIndex = 1, 0, 0, 0
+	own.CreateIndex, own.ModifyIndex = 1, 1
+	s.wakeLocked()
+	s.mu.Unlock()
+	s.http.CloseClientConnections()
+}
+
 // Index returns the current index.
 func (s *Server) Index() uint64 {
 	s.mu.Lock()
@@ -187,7 +222,7 @@ func (s *Server) routes() http.Handler {
 		down := s.down
 		s.mu.Unlock()
 		if down {
-			http.Error(w, "No cluster leader", http.StatusInternalServerError)
+			consulError(w, http.StatusInternalServerError, "No cluster leader")
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -219,7 +254,7 @@ func (s *Server) query(w http.ResponseWriter, r *http.Request, run func() respon
 	if v := q.Get("index"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			http.Error(w, "Invalid index: "+err.Error(), http.StatusBadRequest)
+			consulError(w, http.StatusBadRequest, "Invalid index")
 			return
 		}
 		min = n
@@ -228,7 +263,7 @@ func (s *Server) query(w http.ResponseWriter, r *http.Request, run func() respon
 	if v := q.Get("wait"); v != "" {
 		d, err := parseWait(v)
 		if err != nil {
-			http.Error(w, "Invalid wait time", http.StatusBadRequest)
+			consulError(w, http.StatusBadRequest, "Invalid wait time")
 			return
 		}
 		wait = min2(d, 10*time.Minute)
@@ -240,7 +275,7 @@ func (s *Server) query(w http.ResponseWriter, r *http.Request, run func() respon
 		s.mu.Lock()
 		if s.down || s.closed {
 			s.mu.Unlock()
-			http.Error(w, "No cluster leader", http.StatusInternalServerError)
+			consulError(w, http.StatusInternalServerError, "No cluster leader")
 			return
 		}
 		resp := run()
@@ -296,7 +331,7 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, fn func() (any, i
 		if status == 0 {
 			status = http.StatusInternalServerError
 		}
-		http.Error(w, err.Error(), status)
+		consulError(w, status, err.Error())
 		return
 	}
 	if status == 0 {
@@ -308,6 +343,14 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, fn func() (any, i
 	if out != nil {
 		json.NewEncoder(w).Encode(out)
 	}
+}
+
+// consulError answers an error as the agent does: the status, and the
+// message as plain text without a trailing newline.
+func consulError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+	io.WriteString(w, msg)
 }
 
 func has(r *http.Request, param string) bool {
@@ -416,19 +459,19 @@ func (s *Server) kvGet(w http.ResponseWriter, r *http.Request) {
 func (s *Server) kvPut(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	if key == "" {
-		http.Error(w, "Missing key name", http.StatusBadRequest)
+		consulError(w, http.StatusBadRequest, "Missing key name")
 		return
 	}
 	value, err := io.ReadAll(r.Body)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		consulError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	q := r.URL.Query()
 	var flags uint64
 	if v := q.Get("flags"); v != "" {
 		if flags, err = strconv.ParseUint(v, 10, 64); err != nil {
-			http.Error(w, "Invalid flags", http.StatusBadRequest)
+			consulError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
 	}
@@ -436,7 +479,7 @@ func (s *Server) kvPut(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("cas"); has(r, "cas") {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			http.Error(w, "Invalid cas index", http.StatusBadRequest)
+			consulError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
 		cas = &n
@@ -452,7 +495,9 @@ func (s *Server) kvPut(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case acquire != "":
 			if _, ok := s.sessions[acquire]; !ok {
-				return nil, http.StatusInternalServerError, fmt.Errorf("invalid session %q", acquire)
+				// As the agent answers (state store error through
+				// the Raft apply): 500, plain text.
+				return nil, http.StatusInternalServerError, fmt.Errorf("raft apply failed: invalid session %q", acquire)
 			}
 			if until, ok := s.delays[key]; ok && time.Now().Before(until) {
 				return false, 0, nil
@@ -502,7 +547,7 @@ func (s *Server) kvDelete(w http.ResponseWriter, r *http.Request) {
 	if has(r, "cas") {
 		n, err := strconv.ParseUint(q.Get("cas"), 10, 64)
 		if err != nil {
-			http.Error(w, "Invalid cas index", http.StatusBadRequest)
+			consulError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
 		cas = &n
@@ -575,13 +620,13 @@ func parseLockDelay(raw any) (time.Duration, error) {
 func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) {
 	var body map[string]any
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil && err != io.EOF {
-		http.Error(w, "Request decode failed: "+err.Error(), http.StatusBadRequest)
+		consulError(w, http.StatusBadRequest, "Request decode failed: "+err.Error())
 		return
 	}
 	str := func(k string) string { v, _ := body[k].(string); return v }
 	delay, err := parseLockDelay(body["LockDelay"])
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		consulError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	behavior := str("Behavior")
@@ -590,13 +635,17 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) {
 		behavior = api.SessionBehaviorRelease
 	case api.SessionBehaviorRelease, api.SessionBehaviorDelete:
 	default:
-		http.Error(w, "Invalid Behavior setting '"+behavior+"'", http.StatusBadRequest)
+		consulError(w, http.StatusInternalServerError, "Invalid Behavior setting '"+behavior+"'")
 		return
 	}
 	var ttl time.Duration
 	if v := str("TTL"); v != "" {
-		if ttl, err = time.ParseDuration(v); err != nil || ttl <= 0 || ttl > 24*time.Hour {
-			http.Error(w, "Invalid Session TTL '"+v+"'", http.StatusBadRequest)
+		if ttl, err = time.ParseDuration(v); err != nil {
+			consulError(w, http.StatusBadRequest, "Request decode failed: time: invalid duration "+strconv.Quote(v))
+			return
+		}
+		if ttl != 0 && (ttl < s.opts.MinSessionTTL || ttl > 24*time.Hour) {
+			consulError(w, http.StatusInternalServerError, fmt.Sprintf("Invalid Session TTL '%d', must be between [%s=%s]", ttl, s.opts.MinSessionTTL, 24*time.Hour))
 			return
 		}
 	}
@@ -778,11 +827,11 @@ func (s *Server) dropServiceLocked(node, id string) bool {
 func (s *Server) agentServiceRegister(w http.ResponseWriter, r *http.Request) {
 	var reg api.AgentServiceRegistration
 	if err := json.NewDecoder(r.Body).Decode(&reg); err != nil {
-		http.Error(w, "Request decode failed: "+err.Error(), http.StatusBadRequest)
+		consulError(w, http.StatusBadRequest, "Request decode failed: "+err.Error())
 		return
 	}
 	if reg.Name == "" {
-		http.Error(w, "Missing service name", http.StatusBadRequest)
+		consulError(w, http.StatusBadRequest, "Missing service name")
 		return
 	}
 	if reg.ID == "" {
@@ -847,7 +896,7 @@ func (s *Server) agentServiceDeregister(w http.ResponseWriter, r *http.Request) 
 func (s *Server) setCheckLocked(id, status, output string) error {
 	c, ok := s.checks[svcKey(s.opts.Node, id)]
 	if !ok {
-		return fmt.Errorf("CheckID %q does not have associated TTL", id)
+		return fmt.Errorf("Unknown check ID %q. Ensure that the check ID is passed, not the check name.", id)
 	}
 	idx := s.nextLocked()
 	s.hIndex = idx
@@ -870,13 +919,13 @@ func (s *Server) agentCheckTTL(status string) http.HandlerFunc {
 func (s *Server) agentCheckUpdate(w http.ResponseWriter, r *http.Request) {
 	var upd struct{ Status, Output string }
 	if err := json.NewDecoder(r.Body).Decode(&upd); err != nil {
-		http.Error(w, "Request decode failed: "+err.Error(), http.StatusBadRequest)
+		consulError(w, http.StatusBadRequest, "Request decode failed: "+err.Error())
 		return
 	}
 	switch upd.Status {
 	case api.HealthPassing, api.HealthWarning, api.HealthCritical:
 	default:
-		http.Error(w, "Invalid check status: '"+upd.Status+"'", http.StatusBadRequest)
+		consulError(w, http.StatusBadRequest, "Invalid check status: '"+upd.Status+"'")
 		return
 	}
 	id := r.PathValue("id")
@@ -891,11 +940,11 @@ func (s *Server) agentCheckUpdate(w http.ResponseWriter, r *http.Request) {
 func (s *Server) catalogRegister(w http.ResponseWriter, r *http.Request) {
 	var reg api.CatalogRegistration
 	if err := json.NewDecoder(r.Body).Decode(&reg); err != nil {
-		http.Error(w, "Request decode failed: "+err.Error(), http.StatusBadRequest)
+		consulError(w, http.StatusBadRequest, "Request decode failed: "+err.Error())
 		return
 	}
 	if reg.Node == "" || reg.Address == "" && !reg.SkipNodeUpdate {
-		http.Error(w, "Must provide node and address", http.StatusBadRequest)
+		consulError(w, http.StatusBadRequest, "Must provide node and address")
 		return
 	}
 	s.write(w, r, func() (any, int, error) {
@@ -946,7 +995,7 @@ func (s *Server) catalogRegister(w http.ResponseWriter, r *http.Request) {
 func (s *Server) catalogDeregister(w http.ResponseWriter, r *http.Request) {
 	var d api.CatalogDeregistration
 	if err := json.NewDecoder(r.Body).Decode(&d); err != nil {
-		http.Error(w, "Request decode failed: "+err.Error(), http.StatusBadRequest)
+		consulError(w, http.StatusBadRequest, "Request decode failed: "+err.Error())
 		return
 	}
 	s.write(w, r, func() (any, int, error) {

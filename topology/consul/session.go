@@ -224,8 +224,13 @@ func (r *registration) run(ctx context.Context, sid string, lastOK time.Time) {
 func (r *registration) serve(ctx context.Context, sid string, lastOK time.Time) error {
 	kctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	lost := make(chan error, 1)
+	lost := make(chan error, 2)
 	go func() { lost <- r.s.keepAlive(kctx, sid, lastOK) }()
+	go func() {
+		if err := r.watchKey(kctx, sid); err != nil {
+			lost <- err
+		}
+	}()
 	var retry <-chan time.Time
 	fails := 0
 	for {
@@ -251,6 +256,31 @@ func (r *registration) serve(ctx context.Context, sid string, lastOK time.Time) 
 			fails = 0
 		}
 	}
+}
+
+// watchKey follows the registration key with blocking queries and returns
+// as soon as it is no longer held by session sid: deleted by hand, or
+// gone with the agent's data. The router then registers again at once,
+// publishing the map it routes with, instead of staying invisible to
+// writers and starting routers until its next renewal. It returns nil
+// when ctx is done.
+func (r *registration) watchKey(ctx context.Context, sid string) error {
+	var index uint64
+	for fails := 0; ctx.Err() == nil; {
+		pair, meta, err := r.s.api.KV().Get(r.key, (&api.QueryOptions{WaitIndex: index, WaitTime: r.s.cfg.Wait}).WithContext(ctx))
+		if err != nil {
+			fails++
+			sleep(ctx, r.s.backoff(fails))
+			index = 0
+			continue
+		}
+		fails = 0
+		if pair == nil || pair.Session != sid {
+			return fmt.Errorf("%w: registration key %s no longer held by session %s", errSessionLost, r.key, sid)
+		}
+		index = nextIndex(index, meta.LastIndex)
+	}
+	return nil
 }
 
 // takeOver ends the session holding the registration key of router id

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/topology"
+	"github.com/shardmq/shardmq/topology/consul"
+)
+
+// recoverMap rebuilds the shard map from the vshard_owner record of every
+// cluster the file names (read from its primary, else from a replica: the
+// table replicates), checks it against the live routers and writes it
+// above every version in sight. Vshards that no cluster recorded follow
+// the file's map. Every cluster must answer unless force is set.
+func recoverMap(ctx context.Context, o options, top *topology.Topology, src *consul.Source, info io.Writer) error {
+	names := make([]string, 0, len(top.Clusters))
+	for n := range top.Clusters {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	records := map[string][]topology.OwnerRecord{}
+	var unread []error
+	for _, name := range names {
+		rows, from, err := readOwners(ctx, top.Clusters[name])
+		if err != nil {
+			unread = append(unread, fmt.Errorf("cluster %s: %w", name, err))
+			fmt.Fprintf(info, "cluster %s: no record read: %v\n", name, err)
+			continue
+		}
+		fmt.Fprintf(info, "cluster %s: record read from %s\n", name, from)
+		for _, r := range rows {
+			records[name] = append(records[name], topology.OwnerRecord{VShard: r.VShard, Cluster: r.Cluster, Version: r.MapVersion, Frozen: r.Frozen})
+		}
+	}
+	if len(unread) > 0 && !o.force {
+		return fmt.Errorf("recover: %w (every cluster must answer, or pass -force)", errors.Join(unread...))
+	}
+	rb, err := topology.Rebuild(records, top.Map)
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	for _, n := range rb.Notes {
+		fmt.Fprintln(info, n)
+	}
+	m, err := consul.RecoverMap(ctx, src, rb, o.force)
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	fmt.Fprintf(info, "recovered shard map (newest record version %d) stored as version %d at %sshardmap\n", rb.Newest, m.Version(), src.Prefix())
+	return nil
+}
+
+// readOwners reads a cluster's record from its primary, else from the
+// first replica that answers.
+func readOwners(ctx context.Context, c topology.Cluster) ([]store.VShardOwner, string, error) {
+	var errs []error
+	for _, dsn := range append([]string{c.Primary}, c.Replicas...) {
+		st, err := store.Open(ctx, dsn, store.Options{MaxOpen: 2})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rows, err := st.VShardOwners(ctx)
+		st.Close()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		return rows, redact(dsn), nil
+	}
+	return nil, "", errors.Join(errs...)
+}
+
+// redact drops the password from a DSN for display.
+func redact(dsn string) string {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "?"
+	}
+	return cfg.User + "@" + cfg.Net + "(" + cfg.Addr + ")/" + cfg.DBName
+}

@@ -1,0 +1,131 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/shardmq/shardmq/routing"
+	"github.com/shardmq/shardmq/shard"
+	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/topology"
+)
+
+// mapRecorder writes the shard map the router routes with into every
+// cluster primary's vshard_owner table (store/vshard_owner.go), the record
+// from which `consul-seed -recover` rebuilds a map that the topology store
+// lost. It runs beside the router, after each map change: a map is in use
+// before it is recorded, and a cluster that could not be written is tried
+// again every ReloadEvery until it takes the map.
+type mapRecorder struct {
+	r      *Router
+	kickc  chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu       sync.Mutex
+	recorded map[string]int64 // cluster → version written there
+}
+
+func startMapRecorder(r *Router) *mapRecorder {
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &mapRecorder{r: r, kickc: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{}), recorded: map[string]int64{}}
+	go m.run(ctx)
+	m.kick()
+	return m
+}
+
+// kick asks for the current map to be recorded.
+func (m *mapRecorder) kick() {
+	select {
+	case m.kickc <- struct{}{}:
+	default:
+	}
+}
+
+// stop ends the recorder. Safe to call twice.
+func (m *mapRecorder) stop() {
+	m.cancel()
+	<-m.done
+}
+
+func (m *mapRecorder) run(ctx context.Context) {
+	defer close(m.done)
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.kickc:
+		case <-retry:
+		}
+		retry = nil
+		if !m.recordAll(ctx, m.r.table.Load()) && ctx.Err() == nil {
+			retry = time.After(m.r.cfg.ReloadEvery)
+		}
+	}
+}
+
+// recordAll writes sm to every primary that lacks it; false when one
+// failed.
+func (m *mapRecorder) recordAll(ctx context.Context, sm *routing.Map) bool {
+	owners := make([]store.VShardOwner, 0, 1024)
+	for _, rg := range sm.Ranges() {
+		for v := rg.From; v <= rg.To; v++ {
+			owners = append(owners, store.VShardOwner{VShard: v, Cluster: rg.Cluster, MapVersion: sm.Version(), Frozen: rg.Frozen})
+		}
+	}
+	ok := true
+	for name, st := range m.r.Stores() {
+		m.mu.Lock()
+		done := m.recorded[name] >= sm.Version()
+		m.mu.Unlock()
+		if done {
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := st.RecordVShardOwners(wctx, owners, m.r.cfg.Now())
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				m.r.cfg.Log.Warn("shard map not recorded on a cluster yet; retrying", "cluster", name, "version", sm.Version(), "err", err)
+			}
+			ok = false
+			continue
+		}
+		m.mu.Lock()
+		m.recorded[name] = sm.Version()
+		m.mu.Unlock()
+	}
+	return ok
+}
+
+// checkRecorded is the start-up check against the clusters' own records
+// (Config.CheckMapRecords): m must not be older than a map version
+// recorded on any cluster, nor differ from the map recorded under its own
+// version. Either means the topology store lost or rolled back its map
+// while routers were routing with a newer one.
+func (r *Router) checkRecorded(ctx context.Context, m *routing.Map) error {
+	for name, st := range r.Stores() {
+		rows, err := st.VShardOwners(ctx)
+		if err != nil {
+			return fmt.Errorf("cluster %s: %w", name, err)
+		}
+		var newest int64
+		differ := -1
+		for _, o := range rows {
+			newest = max(newest, o.MapVersion)
+			if c, state := m.Lookup(shard.ID(o.VShard)); o.MapVersion == m.Version() && (c != o.Cluster || o.Frozen != (state == routing.Frozen)) {
+				differ = o.VShard
+			}
+		}
+		switch {
+		case newest > m.Version():
+			return fmt.Errorf("%w: shard map version %d is older than version %d recorded on cluster %s; %s", topology.ErrBehind, m.Version(), newest, name, topology.RecoveryHint)
+		case differ >= 0:
+			return fmt.Errorf("%w: shard map version %d assigns vshard %d differently from the map of that version recorded on cluster %s; %s", topology.ErrBehind, m.Version(), differ, name, topology.RecoveryHint)
+		}
+	}
+	return nil
+}
