@@ -42,6 +42,12 @@ type Limits struct {
 	DefaultLease time.Duration // claim visibility_timeout_ms when absent; defaults to 30s
 	MaxLease     time.Duration // defaults to 12h
 	MaxDelay     time.Duration // delay_ms / deliver_at horizon; defaults to 366 days
+
+	// MaxClaimBytes caps the message bytes (payload, headers, keys) of one
+	// claim answer and is the largest max_bytes a claim may ask for;
+	// defaults to 8 MiB. The first message is delivered even when it alone
+	// is larger, so that a big message cannot get stuck.
+	MaxClaimBytes int
 }
 
 // WithDefaults fills zero fields.
@@ -58,6 +64,7 @@ func (l Limits) WithDefaults() Limits {
 	def(&l.MaxPayload, 1<<20)
 	def(&l.MaxKey, 256)
 	def(&l.MaxClaim, 1000)
+	def(&l.MaxClaimBytes, 8<<20)
 	defDur := func(v *time.Duration, d time.Duration) {
 		if *v <= 0 {
 			*v = d
