@@ -45,6 +45,12 @@ type Limits struct {
 	DefaultLease time.Duration // claim visibility_timeout_ms when absent; defaults to 30s
 	MaxLease     time.Duration // defaults to 12h
 	MaxDelay     time.Duration // delay_ms / deliver_at horizon; defaults to 366 days
+
+	// MaxClaimBytes caps the message bytes (payload, headers, keys) of one
+	// claim answer and is the largest max_bytes a claim may ask for;
+	// defaults to 8 MiB. The first message is delivered even when it alone
+	// is larger, so that a big message cannot get stuck.
+	MaxClaimBytes int
 }
 
 // WithDefaults fills zero fields.
@@ -65,6 +71,7 @@ func (l Limits) WithDefaults() Limits {
 	l.MaxKey = min(l.MaxKey, store.MaxKeyBytes)
 	l.MaxHeaders = min(l.MaxHeaders, store.MaxHeadersBytes)
 	def(&l.MaxClaim, 1000)
+	def(&l.MaxClaimBytes, 8<<20)
 	defDur := func(v *time.Duration, d time.Duration) {
 		if *v <= 0 {
 			*v = d

@@ -185,6 +185,7 @@ type claimRequest struct {
 	Max          *int   `json:"max"`
 	VisibilityMS *int64 `json:"visibility_timeout_ms"`
 	WaitMS       *int64 `json:"wait_ms"`
+	MaxBytes     *int64 `json:"max_bytes"`
 	Consumer     string `json:"consumer"`
 	ErrorCode    string `json:"error_code"` // dead-letter channel only
 }
@@ -217,7 +218,14 @@ func (s *Server) claimWith(w http.ResponseWriter, r *http.Request, dead bool) {
 	}
 	l := s.limits
 	cr := broker.ClaimRequest{Topic: topic, Subscription: sub, Consumer: req.Consumer, Max: 1, Lease: l.DefaultLease,
-		Dead: dead, ErrorCode: req.ErrorCode}
+		Dead: dead, ErrorCode: req.ErrorCode, MaxBytes: l.MaxClaimBytes}
+	if req.MaxBytes != nil {
+		if *req.MaxBytes < 1 || *req.MaxBytes > int64(l.MaxClaimBytes) {
+			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("max_bytes must be 1-%d", l.MaxClaimBytes)))
+			return
+		}
+		cr.MaxBytes = int(*req.MaxBytes)
+	}
 	if req.Max != nil {
 		if *req.Max < 1 || *req.Max > l.MaxClaim {
 			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("max must be 1-%d", l.MaxClaim)))

@@ -34,6 +34,8 @@ type Shard interface {
 	Ack(ctx context.Context, leases []store.Lease, now time.Time) ([]store.LeaseStatus, error)
 	Nack(ctx context.Context, items []store.NackItem, policy func(topic, sub string) store.RetryPolicy, rnd func() float64, now time.Time) ([]store.NackResult, error)
 	Extend(ctx context.Context, leases []store.Lease, lease time.Duration, now time.Time) ([]store.LeaseStatus, time.Time, error)
+	// Release gives back leases a claim took but could not hand over.
+	Release(ctx context.Context, leases []store.Lease, countAttempt bool, now time.Time) (int64, error)
 
 	// Dead letters and subscription upkeep: rarer, per cluster.
 	ListDead(ctx context.Context, topic, sub, errorCode string, before uint64, limit int, now time.Time) ([]store.DeadLetter, map[uint64]*store.Message, error)
@@ -129,6 +131,9 @@ type Broker struct {
 	setMu    sync.Mutex
 	claims   *claimers
 	rejected *rejectedTrace
+	// draining is closed by Drain: long-polls answer at once.
+	draining  chan struct{}
+	drainOnce sync.Once
 }
 
 // clusterShard is a cluster's connection and its group committer.
@@ -154,7 +159,7 @@ func New(cfg Config, table *routing.Table, shards map[string]Shard, subs Subscri
 		log = slog.New(slog.DiscardHandler)
 	}
 	b := &Broker{cfg: cfg.withDefaults(), table: table, subs: subs, replicas: replicas, ids: ids, now: now, log: log, wake: newNotifier(),
-		claims: newClaimers()}
+		claims: newClaimers(), draining: make(chan struct{})}
 	if b.cfg.RecentKeys > 0 {
 		b.recent = expirable.NewLRU[string, recentKey](b.cfg.RecentKeys, nil, b.cfg.RecentKeysTTL)
 		b.rejected = newRejectedTrace(b)
@@ -188,8 +193,23 @@ func (b *Broker) SetShards(shards map[string]Shard) {
 	}
 }
 
-// Close stops the group committers after they commit what is queued.
+// Drain answers every waiting long-poll claim now (with what it has,
+// usually nothing) and makes later claims poll once without waiting, so
+// that a server shutting down is not held by idle consumers. Safe to call
+// twice.
+func (b *Broker) Drain() {
+	b.drainOnce.Do(func() { close(b.draining) })
+}
+
+// Close shuts the broker down without dropping anything silently: it
+// drains long-polls, waits for running claims to be answered and refuses
+// new ones (unavailable), then stops the group committers after they
+// commit what is queued (a produce submitted later is answered
+// unavailable, so its caller retries with the same key). Safe to call
+// twice.
 func (b *Broker) Close() {
+	b.Drain()
+	b.claims.stop()
 	if b.rejected != nil {
 		b.rejected.stop()
 	}
@@ -420,8 +440,12 @@ func notReplicatedText(cluster string) string {
 type ClaimRequest struct {
 	Topic, Subscription, Consumer string
 	Max                           int
-	Lease                         time.Duration
-	Wait                          time.Duration
+	// MaxBytes caps the message bytes (payload, headers and keys) of one
+	// answer; 0: no cap. The first message is always delivered, even when
+	// it alone exceeds the cap, so that a big message cannot get stuck.
+	MaxBytes int
+	Lease    time.Duration
+	Wait     time.Duration
 	// Dead claims from the dead-letter channel (only ErrorCode's when set).
 	Dead      bool
 	ErrorCode string
@@ -438,6 +462,18 @@ type Delivery struct {
 // up to Wait: it wakes at once when this router produces to the topic and
 // otherwise re-polls with a backoff from PollMin to PollMax. If every
 // cluster failed it returns ErrUnavailable rather than an empty answer.
+//
+// A claim on the implicit default subscription of a topic that has no
+// stored subscription (nothing was ever produced to it, or only through
+// another router within the last subscription refresh) reads the
+// databases once; while it waits it re-polls them only once this router
+// produces to the topic or the topic's default subscription appears in
+// the registry. Claims on made-up topic names thus cost no database
+// round trips while they wait, and still see a topic produced later.
+//
+// If ctx ends while deliveries are being leased, they are released at
+// once (ready again, the attempt not counted) instead of waiting for
+// their lease to expire.
 func (b *Broker) Claim(ctx context.Context, req ClaimRequest) ([]Delivery, error) {
 	sub, ok, err := b.subs.Get(ctx, req.Topic, req.Subscription)
 	if err != nil {
@@ -446,28 +482,81 @@ func (b *Broker) Claim(ctx context.Context, req ClaimRequest) ([]Delivery, error
 	if !ok {
 		return nil, ErrUnknownSubscription
 	}
+	implicit := sub.Implicit()
 	deadline := time.Now().Add(req.Wait)
 	poll := b.cfg.PollMin
+	readDB := true
 	for {
-		woken := b.wake.channel(req.Topic)
-		out, err := b.claimOnce(ctx, req, sub)
-		if len(out) > 0 || err != nil {
-			return out, err
+		woken, release := b.wake.wait(req.Topic)
+		var out []Delivery
+		if readDB {
+			out, err = b.claimOnce(ctx, req, sub)
+		}
+		if len(out) > 0 && ctx.Err() != nil {
+			release()
+			b.release(req, out)
+			return nil, ctx.Err()
 		}
 		left := time.Until(deadline)
-		if left <= 0 {
-			return []Delivery{}, nil
+		if len(out) > 0 || err != nil || left <= 0 {
+			release()
+			if err != nil {
+				return nil, err
+			}
+			if out == nil {
+				out = []Delivery{}
+			}
+			return out, nil
 		}
 		timer := time.NewTimer(min(poll, left))
 		select {
 		case <-ctx.Done():
 			timer.Stop()
+			release()
+			return []Delivery{}, nil
+		case <-b.draining:
+			timer.Stop()
+			release()
 			return []Delivery{}, nil
 		case <-woken:
 			timer.Stop()
 			poll = b.cfg.PollMin
+			readDB = true
 		case <-timer.C:
 			poll = min(2*poll, b.cfg.PollMax)
+			readDB = !implicit
+		}
+		release()
+		if implicit {
+			// A produce stores the topic's default subscription first:
+			// once it is there, deliveries may be too.
+			if s, ok, err := b.subs.Get(ctx, req.Topic, req.Subscription); err == nil && ok && !s.Implicit() {
+				sub, implicit, readDB = s, false, true
+			}
+		}
+	}
+}
+
+// release gives back deliveries a claim leased but cannot hand over.
+func (b *Broker) release(req ClaimRequest, out []Delivery) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	receipts := make([]Receipt, 0, len(out))
+	for _, d := range out {
+		r, err := DecodeReceipt(d.Receipt)
+		if err == nil {
+			receipts = append(receipts, r)
+		}
+	}
+	groups, shards, _ := b.byCluster(ctx, receipts)
+	for name, idx := range groups {
+		leases := make([]store.Lease, len(idx))
+		for j, i := range idx {
+			leases[j] = receipts[i].Lease
+		}
+		if _, err := shards[name].Release(ctx, leases, !req.Dead, b.now().UTC()); err != nil {
+			b.log.Warn("leases of an abandoned claim not released; they become claimable when they expire",
+				"cluster", name, "topic", req.Topic, "subscription", req.Subscription, "leases", len(leases), "err", err)
 		}
 	}
 }
@@ -479,9 +568,13 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 	shards := *b.shards.Load()
 	start := int(b.rr.Add(1))
 	var out []Delivery
+	bytes := 0
 	failed := 0
 	var lastErr error
 	for k := 0; k < len(names) && len(out) < req.Max; k++ {
+		if req.MaxBytes > 0 && bytes >= req.MaxBytes {
+			break
+		}
 		name := names[(start+k)%len(names)]
 		s, ok := shards[name]
 		if !ok {
@@ -490,9 +583,13 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 		}
 		token := rand.Uint64() | 1
 		key := claimKey{shard: s, topic: req.Topic, sub: req.Subscription, ordered: ordered, dead: req.Dead, errorCode: req.ErrorCode}
-		got, err := b.claims.claim(ctx, key, store.ClaimRequest{Topic: req.Topic, Subscription: req.Subscription, Consumer: req.Consumer,
+		sreq := store.ClaimRequest{Topic: req.Topic, Subscription: req.Subscription, Consumer: req.Consumer,
 			Max: req.Max - len(out), Lease: req.Lease, Token: token, MaxAttempts: sub.Policy().MaxAttempts, Now: b.now().UTC(),
-			Ordered: ordered, Dead: req.Dead, ErrorCode: req.ErrorCode})
+			Ordered: ordered, Dead: req.Dead, ErrorCode: req.ErrorCode}
+		if req.MaxBytes > 0 {
+			sreq.MaxBytes, sreq.AllowOversize = req.MaxBytes-bytes, len(out) == 0
+		}
+		got, err := b.claims.claim(ctx, key, sreq)
 		if err != nil {
 			failed++
 			lastErr = err
@@ -503,12 +600,22 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 			r := Receipt{VShard: shard.ID(c.Message.VShard), Topic: req.Topic,
 				Lease: store.Lease{MessageID: c.Message.ID, Subscription: req.Subscription, Token: c.Token, Ordered: ordered}}
 			out = append(out, Delivery{Claimed: c, Receipt: r.Encode()})
+			bytes += MessageBytes(c.Message)
 		}
 	}
 	if len(out) == 0 && failed == len(names) && failed > 0 {
+		if errors.Is(lastErr, ErrUnavailable) {
+			return nil, lastErr
+		}
 		return nil, fmt.Errorf("%w: no cluster answered the claim: %v", ErrUnavailable, lastErr)
 	}
 	return out, nil
+}
+
+// MessageBytes is what a message counts against a claim's byte cap: its
+// payload, headers and keys as stored.
+func MessageBytes(m *store.Message) int {
+	return len(m.Payload) + len(m.Headers) + len(m.Key) + len(m.OrderKey) + len(m.TransactionID)
 }
 
 // byCluster groups receipts by the cluster serving their vshard; receipts

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -38,12 +39,16 @@ type claimAnswer struct {
 	err error
 }
 
-// claimers runs one worker per claimKey while claims for it keep coming;
-// a worker idle for a while exits and is recreated on demand.
+// claimers runs one worker per claimKey while claims for it are queued or
+// running; a worker exits as soon as no caller waits for it, so keys that
+// are claimed once (a made-up topic name) leave no goroutine behind.
+// Claims queued while a worker's transaction runs are coalesced into its
+// next one.
 type claimers struct {
 	mu      sync.Mutex
 	workers map[claimKey]*claimWorker
-	idle    time.Duration
+	stopped bool
+	wg      sync.WaitGroup
 }
 
 // claimWorker is one key's queue. pending counts callers that found it and
@@ -52,20 +57,31 @@ type claimers struct {
 type claimWorker struct {
 	in      chan *claimCall
 	pending int
+	// kick wakes the worker to count pending again after a caller gave up
+	// before sending.
+	kick chan struct{}
 }
 
 func newClaimers() *claimers {
-	return &claimers{workers: map[claimKey]*claimWorker{}, idle: 10 * time.Second}
+	return &claimers{workers: map[claimKey]*claimWorker{}}
 }
+
+// errClaimersStopped answers claims that arrive after stop.
+var errClaimersStopped = fmt.Errorf("%w: router is shutting down", ErrUnavailable)
 
 // claim queues req and waits for its share of a coalesced claim.
 func (c *claimers) claim(ctx context.Context, k claimKey, req store.ClaimRequest) ([]store.Claimed, error) {
 	call := &claimCall{req: req, done: make(chan claimAnswer, 1)}
 	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return nil, errClaimersStopped
+	}
 	w, ok := c.workers[k]
 	if !ok {
-		w = &claimWorker{in: make(chan *claimCall, 256)}
+		w = &claimWorker{in: make(chan *claimCall, 256), kick: make(chan struct{}, 1)}
 		c.workers[k] = w
+		c.wg.Add(1)
 		go c.work(k, w)
 	}
 	w.pending++
@@ -76,17 +92,23 @@ func (c *claimers) claim(ctx context.Context, k claimKey, req store.ClaimRequest
 		c.mu.Lock()
 		w.pending--
 		c.mu.Unlock()
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
 		return nil, ctx.Err()
 	}
-	// The claim runs to the end even if ctx ends meanwhile: its leases are
-	// then simply not delivered and expire into a new attempt.
+	// The claim runs to the end even if ctx ends meanwhile; the caller
+	// then releases what it cannot deliver (Broker.Claim).
 	a := <-call.done
 	return a.got, a.err
 }
 
+// work serves k's queue until no caller is left. A caller that counted
+// itself in pending is always received: the worker leaves the map, under
+// the same lock, only when pending is zero.
 func (c *claimers) work(k claimKey, w *claimWorker) {
-	timer := time.NewTimer(c.idle)
-	defer timer.Stop()
+	defer c.wg.Done()
 	received := func(call *claimCall) *claimCall {
 		c.mu.Lock()
 		w.pending--
@@ -94,22 +116,19 @@ func (c *claimers) work(k claimKey, w *claimWorker) {
 		return call
 	}
 	for {
+		c.mu.Lock()
+		if w.pending == 0 {
+			delete(c.workers, k)
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
 		var first *claimCall
 		select {
 		case call := <-w.in:
 			first = received(call)
-		case <-timer.C:
-			// Exit only when no caller holds this worker: callers count
-			// themselves in pending under the same lock before sending.
-			c.mu.Lock()
-			if w.pending > 0 {
-				c.mu.Unlock()
-				timer.Reset(c.idle)
-				continue
-			}
-			delete(c.workers, k)
-			c.mu.Unlock()
-			return
+		case <-w.kick:
+			continue
 		}
 		calls := []*claimCall{first}
 		n := first.req.Max
@@ -124,8 +143,23 @@ func (c *claimers) work(k claimKey, w *claimWorker) {
 			}
 		}
 		c.run(k, calls)
-		timer.Reset(c.idle)
 	}
+}
+
+// stop refuses new claims and waits for the running ones to be answered.
+// Safe to call twice.
+func (c *claimers) stop() {
+	c.mu.Lock()
+	c.stopped = true
+	c.mu.Unlock()
+	c.wg.Wait()
+}
+
+// size is how many claim workers exist (tests).
+func (c *claimers) size() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.workers)
 }
 
 func (c *claimers) run(k claimKey, calls []*claimCall) {
@@ -143,4 +177,11 @@ func (c *claimers) run(k claimKey, calls []*claimCall) {
 		}
 		call.done <- claimAnswer{got: got[i]}
 	}
+}
+
+// Waiting reports what long-polls and claims hold right now: the topics
+// with a waiting claim and the claim workers. Both fall back to zero once
+// no claim is in flight, however many topic names were claimed.
+func (b *Broker) Waiting() (topics, workers int) {
+	return b.wake.size(), b.claims.size()
 }

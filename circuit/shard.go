@@ -146,6 +146,13 @@ func (s *Shard) ClaimMany(ctx context.Context, reqs []store.ClaimRequest) (out [
 	return out, err
 }
 
+// Release implements broker.Shard.
+func (s *Shard) Release(ctx context.Context, leases []store.Lease, countAttempt bool, now time.Time) (int64, error) {
+	return s.count(ctx, func(ctx context.Context, sh broker.Shard) (int64, error) {
+		return sh.Release(ctx, leases, countAttempt, now)
+	})
+}
+
 // ListDead implements broker.Shard.
 func (s *Shard) ListDead(ctx context.Context, topic, sub, errorCode string, before uint64, limit int, now time.Time) (out []store.DeadLetter, msgs map[uint64]*store.Message, err error) {
 	err = s.call(ctx, false, func(ctx context.Context, sh broker.Shard) (err error) {

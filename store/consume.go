@@ -23,6 +23,13 @@ type ClaimRequest struct {
 	// ErrorCode when it is set. Attempts are not counted there.
 	Dead      bool
 	ErrorCode string
+	// MaxBytes caps the message bytes (payload, headers and keys, as
+	// stored) leased to this request; 0: no cap. Candidates beyond it are
+	// not leased (they stay ready for the next claim), except that with
+	// AllowOversize the request's first message is leased even when it
+	// alone exceeds the cap, so that a big message cannot get stuck.
+	MaxBytes      int
+	AllowOversize bool
 }
 
 // Claimed is one leased delivery with its message.
@@ -75,35 +82,57 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 				return err
 			}
 		}
+		sizes, err := claimSizes(ctx, tx, reqs, cands)
+		if err != nil {
+			return err
+		}
+		used := make([]int, len(reqs))
+		// full says whether request i can take no more, or not d.
+		full := func(i int, d delivery) bool {
+			r := reqs[i]
+			if len(leased[i]) >= r.Max {
+				return true
+			}
+			if r.MaxBytes <= 0 || (len(leased[i]) == 0 && r.AllowOversize) {
+				return false
+			}
+			return used[i]+sizes[d.messageID] > r.MaxBytes
+		}
 		var events []Event
 		var dead []uint64
 		var unpark []delivery
 		next := 0 // the request being filled
 		for _, d := range cands {
-			if !req.Dead && (d.lockedBy != "" || d.claimToken != 0) {
+			expired := !req.Dead && (d.lockedBy != "" || d.claimToken != 0)
+			if expired && d.attempts >= req.MaxAttempts {
 				events = append(events, s.event(req.Now, d, EventLeaseExpired, d.lockedBy, d.attempts, "", ""))
-				if d.attempts >= req.MaxAttempts {
-					if _, err := killDelivery(ctx, tx, d.subscription, d.messageID, d.claimToken, req.Now, "lease_expired", "lease expired on the last attempt"); err != nil {
-						return err
-					}
-					events = append(events, s.event(req.Now, d, EventDeadLettered, d.lockedBy, d.attempts, "lease_expired", ""))
-					dead = append(dead, d.messageID)
-					if req.Ordered && d.orderKey != "" {
-						unpark = append(unpark, d)
-					}
-					continue
+				if _, err := killDelivery(ctx, tx, d.subscription, d.messageID, d.claimToken, req.Now, "lease_expired", "lease expired on the last attempt"); err != nil {
+					return err
 				}
+				events = append(events, s.event(req.Now, d, EventDeadLettered, d.lockedBy, d.attempts, "lease_expired", ""))
+				dead = append(dead, d.messageID)
+				if req.Ordered && d.orderKey != "" {
+					unpark = append(unpark, d)
+				}
+				continue
 			}
-			for next < len(reqs) && len(leased[next]) >= reqs[next].Max {
+			for next < len(reqs) && full(next, d) {
 				next++
 			}
 			if next == len(reqs) {
+				// Every request is full (by count or bytes): the rest stay
+				// as they are for the next claim, their expired leases
+				// traced then.
 				break
+			}
+			if expired {
+				events = append(events, s.event(req.Now, d, EventLeaseExpired, d.lockedBy, d.attempts, "", ""))
 			}
 			if !req.Dead {
 				d.attempts++
 			}
 			leased[next] = append(leased[next], d)
+			used[next] += sizes[d.messageID]
 		}
 		for i, r := range reqs {
 			if len(leased[i]) == 0 {
@@ -157,6 +186,62 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 		}
 	}
 	return out, nil
+}
+
+// claimSizes reads the sizes of the candidates when a request caps its
+// bytes and more than its first message could be leased; otherwise it
+// reads nothing (a nil map counts every size as zero).
+func claimSizes(ctx context.Context, tx *sql.Tx, reqs []ClaimRequest, cands []delivery) (map[uint64]int, error) {
+	need := false
+	for _, r := range reqs {
+		if r.MaxBytes > 0 && (len(cands) > 1 || !r.AllowOversize) {
+			need = true
+		}
+	}
+	if !need {
+		return nil, nil
+	}
+	ids := make([]uint64, len(cands))
+	for i, d := range cands {
+		ids[i] = d.messageID
+	}
+	return messageSizes(ctx, tx, ids)
+}
+
+// Release gives back leases taken by a claim whose consumer never got them
+// (its request ended before the answer): each delivery whose lease still
+// holds the claim token becomes ready at once as if it had not been
+// claimed — the attempt is not counted (countAttempt as the claim did) and
+// no lease_expired is traced later. It answers how many were released.
+func (s *Store) Release(ctx context.Context, leases []Lease, countAttempt bool, now time.Time) (int64, error) {
+	if len(leases) == 0 {
+		return 0, nil
+	}
+	var n int64
+	err := s.inTx(ctx, 5, s.retryHook("release"), func(tx *sql.Tx) error {
+		n = 0
+		type group struct {
+			sub   string
+			token uint64
+		}
+		groups := map[group][]uint64{}
+		for _, l := range leases {
+			g := group{l.Subscription, l.Token}
+			groups[g] = append(groups[g], l.MessageID)
+		}
+		for g, ids := range groups {
+			k, err := releaseDeliveries(ctx, tx, g.sub, g.token, ids, countAttempt, now)
+			if err != nil {
+				return err
+			}
+			n += k
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 // keepHeads returns the candidates that head their order key (messages

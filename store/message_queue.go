@@ -148,6 +148,28 @@ WHERE subscription = ? AND message_id IN (`+strings.TrimSuffix(strings.Repeat("?
 	return nil
 }
 
+// releaseDeliveries undoes leases that were never handed to a consumer:
+// the claim token in the WHERE leaves a delivery leased since untouched.
+func releaseDeliveries(ctx context.Context, tx *sql.Tx, sub string, token uint64, ids []uint64, countAttempt bool, now time.Time) (int64, error) {
+	dec := 0
+	if countAttempt {
+		dec = 1
+	}
+	args := []any{dec, now, sub, token}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE message_queue SET attempts = GREATEST(attempts, ?) - ?, locked_by = NULL, claim_token = 0, claimed_at = NULL,
+  available_at = ?
+WHERE subscription = ? AND claim_token = ? AND message_id IN (`+strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")+")",
+		append([]any{dec}, args...)...)
+	if err != nil {
+		return 0, fmt.Errorf("release message_queue: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}
+
 // lockDeliveries reads and locks deliveries of one subscription by message
 // id; absent ids are simply not in the result.
 func lockDeliveries(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) (map[uint64]delivery, error) {

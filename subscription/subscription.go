@@ -43,6 +43,10 @@ type Subscription struct {
 	CreatedAt       time.Time `json:"created_at"`
 }
 
+// Implicit reports whether s is the implicit default subscription of a
+// topic that has no stored one (such a subscription has no creation time).
+func (s Subscription) Implicit() bool { return s.CreatedAt.IsZero() }
+
 // WithDefaults fills unset fields: 5 attempts, backoff 1s ×2 up to 10m with
 // 20 % jitter, alarm at 50 % growth within 1h.
 func (s Subscription) WithDefaults() Subscription {

@@ -1,0 +1,200 @@
+package server
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardmq/shardmq/broker"
+)
+
+// waitUntil polls cond until it holds or the deadline passes.
+func waitUntil(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Log(string(buf[:runtime.Stack(buf, true)]))
+			t.Fatalf("%s: not within %v (%s)", what, within, state)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, not waiting for an effect
+	}
+}
+
+// Claims on thousands of made-up topic names leave nothing behind: once
+// they are answered, the notifier holds no topic, no claim worker is left
+// and the goroutine count is back where it was. (Not parallel: it counts
+// the process's goroutines.)
+func TestClaimsOnManyUnknownTopicsLeaveNothingBehind(t *testing.T) {
+	e := setup(t)
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	claim := func(topic string) error {
+		resp, err := client.Post(e.url+"/v1/topics/"+topic+"/subscriptions/default/claim", "application/json",
+			bytes.NewReader([]byte(`{"max":1,"wait_ms":30}`)))
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var out struct{ Messages []any }
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 || len(out.Messages) != 0 {
+			return fmt.Errorf("claim on %s: status %d, %v, %v", topic, resp.StatusCode, out, err)
+		}
+		return nil
+	}
+	const workers = 32
+	run := func(prefix string, names int) {
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		next := make(chan int)
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range next {
+					if err := claim(fmt.Sprintf("%s-%d", prefix, i)); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+	feed:
+		for i := 0; i < names; i++ {
+			select {
+			case next <- i:
+			case err := <-errs:
+				t.Error(err)
+				break feed
+			}
+		}
+		close(next)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	// Warm up with the same concurrency, so that the baseline counts the
+	// connections the pools keep (each has a goroutine of the driver).
+	run("warm-up", 200)
+	tr.CloseIdleConnections()
+	base := runtime.NumGoroutine()
+	run("made-up", 3000)
+	tr.CloseIdleConnections()
+	b := e.r.Broker()
+	waitUntil(t, 5*time.Second, "notifier and claim workers empty, goroutines back to the baseline", func() (bool, string) {
+		topics, claimers := b.Waiting()
+		g := runtime.NumGoroutine()
+		return topics == 0 && claimers == 0 && g <= base+10,
+			fmt.Sprintf("%d topics waited on, %d claim workers, %d goroutines against %d before", topics, claimers, g, base)
+	})
+}
+
+// The implicit default subscription of a topic nobody produced to yet
+// still delivers what another router produces to it later: the waiting
+// claim notices the topic's stored default subscription and reads the
+// databases again.
+func TestClaimOnUnknownTopicSeesLaterProduceFromAnotherRouter(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	other, err := New(t.Context(), Config{TopologyFile: e.r.cfg.TopologyFile, SubscriptionRefresh: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	got := make(chan []map[string]any, 1)
+	go func() {
+		got <- e.claim(t, "later", "default", map[string]any{"max": 1, "wait_ms": 15000})
+	}()
+	waitUntil(t, 5*time.Second, "claim waiting", func() (bool, string) {
+		topics, _ := e.r.Broker().Waiting()
+		return topics == 1, fmt.Sprint(topics, " topics waited on")
+	})
+	res, err := other.Broker().Produce(t.Context(), "later", []broker.Message{{Key: "k1", Payload: []byte("1"), PayloadJSON: true}}, broker.DurabilityPrimary)
+	if err != nil || res[0].Status != "created" {
+		t.Fatalf("produce through the other router: %v %v", res, err)
+	}
+	select {
+	case msgs := <-got:
+		if len(msgs) != 1 || msgs[0]["key"] != "k1" {
+			t.Fatalf("claim answered %v, want k1", msgs)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("claim not answered")
+	}
+}
+
+// A claim answer stops at max_bytes (the first message always goes, even
+// when it alone is larger); what did not fit stays ready, not leased, and
+// its next claim is its first attempt. The dead-letter channel keeps the
+// same cap.
+func TestClaimByteCap(t *testing.T) {
+	t.Parallel()
+	e := setupOn(t, bed, func(c *Config) { c.Limits.MaxClaimBytes = 1 << 20 })
+	const size = 300 << 10
+	payload := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{'x'}, size))
+	e.do(t, "PUT", "/v1/topics/big/subscriptions/s", map[string]any{"max_attempts": 1})
+	var batch []any
+	for i := 0; i < 5; i++ {
+		batch = append(batch, map[string]any{"key": fmt.Sprint("big-", i), "payload_base64": payload})
+	}
+	if st, _, body := e.post(t, "/v1/topics/big/messages", map[string]any{"messages": batch}); st != 200 {
+		t.Fatalf("produce: %d %v", st, body)
+	}
+	cases := []struct {
+		name string
+		body map[string]any
+		want int
+	}{
+		{"default cap of 1 MiB", map[string]any{"max": 10}, 3},
+		{"max_bytes below one message still gives one", map[string]any{"max": 10, "max_bytes": 1000}, 1},
+		{"the rest", map[string]any{"max": 10, "max_bytes": 1 << 20}, 1},
+	}
+	var all []map[string]any
+	for _, c := range cases {
+		got := e.claim(t, "big", "s", c.body)
+		if len(got) != c.want {
+			t.Fatalf("%s: claimed %d, want %d", c.name, len(got), c.want)
+		}
+		for _, m := range got {
+			if m["attempt"].(float64) != 1 {
+				t.Fatalf("%s: %s at attempt %v, want 1 (a message left out of an answer must not lose an attempt)", c.name, m["key"], m["attempt"])
+			}
+		}
+		all = append(all, got...)
+	}
+	if st, body := e.do(t, "POST", "/v1/topics/big/subscriptions/s/claim", map[string]any{"max_bytes": 1 << 21}); st != 400 {
+		t.Fatalf("max_bytes above the limit: %d %v", st, body)
+	}
+	// Kill all five (max_attempts 1), then claim them on the dead-letter channel.
+	var items []any
+	for _, m := range all {
+		items = append(items, map[string]any{"receipt": m["receipt"], "error_code": "E", "error": "no"})
+	}
+	_, _, body := e.post(t, "/v1/nack", map[string]any{"items": items})
+	for _, r := range results(t, body) {
+		if r["status"] != "dead" {
+			t.Fatalf("nack: %v", r)
+		}
+	}
+	_, out := e.do(t, "POST", "/v1/topics/big/subscriptions/s/dead-letters/claim", map[string]any{"max": 10, "max_bytes": 700 << 10})
+	if n := len(out["messages"].([]any)); n != 2 {
+		t.Fatalf("dead-letter claim with max_bytes 700 KiB: %d messages, want 2", n)
+	}
+	_, out = e.do(t, "POST", "/v1/topics/big/subscriptions/s/dead-letters/claim", map[string]any{"max": 10})
+	if n := len(out["messages"].([]any)); n != 3 {
+		t.Fatalf("dead-letter claim of the rest: %d messages, want 3", n)
+	}
+}
