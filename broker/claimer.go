@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardmq/shardmq/internal/reqid"
 	"github.com/shardmq/shardmq/store"
 )
 
@@ -30,6 +31,7 @@ type claimKey struct {
 
 type claimCall struct {
 	req  store.ClaimRequest
+	rid  string           // the caller's request id (trace events)
 	done chan claimAnswer // buffered 1
 }
 
@@ -60,7 +62,7 @@ func newClaimers() *claimers {
 
 // claim queues req and waits for its share of a coalesced claim.
 func (c *claimers) claim(ctx context.Context, k claimKey, req store.ClaimRequest) ([]store.Claimed, error) {
-	call := &claimCall{req: req, done: make(chan claimAnswer, 1)}
+	call := &claimCall{req: req, rid: reqid.From(ctx), done: make(chan claimAnswer, 1)}
 	c.mu.Lock()
 	w, ok := c.workers[k]
 	if !ok {
@@ -133,7 +135,9 @@ func (c *claimers) run(k claimKey, calls []*claimCall) {
 	for i, call := range calls {
 		reqs[i] = call.req
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// The events this claim writes (lapsed leases) are the first
+	// caller's: the request that set the walk going.
+	ctx, cancel := context.WithTimeout(reqid.With(context.Background(), calls[0].rid), 10*time.Second)
 	defer cancel()
 	got, err := k.shard.ClaimMany(ctx, reqs)
 	for i, call := range calls {

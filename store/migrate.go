@@ -26,6 +26,7 @@ var migrations = []migration{
 	{3, "subscriptions and dead-letter archive", func(time.Time) []string {
 		return []string{createSubscription, createDeadLetterArchive}
 	}},
+	{4, "request id of trace events", func(time.Time) []string { return []string{addRequestIDColumn} }},
 }
 
 // SchemaVersion is the newest migration this build knows.
