@@ -95,6 +95,8 @@ type Server struct {
 	log    *slog.Logger
 	mux    *http.ServeMux
 	subs   Subscriptions
+	// metrics count requests when set (Instrument; metrics.go).
+	metrics *HTTPMetrics
 }
 
 // New returns the API handler. ready may be nil (always ready).
@@ -126,6 +128,8 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 // the JSON error shape too.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h, pattern := s.mux.Handler(r)
+	w, r, done := s.begin(w, r, pattern) // request id, metrics, log line
+	defer done()
 	if pattern == "" {
 		rec := &statusRecorder{header: http.Header{}}
 		h.ServeHTTP(rec, r)

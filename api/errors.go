@@ -77,6 +77,9 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	if st == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", retryAfterSeconds)
 	}
+	if rec, ok := w.(errorRecorder); ok {
+		rec.recordError(e.Code)
+	}
 	writeJSON(w, st, map[string]any{"error": e})
 }
 

@@ -3,8 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -155,10 +153,7 @@ func (s *Server) Guard(cfg GuardConfig) *Guard {
 
 type ctxKey int
 
-const (
-	tokenKey ctxKey = iota
-	requestIDKey
-)
+const tokenKey ctxKey = 0
 
 // TokenFrom is the token that authenticated the request, or nil (open
 // router, health probes).
@@ -167,23 +162,9 @@ func TokenFrom(ctx context.Context) *auth.Token {
 	return t
 }
 
-// RequestID is the id the guard gave the request ("" without a guard).
-func RequestID(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey).(string)
-	return id
-}
-
-func newRequestID() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // ServeHTTP implements http.Handler.
 func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	id := newRequestID()
-	w.Header().Set("X-Request-Id", id)
-	r = r.WithContext(context.WithValue(r.Context(), requestIDKey, id))
+	r, _ = withRequestID(w, r)
 	if e := g.checkHost(r); e != nil {
 		g.refuse(w, e, "")
 		return

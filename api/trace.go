@@ -96,6 +96,7 @@ type eventView struct {
 	Attempt      int    `json:"attempt,omitempty"`
 	ErrorCode    string `json:"error_code,omitempty"`
 	Error        string `json:"error,omitempty"`
+	RequestID    string `json:"request_id,omitempty"` // the request that caused it (X-Request-Id)
 }
 
 type traceResponse struct {
@@ -151,7 +152,7 @@ func (s *Server) trace(w http.ResponseWriter, r *http.Request, t Tracer) {
 	}
 	for _, e := range tr.Events {
 		out.Events = append(out.Events, eventView{At: formatTime(e.At), Type: e.Type, Subscription: e.Subscription,
-			Consumer: e.Consumer, Attempt: e.Attempt, ErrorCode: e.ErrorCode, Error: e.Error})
+			Consumer: e.Consumer, Attempt: e.Attempt, ErrorCode: e.ErrorCode, Error: e.Error, RequestID: e.RequestID})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

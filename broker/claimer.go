@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardmq/shardmq/internal/reqid"
 	"github.com/shardmq/shardmq/store"
 )
 
@@ -31,6 +32,7 @@ type claimKey struct {
 
 type claimCall struct {
 	req  store.ClaimRequest
+	rid  string           // the caller's request id (trace events)
 	done chan claimAnswer // buffered 1
 }
 
@@ -71,7 +73,7 @@ var errClaimersStopped = fmt.Errorf("%w: router is shutting down", ErrUnavailabl
 
 // claim queues req and waits for its share of a coalesced claim.
 func (c *claimers) claim(ctx context.Context, k claimKey, req store.ClaimRequest) ([]store.Claimed, error) {
-	call := &claimCall{req: req, done: make(chan claimAnswer, 1)}
+	call := &claimCall{req: req, rid: reqid.From(ctx), done: make(chan claimAnswer, 1)}
 	c.mu.Lock()
 	if c.stopped {
 		c.mu.Unlock()
@@ -167,7 +169,9 @@ func (c *claimers) run(k claimKey, calls []*claimCall) {
 	for i, call := range calls {
 		reqs[i] = call.req
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// The events this claim writes (lapsed leases) are the first
+	// caller's: the request that set the walk going.
+	ctx, cancel := context.WithTimeout(reqid.With(context.Background(), calls[0].rid), 10*time.Second)
 	defer cancel()
 	got, err := k.shard.ClaimMany(ctx, reqs)
 	for i, call := range calls {

@@ -52,6 +52,9 @@ func (b *Broker) Stats(ctx context.Context) Stats {
 			t.InFlight += s.InFlight
 			t.Parked += s.Parked
 			t.Dead += s.Dead
+			if s.OldestReady != 0 && (t.OldestReady == 0 || s.OldestReady < t.OldestReady) {
+				t.OldestReady = s.OldestReady
+			}
 		}
 		return nil
 	})

@@ -25,17 +25,17 @@ func (r *Router) leading() bool {
 }
 
 // countRetry is the store's OnRetry hook: deadlocks and lock waits that
-// made a transaction run again, by operation.
-func (j *jobs) countRetry(op string) {
+// made a transaction run again, by cluster and operation.
+func (j *jobs) countRetry(cluster, op string) {
 	if c := j.retries.Load(); c != nil {
-		c.WithLabelValues(op).Inc()
+		c.WithLabelValues(cluster, op).Inc()
 	}
 }
 
 func (r *Router) startJobs() {
 	j := r.jobs
 	retries := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardmq_tx_retries_total",
-		Help: "Transactions run again after a deadlock (1213) or lock wait timeout (1205), by operation."}, []string{"op"})
+		Help: "Transactions run again after a deadlock (1213) or lock wait timeout (1205), by cluster and operation."}, []string{"cluster", "op"})
 	j.retries.Store(retries)
 	j.upkeep = deadletter.New(r.cfg.DeadLetters, r.broker, r.subs, r.leading, r.cfg.Now, r.cfg.Log)
 	reg := r.Metrics()

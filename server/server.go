@@ -19,6 +19,7 @@ import (
 	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/deadletter"
 	"github.com/shardmq/shardmq/internal/idgen"
+	"github.com/shardmq/shardmq/observe"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/subscription"
@@ -73,6 +74,9 @@ type Config struct {
 	// newer one. Set for Consul, where several routers must agree; the
 	// static file's single router follows its file.
 	CheckMapRecords bool
+	// Observe tunes metrics: the cap on topic and subscription label
+	// values, the queue-health interval, disk paths (see observe.Config).
+	Observe observe.Config
 	// Log defaults to discarding.
 	Log *slog.Logger
 	// Now is the clock. Defaults to time.Now.
@@ -118,6 +122,11 @@ type Router struct {
 	jobs     *jobs // dead-letter upkeep and produce metrics (jobs.go)
 	sec      *security
 	record   *mapRecorder
+
+	obs *observability // request, message, cluster and queue metrics (observe.go)
+	// ownRetries: transaction retries go to shardmq_tx_retries_total by
+	// cluster (Config.Store.OnRetry was not set).
+	ownRetries bool
 }
 
 // replicaDSNs lists a cluster's replicas in the topology in use.
@@ -152,11 +161,13 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	r.replicas = &replicaWaiter{r: r, pools: map[string]*store.Store{}}
 	r.ha = newHA(r)
 	r.jobs = &jobs{}
+	r.obs = newObservability(r)
 	if cfg.Store.IDs == nil {
 		r.cfg.Store.IDs = r.ids
 	}
-	if cfg.Store.OnRetry == nil {
-		r.cfg.Store.OnRetry = r.jobs.countRetry
+	r.ownRetries = cfg.Store.OnRetry == nil
+	if cfg.Store.OnDeliveries == nil {
+		r.cfg.Store.OnDeliveries = r.obs.msgs.Delivered
 	}
 	shards, err := r.connect(ctx, top)
 	if err != nil {
@@ -183,7 +194,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		return nil, err
 	}
 	r.broker = broker.New(cfg.Broker, r.table, shards, r.subs, r.replicas, r.ids, cfg.Now, cfg.Log)
-	r.api = api.New(r.broker, cfg.Limits, r.ready, cfg.Log)
+	r.api = api.New(observe.WrapBroker(r.broker, r.obs.msgs), cfg.Limits, r.ready, cfg.Log)
 	if err := r.ha.start(top); err != nil {
 		r.Close()
 		return nil, err
@@ -194,6 +205,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	}
 	r.startJobs()
 	r.record = startMapRecorder(r)
+	r.obs.start(r)
 	return r, nil
 }
 
@@ -218,7 +230,7 @@ func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[strin
 			continue
 		}
 		g.Go(func() error {
-			st, err := store.Open(gctx, c.Primary, r.cfg.Store)
+			st, err := store.Open(gctx, c.Primary, r.storeOptions(name))
 			if err != nil {
 				return fmt.Errorf("cluster %s primary: %w", name, err)
 			}
@@ -261,9 +273,12 @@ func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[strin
 		r.conns[name] = cc
 	}
 	shards := make(map[string]broker.Shard, len(r.conns))
+	inner := make(map[string]broker.Shard, len(r.conns))
 	for name, cc := range r.conns {
-		shards[name] = r.ha.shard(name, cc.dsn, cc.store)
+		inner[name] = r.ha.shard(name, cc.dsn, cc.store)
+		shards[name] = r.obs.shards.Wrap(name, inner[name]) // timed per cluster
 	}
+	r.obs.shards.Retain(inner)
 	// Requests already routed to a retired pool finish on it; close it
 	// once they are surely done.
 	for _, cc := range retired {
@@ -376,6 +391,7 @@ func (r *Router) Close() {
 	}
 	r.jobs.stop()
 	r.sec.stop()
+	r.obs.stop()
 	r.ha.stop()
 	if r.subs != nil {
 		r.subs.Stop()

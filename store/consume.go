@@ -69,10 +69,12 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 		total += r.Max
 	}
 	leased := make([][]delivery, len(reqs))
+	var nExpired, nDied int // for OnDeliveries, of the run that committed
 	err := s.inTx(ctx, 3, s.retryHook("claim"), func(tx *sql.Tx) error {
 		for i := range leased {
 			leased[i] = leased[i][:0]
 		}
+		nExpired, nDied = 0, 0
 		cands, err := claimCandidates(ctx, tx, req.Topic, req.Subscription, req.Now, total, req.Dead, req.ErrorCode)
 		if err != nil || len(cands) == 0 {
 			return err
@@ -105,6 +107,8 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 		for _, d := range cands {
 			expired := !req.Dead && (d.lockedBy != "" || d.claimToken != 0)
 			if expired && d.attempts >= req.MaxAttempts {
+				nExpired++
+				nDied++
 				events = append(events, s.event(req.Now, d, EventLeaseExpired, d.lockedBy, d.attempts, "", ""))
 				if _, err := killDelivery(ctx, tx, d.subscription, d.messageID, d.claimToken, req.Now, "lease_expired", "lease expired on the last attempt"); err != nil {
 					return err
@@ -126,6 +130,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 				break
 			}
 			if expired {
+				nExpired++
 				events = append(events, s.event(req.Now, d, EventLeaseExpired, d.lockedBy, d.attempts, "", ""))
 			}
 			if !req.Dead {
@@ -159,6 +164,8 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 	if err != nil {
 		return nil, err
 	}
+	s.counted(req.Topic, req.Subscription, EventLeaseExpired, nExpired)
+	s.counted(req.Topic, req.Subscription, EventDeadLettered, nDied)
 	var ids []uint64
 	for _, ls := range leased {
 		for _, d := range ls {
@@ -468,7 +475,9 @@ func (s *Store) Nack(ctx context.Context, items []NackItem, policy func(topic, s
 	for i, it := range items {
 		leases[i] = it.Lease
 	}
+	var died []delivery // for OnDeliveries, of the run that committed
 	err := s.inTx(ctx, 5, s.retryHook("nack"), func(tx *sql.Tx) error {
+		died = died[:0]
 		rows, found, err := lockLeases(ctx, tx, leases)
 		if err != nil {
 			return err
@@ -514,6 +523,7 @@ func (s *Store) Nack(ctx context.Context, items []NackItem, policy func(topic, s
 				}
 				events = append(events, s.event(now, d, EventDeadLettered, d.lockedBy, d.attempts, it.ErrorCode, it.Error))
 				dead = append(dead, d.messageID)
+				died = append(died, d)
 				if d.orderKey != "" && it.Ordered {
 					unpark = append(unpark, d)
 				}
@@ -544,6 +554,9 @@ func (s *Store) Nack(ctx context.Context, items []NackItem, policy func(topic, s
 	})
 	if err != nil {
 		return nil, err
+	}
+	for _, d := range died {
+		s.counted(d.topic, d.subscription, EventDeadLettered, 1)
 	}
 	return out, nil
 }

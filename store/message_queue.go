@@ -617,18 +617,25 @@ type QueueStats struct {
 	InFlight            int64 // leased, lease not expired
 	Parked              int64 // ordered: waiting behind their key's head
 	Dead                int64
+	// OldestReady is the smallest message id among the ready deliveries
+	// (ids grow with their produce time: idgen.Time gives it), 0 when
+	// none is ready.
+	OldestReady uint64
 }
 
 // queueStats counts every subscription's deliveries. It reads the whole
-// table: an operator's question, not a hot path.
+// table (live deliveries only: acked ones have left it) in one pass: an
+// operator's question and the queue-health metrics' periodic refresh, not
+// a hot path.
 func queueStats(ctx context.Context, q queryer, now time.Time) ([]QueueStats, error) {
 	rows, err := q.QueryContext(ctx, `SELECT topic, subscription,
   SUM(is_dead = 0 AND parked = 0 AND available_at <= ?),
   SUM(is_dead = 0 AND parked = 0 AND available_at > ? AND claim_token = 0),
   SUM(is_dead = 0 AND parked = 0 AND available_at > ? AND claim_token <> 0),
   SUM(is_dead = 0 AND parked = 1),
-  SUM(is_dead = 1)
-FROM message_queue GROUP BY topic, subscription`, now, now, now)
+  SUM(is_dead = 1),
+  MIN(IF(is_dead = 0 AND parked = 0 AND available_at <= ?, message_id, NULL))
+FROM message_queue GROUP BY topic, subscription`, now, now, now, now)
 	if err != nil {
 		return nil, fmt.Errorf("count message_queue: %w", err)
 	}
@@ -636,9 +643,11 @@ FROM message_queue GROUP BY topic, subscription`, now, now, now)
 	var out []QueueStats
 	for rows.Next() {
 		var s QueueStats
-		if err := rows.Scan(&s.Topic, &s.Subscription, &s.Ready, &s.Delayed, &s.InFlight, &s.Parked, &s.Dead); err != nil {
+		var oldest sql.Null[uint64]
+		if err := rows.Scan(&s.Topic, &s.Subscription, &s.Ready, &s.Delayed, &s.InFlight, &s.Parked, &s.Dead, &oldest); err != nil {
 			return nil, fmt.Errorf("count message_queue: %w", err)
 		}
+		s.OldestReady = oldest.V
 		out = append(out, s)
 	}
 	return out, rows.Err()

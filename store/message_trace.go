@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"time"
+
+	"github.com/shardmq/shardmq/internal/reqid"
 )
 
 // message_trace is the append-only history of what happened to a message
@@ -62,7 +64,16 @@ type Event struct {
 	ClaimedAt    time.Time // zero when not a claim-related event
 	ErrorCode    string
 	Error        string
+	// RequestID is the id of the HTTP request that caused the event
+	// (X-Request-Id), when there was one; insertEvents takes it from the
+	// context unless set.
+	RequestID string
 }
+
+// addRequestIDColumn keeps the id of the request that caused an event. It
+// is the last column and NULL when unknown, so adding it is instant and
+// costs nothing to rows without one.
+const addRequestIDColumn = `ALTER TABLE message_trace ADD COLUMN request_id VARBINARY(64) NULL`
 
 func insertEvents(ctx context.Context, tx *sql.Tx, evs []Event) error {
 	return execInsertEvents(ctx, tx, "INSERT INTO", evs)
@@ -96,17 +107,21 @@ func execInsertEvents(ctx context.Context, tx execer, verb string, evs []Event) 
 	if len(evs) == 0 {
 		return nil
 	}
-	args := make([]any, 0, len(evs)*11)
+	rid := reqid.From(ctx)
+	args := make([]any, 0, len(evs)*12)
 	for _, e := range evs {
 		var claimed any
 		if !e.ClaimedAt.IsZero() {
 			claimed = e.ClaimedAt
 		}
+		if e.RequestID == "" {
+			e.RequestID = rid
+		}
 		args = append(args, e.ID, e.At, e.MessageID, e.VShard, nullString(e.Subscription), e.Type, nullString(e.Consumer),
-			e.Attempt, claimed, nullString(e.ErrorCode), nullString(e.Error))
+			e.Attempt, claimed, nullString(e.ErrorCode), nullString(e.Error), nullString(e.RequestID))
 	}
 	_, err := tx.ExecContext(ctx, verb+` message_trace (id, created_at, message_id, vshard, subscription, event, consumer,
-  attempt, claimed_at, error_code, error) VALUES `+placeholders(len(evs), 11), args...)
+  attempt, claimed_at, error_code, error, request_id) VALUES `+placeholders(len(evs), 12), args...)
 	if err != nil {
 		return fmt.Errorf("insert message_trace: %w", err)
 	}
@@ -120,7 +135,7 @@ func eventsOf(ctx context.Context, q queryer, ids []uint64, types ...string) ([]
 		return nil, nil
 	}
 	query := `SELECT id, created_at, message_id, vshard, COALESCE(subscription, ''), event, COALESCE(consumer, ''), attempt, claimed_at,
-  COALESCE(error_code, ''), COALESCE(error, '') FROM message_trace WHERE message_id IN (` + qmarks(len(ids)) + ")"
+  COALESCE(error_code, ''), COALESCE(error, ''), COALESCE(request_id, '') FROM message_trace WHERE message_id IN (` + qmarks(len(ids)) + ")"
 	args := make([]any, 0, len(ids)+len(types))
 	for _, id := range ids {
 		args = append(args, id)
@@ -142,7 +157,7 @@ func eventsOf(ctx context.Context, q queryer, ids []uint64, types ...string) ([]
 		var e Event
 		var claimed sql.NullTime
 		if err := rows.Scan(&e.ID, &e.At, &e.MessageID, &e.VShard, &e.Subscription, &e.Type, &e.Consumer, &e.Attempt, &claimed,
-			&e.ErrorCode, &e.Error); err != nil {
+			&e.ErrorCode, &e.Error, &e.RequestID); err != nil {
 			return nil, fmt.Errorf("select message_trace: %w", err)
 		}
 		e.ClaimedAt = claimed.Time

@@ -27,6 +27,7 @@ var migrations = []migration{
 		return []string{createSubscription, createDeadLetterArchive}
 	}},
 	{4, "vshard owner record", func(time.Time) []string { return []string{createVShardOwner} }},
+	{5, "request id of trace events", func(time.Time) []string { return []string{addRequestIDColumn} }},
 }
 
 // SchemaVersion is the newest migration this build knows.

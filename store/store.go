@@ -42,6 +42,11 @@ type Options struct {
 	// OnRetry is called each time a transaction is run again after a
 	// deadlock or lock wait timeout, with the operation's name (metrics).
 	OnRetry func(op string)
+	// OnDeliveries is called after a claim or nack commits with how many
+	// of a subscription's deliveries it moved by event: EventLeaseExpired
+	// (a claim found a lapsed lease) and EventDeadLettered (by a nack or a
+	// lease lapsed on the last attempt). For metrics; it must not block.
+	OnDeliveries func(topic, subscription, event string, n int)
 }
 
 func (p Options) withDefaults() Options {
@@ -65,6 +70,7 @@ type Store struct {
 	db      *sql.DB
 	ids     *idgen.Gen
 	onRetry func(op string)
+	onDeliv func(topic, subscription, event string, n int)
 	mariadb bool // else MySQL: GTID functions differ
 }
 
@@ -112,7 +118,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("connect %s: %w", cfg.Addr, translate(err))
 	}
-	return &Store{db: db, ids: p.IDs, onRetry: p.OnRetry, mariadb: mariadb}, nil
+	return &Store{db: db, ids: p.IDs, onRetry: p.OnRetry, onDeliv: p.OnDeliveries, mariadb: mariadb}, nil
 }
 
 func (s *Store) retryHook(op string) func() {
@@ -120,6 +126,13 @@ func (s *Store) retryHook(op string) func() {
 		return nil
 	}
 	return func() { s.onRetry(op) }
+}
+
+// counted reports n deliveries moved by event to OnDeliveries.
+func (s *Store) counted(topic, sub, event string, n int) {
+	if n > 0 && s.onDeliv != nil {
+		s.onDeliv(topic, sub, event, n)
+	}
 }
 
 // probeServer tells MariaDB from MySQL and names the session variable of

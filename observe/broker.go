@@ -1,0 +1,100 @@
+package observe
+
+import (
+	"context"
+	"time"
+
+	"github.com/shardmq/shardmq/broker"
+)
+
+// Broker is the broker as the API sees it, counting what each call
+// answered into Messages: produce statuses, claims, acks, nacks and the
+// per-receipt outcomes. Deleting a subscription removes its series. The
+// metrics thus wrap the broker rather than live inside it.
+type Broker struct {
+	*broker.Broker
+	m *Messages
+}
+
+// WrapBroker returns b counting into m.
+func WrapBroker(b *broker.Broker, m *Messages) *Broker { return &Broker{Broker: b, m: m} }
+
+// Produce counts each item's status.
+func (b *Broker) Produce(ctx context.Context, topic string, msgs []broker.Message, dur broker.Durability) ([]broker.ProduceResult, error) {
+	res, err := b.Broker.Produce(ctx, topic, msgs, dur)
+	if err != nil {
+		b.m.Produced(topic, "unavailable", len(msgs))
+		return res, err
+	}
+	var created, dup, conflict, unavailable int
+	for _, r := range res {
+		switch r.Status {
+		case "created":
+			created++
+		case "duplicate":
+			dup++
+		case "conflict":
+			conflict++
+		default:
+			unavailable++
+		}
+	}
+	b.m.Produced(topic, "created", created)
+	b.m.Produced(topic, "duplicate", dup)
+	b.m.Produced(topic, "conflict", conflict)
+	b.m.Produced(topic, "unavailable", unavailable)
+	return res, nil
+}
+
+// Claim counts the deliveries leased (the dead-letter channel's are not
+// claims of the subscription).
+func (b *Broker) Claim(ctx context.Context, req broker.ClaimRequest) ([]broker.Delivery, error) {
+	got, err := b.Broker.Claim(ctx, req)
+	if !req.Dead {
+		b.m.Claimed(req.Topic, req.Subscription, len(got))
+	}
+	return got, err
+}
+
+// Ack counts acknowledged deliveries and each receipt's outcome.
+func (b *Broker) Ack(ctx context.Context, receipts []broker.Receipt) []broker.LeaseResult {
+	res := b.Broker.Ack(ctx, receipts)
+	for i, r := range res {
+		b.m.Result("ack", r.Status)
+		if r.Status == "ok" {
+			b.m.Acked(receipts[i].Topic, receipts[i].Subscription, 1)
+		}
+	}
+	return res
+}
+
+// Nack counts failed deliveries and each receipt's outcome; dead letters
+// are counted by the store, which also sees lapsed leases die.
+func (b *Broker) Nack(ctx context.Context, items []broker.NackItem) []broker.NackResult {
+	res := b.Broker.Nack(ctx, items)
+	for i, r := range res {
+		b.m.Result("nack", r.Status)
+		if r.Status == "retry_scheduled" || r.Status == "dead" {
+			b.m.Nacked(items[i].Receipt.Topic, items[i].Receipt.Subscription, 1)
+		}
+	}
+	return res
+}
+
+// Extend counts each receipt's outcome.
+func (b *Broker) Extend(ctx context.Context, receipts []broker.Receipt, lease time.Duration) []broker.LeaseResult {
+	res := b.Broker.Extend(ctx, receipts, lease)
+	for _, r := range res {
+		b.m.Result("extend", r.Status)
+	}
+	return res
+}
+
+// DeleteSubscription removes the subscription's series once it is gone.
+func (b *Broker) DeleteSubscription(ctx context.Context, topic, name string) error {
+	err := b.Broker.DeleteSubscription(ctx, topic, name)
+	if err == nil {
+		b.m.Forget(topic, name)
+	}
+	return err
+}
