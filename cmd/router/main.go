@@ -35,7 +35,12 @@ func main() {
 	gcPercent := flag.Int("gc-percent", 400, "Go's GC target (debug.SetGCPercent); ignored when the GOGC environment variable is set")
 	debugAddr := flag.String("debug-addr", "", "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
 	co := addConsulFlags(flag.CommandLine)
+	sf := addSecurityFlags(flag.CommandLine, &cfg.Security)
 	flag.Parse()
+	if err := sf.apply(&cfg.Security); err != nil {
+		fmt.Fprintln(os.Stderr, "router:", err)
+		os.Exit(2)
+	}
 
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {
@@ -85,6 +90,7 @@ func run(ctx context.Context, cfg server.Config, co *consulOptions) error {
 		r.Close()
 		return err
 	}
-	cfg.Log.Info("router serving", "listen", ln.Addr().String(), "topology", cfg.TopologyFile)
+	cfg.Log.Info("router serving", "listen", ln.Addr().String(), "topology", cfg.TopologyFile,
+		"tokens", cfg.Security.TokensFile != "", "tls", cfg.Security.TLSCert != "")
 	return r.Run(ctx, ln)
 }
