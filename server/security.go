@@ -84,16 +84,28 @@ func (s *security) stop() {
 	}
 }
 
-// secureListener refuses to serve without tokens on an address others can
-// reach (unless Insecure), and adds TLS when configured.
-func (r *Router) secureListener(ln net.Listener) (net.Listener, error) {
-	c := r.cfg.Security
-	if r.sec.tokens == nil && !c.Insecure {
-		if a, ok := ln.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
-			ln.Close()
-			return nil, fmt.Errorf("listen %s: a router without a token file (-tokens) serves only a loopback address; give -tokens, or -insecure to serve anyone who can reach it", r.cfg.Listen)
-		}
+// checkListen refuses, before anything listens, to serve without tokens
+// on an address others can reach, unless Insecure.
+func (r *Router) checkListen() error {
+	return checkListen(r.cfg.Listen, r.sec.tokens == nil, r.cfg.Security.Insecure)
+}
+
+func checkListen(addr string, open, insecure bool) error {
+	if !open || insecure {
+		return nil
 	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("listen %s: a router without a token file (-tokens) serves only a loopback address (127.0.0.1, ::1, localhost); give -tokens, or -insecure to let anyone who reaches it do anything", addr)
+}
+
+// secureListener adds TLS when configured.
+func (r *Router) secureListener(ln net.Listener) (net.Listener, error) {
 	if r.sec.certs != nil {
 		return tls.NewListener(ln, r.sec.certs.ServerConfig()), nil
 	}

@@ -382,6 +382,9 @@ func (r *Router) Run(ctx context.Context, ln net.Listener) error {
 
 // Listen opens the configured address.
 func (r *Router) Listen() (net.Listener, error) {
+	if err := r.checkListen(); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", r.cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", r.cfg.Listen, err)
