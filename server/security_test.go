@@ -403,6 +403,14 @@ func TestTokenNameIsTheConsumer(t *testing.T) {
 		}
 		t.Fatalf("acked events by billing-worker: %d (trace: %v)", n, all)
 	}
+	// The trace shows the MySQL endpoint to operators only.
+	for who, want := range map[string]bool{"billing-worker": false, "admin": true} {
+		a := e.send(t, e.secrets[who], "GET", "/v1/messages/n1/trace?topic="+topic, "", nil)
+		ep, _ := a.body["endpoint"].(string)
+		if a.status != 200 || (ep != "") != want || a.body["cluster"] == "" {
+			t.Errorf("trace as %s: %d endpoint %q, want shown %v: %s", who, a.status, ep, want, a.raw)
+		}
+	}
 }
 
 // TestClusterErrorsAreHidden: a SQL error (the test's tables dropped
