@@ -17,9 +17,13 @@ import (
 // (docs/security.md). The zero value runs open on a loopback address.
 type SecurityConfig struct {
 	// TokensFile is the token file (hashes, scopes, rates), reloaded when
-	// it changes. Empty runs the router open: no token is asked for, and
-	// Listen refuses a non-loopback address unless Insecure.
+	// it changes. Empty (and no Tokens) runs the router open: no token is
+	// asked for, and Listen refuses a non-loopback address unless
+	// Insecure.
 	TokensFile string
+	// Tokens is a token store made by the caller instead of TokensFile
+	// (auth.OpenConsul); the router starts and stops it.
+	Tokens *auth.Store
 	// Insecure lets a router without tokens listen on any address.
 	Insecure bool
 	// AllowedOrigins, AllowedHosts: see api.GuardConfig.
@@ -45,13 +49,20 @@ type security struct {
 func (r *Router) secure() error {
 	c := r.cfg.Security
 	sec := &security{}
-	if c.TokensFile != "" {
+	switch {
+	case c.Tokens != nil && c.TokensFile != "":
+		return errors.New("config: give the token file or a token store, not both")
+	case c.Tokens != nil:
+		sec.tokens = c.Tokens
+	case c.TokensFile != "":
 		st, err := auth.Open(c.TokensFile, r.cfg.ReloadEvery, r.cfg.Log)
 		if err != nil {
 			return err
 		}
-		st.Start(context.Background())
 		sec.tokens = st
+	}
+	if sec.tokens != nil {
+		sec.tokens.Start(context.Background())
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		sec.stop()

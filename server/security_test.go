@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,8 +16,11 @@ import (
 	"testing"
 	"time"
 
+	consulapi "github.com/hashicorp/consul/api"
+
 	"github.com/shardmq/shardmq/auth"
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/internal/consuldouble"
 	"github.com/shardmq/shardmq/internal/tlsconf/certtest"
 	"github.com/shardmq/shardmq/store"
 )
@@ -577,5 +581,45 @@ func TestTLSListener(t *testing.T) {
 		case err := <-done:
 			t.Fatalf("router stopped: %v", err)
 		}
+	}
+}
+
+// TestTokensFromConsul: a router whose token file lives in Consul KV
+// follows changes made there.
+func TestTokensFromConsul(t *testing.T) {
+	t.Parallel()
+	srv := consuldouble.New(consuldouble.Options{})
+	t.Cleanup(srv.Close)
+	client, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "shardmq/" + auth.ConsulKey
+	put := func(name, secret string) {
+		t.Helper()
+		y := fmt.Sprintf("tokens:\n  - name: %s\n    sha256: %s\n    scopes: {admin: ['*']}\n", name, auth.Hash(secret))
+		if _, err := client.KV().Put(&consulapi.KVPair{Key: key, Value: []byte(y)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("first", "secret-1")
+	st, err := auth.OpenConsul(context.Background(), client.KV(), key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &secureEnv{env: setupOn(t, bed, func(c *Config) { c.Security.Tokens = st })}
+	if a := e.send(t, "secret-1", "GET", "/v1/admin/shardmap", "", nil); a.status != 200 {
+		t.Fatalf("token from Consul: %d %s", a.status, a.raw)
+	}
+	put("second", "secret-2")
+	deadline := time.Now().Add(10 * time.Second)
+	for e.send(t, "secret-2", "GET", "/v1/admin/shardmap", "", nil).status != 200 {
+		if time.Now().After(deadline) {
+			t.Fatal("token put into Consul not accepted within 10s")
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval
+	}
+	if a := e.send(t, "secret-1", "GET", "/v1/admin/shardmap", "", nil); a.status != 401 {
+		t.Fatalf("token removed from Consul: %d", a.status)
 	}
 }

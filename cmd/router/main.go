@@ -68,15 +68,19 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, cfg, co); err != nil {
+	if err := run(ctx, cfg, co, sf); err != nil {
 		cfg.Log.Error("router stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, cfg server.Config, co *consulOptions) error {
+func run(ctx context.Context, cfg server.Config, co *consulOptions, sf *securityFlags) error {
 	c, err := co.setup(ctx, &cfg)
 	if err != nil {
+		return err
+	}
+	if err := sf.openConsulTokens(ctx, co, &cfg); err != nil {
+		c.stop()
 		return err
 	}
 	defer c.stop()
