@@ -235,6 +235,7 @@ func TestRejectedRequestsWriteNothing(t *testing.T) {
 		code        string
 	}{
 		{"no token", "", nil, 401, "unauthorized"},
+		{"no token, text/plain", "", map[string]string{"Content-Type": "text/plain"}, 401, "unauthorized"},
 		{"wrong token", "smq_guess", nil, 401, "unauthorized"},
 		{"consume scope only", e.secrets["consumer"], nil, 403, "forbidden"},
 		{"cross-site form post", e.secrets["admin"], map[string]string{"Content-Type": "text/plain", "Origin": "http://evil.example"}, 403, "origin_not_allowed"},
