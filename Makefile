@@ -5,6 +5,8 @@ GO          ?= go
 VAR         ?= var
 SANDBOX_DIR ?= $(VAR)/sandbox
 ROUTER_ADDR ?= 127.0.0.1:8080
+TOKEN_FILE  ?= $(VAR)/router.token
+TOKENS      ?= $(VAR)/tokens.yaml
 CLUSTERS    ?= 2
 REPLICAS    ?= 1
 
@@ -27,12 +29,15 @@ build:
 
 # run starts a sandbox of $(CLUSTERS) clusters (primary + $(REPLICAS)
 # replica each) and a router on $(ROUTER_ADDR) over its generated static
-# topology, in the background. `make stop` stops it all.
+# topology, in the background. `make stop` stops it all. Each run makes a
+# fresh admin token: the secret in $(TOKEN_FILE) (mode 0600), its hash in
+# the router's token file $(TOKENS) (docs/security.md).
 run: deps build
 	@if [ -f $(VAR)/router.pid ] && kill -0 $$(cat $(VAR)/router.pid) 2>/dev/null; then \
 		echo "a router is already running (pid $$(cat $(VAR)/router.pid)); run 'make stop' first"; exit 1; fi
 	bin/sandbox up -dir $(SANDBOX_DIR) -clusters $(CLUSTERS) -replicas $(REPLICAS)
-	@nohup bin/router -listen $(ROUTER_ADDR) -topology $(SANDBOX_DIR)/topology.yaml > $(VAR)/router.log 2>&1 & echo $$! > $(VAR)/router.pid
+	@bin/shardmqctl token new -name sandbox-admin -admin '*' -tokens $(TOKENS) -out $(TOKEN_FILE)
+	@nohup bin/router -listen $(ROUTER_ADDR) -topology $(SANDBOX_DIR)/topology.yaml -tokens $(TOKENS) > $(VAR)/router.log 2>&1 & echo $$! > $(VAR)/router.pid
 	@for i in $$(seq 1 100); do \
 		if curl -fsS http://$(ROUTER_ADDR)/readyz >/dev/null 2>&1; then break; fi; \
 		if ! kill -0 $$(cat $(VAR)/router.pid) 2>/dev/null; then echo "router exited:"; tail -20 $(VAR)/router.log; exit 1; fi; \
@@ -41,7 +46,8 @@ run: deps build
 	@echo
 	@echo "router:   http://$(ROUTER_ADDR)  (pid $$(cat $(VAR)/router.pid), log $(VAR)/router.log)"
 	@echo "topology: $(SANDBOX_DIR)/topology.yaml (edit it: the router reloads it within a second)"
-	@echo "try:      curl -s -XPOST http://$(ROUTER_ADDR)/v1/topics/orders/messages -d '{\"messages\":[{\"key\":\"order-42-paid\",\"payload\":{\"amount\":42}}]}'"
+	@echo "token:    $(TOKEN_FILE) (admin on every topic; bin/shardmqctl reads it; new one each 'make run')"
+	@echo "try:      curl -s -XPOST http://$(ROUTER_ADDR)/v1/topics/orders/messages -H \"Authorization: Bearer \$$(cat $(TOKEN_FILE))\" -H 'Content-Type: application/json' -d '{\"messages\":[{\"key\":\"order-42-paid\",\"payload\":{\"amount\":42}}]}'"
 	@echo "stop:     make stop"
 
 stop:

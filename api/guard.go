@@ -186,10 +186,6 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if e := checkContentType(r); e != nil {
-		g.refuse(w, e, "")
-		return
-	}
 	g.routes.ServeHTTP(w, r)
 }
 
@@ -253,8 +249,15 @@ func (g *Guard) unlisted(w http.ResponseWriter, r *http.Request) {
 }
 
 // check applies pol to the request and serves it when allowed.
+//
+// The order of the checks: the token (401), its rate (429), the body's
+// Content-Type (415), the scope (403).
 func (g *Guard) check(w http.ResponseWriter, r *http.Request, pol policy) {
 	if pol.open || g.cfg.Tokens == nil {
+		if e := checkContentType(r); e != nil {
+			g.refuse(w, e, "")
+			return
+		}
 		g.api.ServeHTTP(w, r)
 		return
 	}
@@ -267,6 +270,10 @@ func (g *Guard) check(w http.ResponseWriter, r *http.Request, pol policy) {
 	if ok, wait := tok.Allow(g.cfg.Now()); !ok {
 		w.Header().Set("Retry-After", strconv.Itoa(auth.RetryAfterSeconds(wait)))
 		g.refuse(w, fail(CodeRateLimited, "token "+tok.Name+" is over its request rate"), tok.Name)
+		return
+	}
+	if e := checkContentType(r); e != nil {
+		g.refuse(w, e, tok.Name)
 		return
 	}
 	if pol.scope != "" {

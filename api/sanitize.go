@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/shardmq/shardmq/auth"
 	"github.com/shardmq/shardmq/circuit"
 	"github.com/shardmq/shardmq/lookup"
 )
@@ -76,4 +77,14 @@ func consumerOf(r *http.Request) string {
 		return t.Name
 	}
 	return ""
+}
+
+// endpointFor shows a MySQL endpoint (host:port) only to operators: an
+// open router's caller or a token with admin on every topic. Others see
+// the cluster's name only.
+func endpointFor(r *http.Request, endpoint string) string {
+	if t := TokenFrom(r.Context()); t != nil && !t.Allows(auth.Admin, "") {
+		return ""
+	}
+	return endpoint
 }

@@ -144,7 +144,7 @@ func (s *Server) trace(w http.ResponseWriter, r *http.Request, t Tracer) {
 		return
 	}
 	out := traceResponse{Message: s.viewMessage(tr.Message, tr.Cluster), Deliveries: []deliveryView{}, Events: []eventView{},
-		ReadFrom: tr.ReadFrom, LagMS: tr.LagMS, Fallback: tr.Fallback, Cluster: tr.Cluster, Endpoint: tr.Endpoint}
+		ReadFrom: tr.ReadFrom, LagMS: tr.LagMS, Fallback: tr.Fallback, Cluster: tr.Cluster, Endpoint: endpointFor(r, tr.Endpoint)}
 	for _, d := range tr.Deliveries {
 		out.Deliveries = append(out.Deliveries, deliveryView{Subscription: d.Subscription, State: d.State, Attempts: d.Attempts,
 			Consumer: d.Consumer, ErrorCode: d.ErrorCode, LastError: d.LastError, NextAttemptAt: formatTime(d.NextAttemptAt),

@@ -134,16 +134,18 @@ func (s *Set) withLimiters(prev *Set) {
 // Store is the token file in use, reloaded when it changes: a valid new
 // version replaces the set at once (requests in flight finish with the
 // one they started with); an invalid one is logged and the last good set
-// stays.
+// stays. The file lives on disk (Open) or in a Consul KV key (OpenConsul).
 type Store struct {
-	path  string
-	every time.Duration
-	log   *slog.Logger
+	name string // the file or key, for messages
+	log  *slog.Logger
+	read func(ctx context.Context) ([]byte, error)
+	// follow calls apply with each new version until ctx ends.
+	follow func(ctx context.Context)
 
 	set atomic.Pointer[Set]
 
-	reload sync.Mutex // serializes Reload
-	loaded []byte     // the file as last read
+	reload sync.Mutex // serializes apply
+	loaded []byte     // the content as last read
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -156,19 +158,40 @@ func Open(path string, every time.Duration, log *slog.Logger) (*Store, error) {
 	if every <= 0 {
 		every = time.Second
 	}
+	read := func(context.Context) ([]byte, error) { return os.ReadFile(path) }
+	s, err := newStore(context.Background(), path, read, log)
+	if err != nil {
+		return nil, err
+	}
+	s.follow = func(ctx context.Context) {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			s.Reload()
+		}
+	}
+	return s, nil
+}
+
+func newStore(ctx context.Context, name string, read func(context.Context) ([]byte, error), log *slog.Logger) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	data, err := os.ReadFile(path)
+	data, err := read(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("token file: %w", err)
 	}
-	set, err := Parse(path, data)
+	set, err := Parse(name, data)
 	if err != nil {
 		return nil, fmt.Errorf("token file: %w", err)
 	}
 	set.withLimiters(nil)
-	s := &Store{path: path, every: every, log: log, loaded: data}
+	s := &Store{name: name, log: log, read: read, loaded: data}
 	s.set.Store(set)
 	return s, nil
 }
@@ -188,7 +211,10 @@ func (s *Store) Start(ctx context.Context) {
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	s.done = make(chan struct{})
-	go s.watch(ctx)
+	go func() {
+		defer close(s.done)
+		s.follow(ctx)
+	}()
 }
 
 // Stop ends the watch and waits for it. Safe to call twice, or without
@@ -204,34 +230,25 @@ func (s *Store) Stop() {
 	<-done
 }
 
-func (s *Store) watch(ctx context.Context) {
-	defer close(s.done)
-	t := time.NewTicker(s.every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.Reload()
-	}
-}
-
 // Reload reads the file now and applies it if it changed and is valid. It
 // reports whether a new set is in use.
 func (s *Store) Reload() bool {
-	s.reload.Lock()
-	defer s.reload.Unlock()
-	data, err := os.ReadFile(s.path)
+	data, err := s.read(context.Background())
 	if err != nil {
-		s.log.Error("token file unreadable; keeping the tokens in use", "file", s.path, "err", err)
+		s.log.Error("token file unreadable; keeping the tokens in use", "file", s.name, "err", err)
 		return false
 	}
+	return s.apply(data)
+}
+
+// apply makes data the set in use if it changed and is valid.
+func (s *Store) apply(data []byte) bool {
+	s.reload.Lock()
+	defer s.reload.Unlock()
 	if bytes.Equal(data, s.loaded) {
 		return false
 	}
-	set, err := Parse(s.path, data)
+	set, err := Parse(s.name, data)
 	if err != nil {
 		s.log.Error("token file invalid; keeping the tokens in use", "err", err)
 		s.loaded = data // logged once per bad version
@@ -240,7 +257,7 @@ func (s *Store) Reload() bool {
 	set.withLimiters(s.set.Load())
 	s.set.Store(set)
 	s.loaded = data
-	s.log.Info("token file reloaded", "file", s.path, "tokens", set.Len())
+	s.log.Info("token file reloaded", "file", s.name, "tokens", set.Len())
 	return true
 }
 

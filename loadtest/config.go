@@ -55,6 +55,9 @@ type Config struct {
 	// Router is the router's base URL. Defaults to http://127.0.0.1:8080.
 	// Unused by the baseline scenario.
 	Router string
+	// Token is the API token sent with every request to the router; ""
+	// sends none (a router without a token file).
+	Token string
 	// Topology gives the clusters: needed for the baseline, the
 	// per-cluster distribution and looking up keys that were not consumed.
 	// Without it a run against the router still verifies by consumption,

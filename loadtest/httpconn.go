@@ -31,6 +31,7 @@ import (
 type connPool struct {
 	addr string // host:port
 	host string // Host header
+	auth string // Authorization header value; "" sends none
 	idle chan *pooledConn
 	// dial is net.Dialer.DialContext; one place so tests can count dials.
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -187,7 +188,7 @@ func (p *connPool) do(ctx context.Context, method, path string, body []byte) (re
 	// A cancelled ctx (the run ending) must not leave a worker blocked in
 	// a read: closing the connection unblocks it.
 	stop := context.AfterFunc(ctx, func() { _ = pc.c.SetDeadline(time.Unix(1, 0)) })
-	resp, reuse, err := pc.exchange(method, p.host, path, body)
+	resp, reuse, err := pc.exchange(method, p.host, p.auth, path, body)
 	if !stop() {
 		// ctx ended meanwhile: its deadline may land on the connection at
 		// any moment, even during a later request, so it is not reused.
@@ -204,13 +205,17 @@ func (p *connPool) do(ctx context.Context, method, path string, body []byte) (re
 	return resp, nil
 }
 
-func (pc *pooledConn) exchange(method, host, path string, body []byte) (response, bool, error) {
+func (pc *pooledConn) exchange(method, host, auth, path string, body []byte) (response, bool, error) {
 	w := pc.bw
 	w.WriteString(method)
 	w.WriteByte(' ')
 	w.WriteString(path)
 	w.WriteString(" HTTP/1.1\r\nHost: ")
 	w.WriteString(host)
+	if auth != "" {
+		w.WriteString("\r\nAuthorization: ")
+		w.WriteString(auth)
+	}
 	w.WriteString("\r\nContent-Type: application/json\r\nContent-Length: ")
 	w.WriteString(strconv.Itoa(len(body)))
 	w.WriteString("\r\n\r\n")

@@ -33,6 +33,15 @@ func NewRouter(base string, conns int, durability string) *Router {
 	return &Router{base: base, pool: pool, poolErr: err, durability: durability, timeout: 30 * time.Second}
 }
 
+// SetToken makes every request carry Authorization: Bearer token (a router
+// with a token file asks for one; docs/security.md). Call it before the
+// first request.
+func (r *Router) SetToken(token string) {
+	if r.pool != nil && token != "" {
+		r.pool.auth = "Bearer " + token
+	}
+}
+
 // Name implements Target.
 func (r *Router) Name() string { return "router" }
 

@@ -45,6 +45,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	if cfg.Scenario != ScenarioBaseline {
 		r.router = NewRouter(cfg.Router, cfg.Producers+cfg.Consumers+cfg.SingleClients+8, cfg.Durability)
+		r.router.SetToken(cfg.Token)
 		defer r.router.Close()
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err := r.router.Ready(rctx)

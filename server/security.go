@@ -17,9 +17,13 @@ import (
 // (docs/security.md). The zero value runs open on a loopback address.
 type SecurityConfig struct {
 	// TokensFile is the token file (hashes, scopes, rates), reloaded when
-	// it changes. Empty runs the router open: no token is asked for, and
-	// Listen refuses a non-loopback address unless Insecure.
+	// it changes. Empty (and no Tokens) runs the router open: no token is
+	// asked for, and Listen refuses a non-loopback address unless
+	// Insecure.
 	TokensFile string
+	// Tokens is a token store made by the caller instead of TokensFile
+	// (auth.OpenConsul); the router starts and stops it.
+	Tokens *auth.Store
 	// Insecure lets a router without tokens listen on any address.
 	Insecure bool
 	// AllowedOrigins, AllowedHosts: see api.GuardConfig.
@@ -45,13 +49,20 @@ type security struct {
 func (r *Router) secure() error {
 	c := r.cfg.Security
 	sec := &security{}
-	if c.TokensFile != "" {
+	switch {
+	case c.Tokens != nil && c.TokensFile != "":
+		return errors.New("config: give the token file or a token store, not both")
+	case c.Tokens != nil:
+		sec.tokens = c.Tokens
+	case c.TokensFile != "":
 		st, err := auth.Open(c.TokensFile, r.cfg.ReloadEvery, r.cfg.Log)
 		if err != nil {
 			return err
 		}
-		st.Start(context.Background())
 		sec.tokens = st
+	}
+	if sec.tokens != nil {
+		sec.tokens.Start(context.Background())
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		sec.stop()
@@ -84,16 +95,28 @@ func (s *security) stop() {
 	}
 }
 
-// secureListener refuses to serve without tokens on an address others can
-// reach (unless Insecure), and adds TLS when configured.
-func (r *Router) secureListener(ln net.Listener) (net.Listener, error) {
-	c := r.cfg.Security
-	if r.sec.tokens == nil && !c.Insecure {
-		if a, ok := ln.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
-			ln.Close()
-			return nil, fmt.Errorf("listen %s: a router without a token file (-tokens) serves only a loopback address; give -tokens, or -insecure to serve anyone who can reach it", r.cfg.Listen)
-		}
+// checkListen refuses, before anything listens, to serve without tokens
+// on an address others can reach, unless Insecure.
+func (r *Router) checkListen() error {
+	return checkListen(r.cfg.Listen, r.sec.tokens == nil, r.cfg.Security.Insecure)
+}
+
+func checkListen(addr string, open, insecure bool) error {
+	if !open || insecure {
+		return nil
 	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("listen %s: a router without a token file (-tokens) serves only a loopback address (127.0.0.1, ::1, localhost); give -tokens, or -insecure to let anyone who reaches it do anything", addr)
+}
+
+// secureListener adds TLS when configured.
+func (r *Router) secureListener(ln net.Listener) (net.Listener, error) {
 	if r.sec.certs != nil {
 		return tls.NewListener(ln, r.sec.certs.ServerConfig()), nil
 	}

@@ -3,17 +3,25 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/shardmq/shardmq/auth"
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/internal/consuldouble"
+	"github.com/shardmq/shardmq/internal/tlsconf/certtest"
 	"github.com/shardmq/shardmq/store"
 )
 
@@ -227,6 +235,7 @@ func TestRejectedRequestsWriteNothing(t *testing.T) {
 		code        string
 	}{
 		{"no token", "", nil, 401, "unauthorized"},
+		{"no token, text/plain", "", map[string]string{"Content-Type": "text/plain"}, 401, "unauthorized"},
 		{"wrong token", "smq_guess", nil, 401, "unauthorized"},
 		{"consume scope only", e.secrets["consumer"], nil, 403, "forbidden"},
 		{"cross-site form post", e.secrets["admin"], map[string]string{"Content-Type": "text/plain", "Origin": "http://evil.example"}, 403, "origin_not_allowed"},
@@ -399,6 +408,14 @@ func TestTokenNameIsTheConsumer(t *testing.T) {
 		}
 		t.Fatalf("acked events by billing-worker: %d (trace: %v)", n, all)
 	}
+	// The trace shows the MySQL endpoint to operators only.
+	for who, want := range map[string]bool{"billing-worker": false, "admin": true} {
+		a := e.send(t, e.secrets[who], "GET", "/v1/messages/n1/trace?topic="+topic, "", nil)
+		ep, _ := a.body["endpoint"].(string)
+		if a.status != 200 || (ep != "") != want || a.body["cluster"] == "" {
+			t.Errorf("trace as %s: %d endpoint %q, want shown %v: %s", who, a.status, ep, want, a.raw)
+		}
+	}
 }
 
 // TestClusterErrorsAreHidden: a SQL error (the test's tables dropped
@@ -458,4 +475,152 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestListenRefusesOpenNonLoopback: without tokens the router serves only
+// loopback addresses unless told Insecure (checked before anything
+// listens).
+func TestListenRefusesOpenNonLoopback(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		addr           string
+		open, insecure bool
+		ok             bool
+	}{
+		{"127.0.0.1:8080", true, false, true},
+		{"[::1]:8080", true, false, true},
+		{"localhost:8080", true, false, true},
+		{"127.0.0.2:8080", true, false, true},
+		{"0.0.0.0:8080", true, false, false},
+		{":8080", true, false, false},
+		{"10.1.2.3:8080", true, false, false},
+		{"mq.example.com:8080", true, false, false},
+		{"0.0.0.0:8080", true, true, true},
+		{"0.0.0.0:8080", false, false, true},
+	} {
+		err := checkListen(c.addr, c.open, c.insecure)
+		if (err == nil) != c.ok {
+			t.Errorf("checkListen(%q, open %v, insecure %v) = %v, want ok %v", c.addr, c.open, c.insecure, err, c.ok)
+		}
+	}
+	e := setup(t)
+	e.r.cfg.Listen = "0.0.0.0:0"
+	if ln, err := e.r.Listen(); err == nil {
+		ln.Close()
+		t.Fatal("an open router listened on 0.0.0.0")
+	} else if !strings.Contains(err.Error(), "-tokens") {
+		t.Fatalf("error does not say what to do: %v", err)
+	}
+}
+
+// TestTLSListener serves the API over TLS end to end with a certificate
+// made here, and picks up a replaced certificate without a restart.
+func TestTLSListener(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, dir, "test-ca")
+	certPath, keyPath := ca.Issue(t, dir, "router-one", false)
+	e := setupSecure(t, map[string]map[auth.Scope][]string{"admin": {auth.Admin: {"*"}}}, nil, func(c *Config) {
+		c.Listen = "127.0.0.1:0"
+		c.Security.TLSCert, c.Security.TLSKey = certPath, keyPath
+	})
+	ln, err := e.r.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.r.Run(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	addr := ln.Addr().String()
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	req, _ := http.NewRequest("GET", "https://"+addr+"/v1/admin/shardmap", nil)
+	req.Header.Set("Authorization", "Bearer "+e.secrets["admin"])
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.TLS == nil || resp.TLS.PeerCertificates[0].Subject.CommonName != "router-one" {
+		t.Fatalf("HTTPS: status %d, TLS %v", resp.StatusCode, resp.TLS != nil)
+	}
+	// Plain HTTP on the TLS port gets nothing from the API.
+	if resp, err := testClient.Get("http://" + addr + "/v1/admin/shardmap"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Fatal("plain HTTP served on the TLS listener")
+		}
+	}
+
+	// Renewal: new files in place; new handshakes present the new
+	// certificate within the reload check.
+	newCert, newKey := ca.Issue(t, dir, "router-two", false)
+	for _, mv := range [][2]string{{newKey, keyPath}, {newCert, certPath}} {
+		if err := os.Rename(mv[0], mv[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cn := conn.ConnectionState().PeerCertificates[0].Subject.CommonName
+		conn.Close()
+		if cn == "router-two" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still serving %s after the certificate was replaced", cn)
+		}
+		select {
+		case <-time.After(100 * time.Millisecond): // poll interval
+		case err := <-done:
+			t.Fatalf("router stopped: %v", err)
+		}
+	}
+}
+
+// TestTokensFromConsul: a router whose token file lives in Consul KV
+// follows changes made there.
+func TestTokensFromConsul(t *testing.T) {
+	t.Parallel()
+	srv := consuldouble.New(consuldouble.Options{})
+	t.Cleanup(srv.Close)
+	client, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "shardmq/" + auth.ConsulKey
+	put := func(name, secret string) {
+		t.Helper()
+		y := fmt.Sprintf("tokens:\n  - name: %s\n    sha256: %s\n    scopes: {admin: ['*']}\n", name, auth.Hash(secret))
+		if _, err := client.KV().Put(&consulapi.KVPair{Key: key, Value: []byte(y)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("first", "secret-1")
+	st, err := auth.OpenConsul(context.Background(), client.KV(), key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &secureEnv{env: setupOn(t, bed, func(c *Config) { c.Security.Tokens = st })}
+	if a := e.send(t, "secret-1", "GET", "/v1/admin/shardmap", "", nil); a.status != 200 {
+		t.Fatalf("token from Consul: %d %s", a.status, a.raw)
+	}
+	put("second", "secret-2")
+	deadline := time.Now().Add(10 * time.Second)
+	for e.send(t, "secret-2", "GET", "/v1/admin/shardmap", "", nil).status != 200 {
+		if time.Now().After(deadline) {
+			t.Fatal("token put into Consul not accepted within 10s")
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval
+	}
+	if a := e.send(t, "secret-1", "GET", "/v1/admin/shardmap", "", nil); a.status != 401 {
+		t.Fatalf("token removed from Consul: %d", a.status)
+	}
 }

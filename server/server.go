@@ -431,9 +431,22 @@ func (r *Router) Run(ctx context.Context, ln net.Listener) error {
 
 // Listen opens the configured address.
 func (r *Router) Listen() (net.Listener, error) {
+	if err := r.checkListen(); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", r.cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", r.cfg.Listen, err)
+	}
+	return r.secureListener(ln)
+}
+
+// SecureListener applies the listen policy (an open router, one without
+// tokens, serves only on loopback unless Insecure) and TLS to a listener
+// bound by the caller, for mains that must bind before the router exists.
+func (r *Router) SecureListener(ln net.Listener) (net.Listener, error) {
+	if err := checkListen(ln.Addr().String(), r.sec.tokens == nil, r.cfg.Security.Insecure); err != nil {
+		return nil, err
 	}
 	return r.secureListener(ln)
 }

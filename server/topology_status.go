@@ -26,7 +26,9 @@ func (r *Router) withTopologyStatus(out map[string]any) map[string]any {
 		stale, err := s.Stale()
 		out["topology_stale"] = stale
 		if err != nil {
-			out["topology_error"] = err.Error()
+			// /readyz is open: the source's error (addresses) stays in
+			// the router's log.
+			out["topology_error"] = "the topology source cannot be read or its data was rejected; see the router's log"
 		}
 	}
 	return out

@@ -26,6 +26,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/shardmq/shardmq/auth"
+	"github.com/shardmq/shardmq/internal/ctl"
 	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/loadtest"
 	"github.com/shardmq/shardmq/topology"
@@ -46,6 +48,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Router, "router", "", "router base URL (default http://127.0.0.1:8080 unless -router-bin)")
 	routerBin := fs.String("router-bin", "", "run this router binary as a child on a free port over the topology (measures the current build; needed for -fault router)")
 	routerArgs := fs.String("router-args", "", "extra flags for the -router-bin router, space separated (e.g. \"-commit-workers 2\")")
+	token := fs.String("token", "", "API token for -router (default $SHARDMQ_TOKEN, else the first line of -token-file); a -router-bin child gets a token made for the run")
+	tokenFile := fs.String("token-file", "", "file holding the API token for -router (default "+ctl.DefaultTokenFile+" when it exists)")
 	routerLog := fs.String("router-log", "", "log file of the child router (default OUT/router.log)")
 	sandbox := fs.String("sandbox", "", "sandbox directory (var/sandbox): use the one running there or start one as `make run` does; gives -topology and the instances for -fault")
 	topoPath := fs.String("topology", "", "static topology file: the clusters for the baseline, per-cluster figures and key lookups")
@@ -143,7 +147,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err := os.MkdirAll(filepath.Dir(*routerLog), 0o755); err != nil {
 			return fail("%v", err)
 		}
-		rp = &loadtest.RouterProcess{Bin: *routerBin, Topology: *topoPath, LogPath: *routerLog, Args: strings.Fields(*routerArgs)}
+		// The child runs as routers run in production: with a token file,
+		// here one admin token made for this run.
+		tokens, secret, err := runToken(*out)
+		if err != nil {
+			return fail("%v", err)
+		}
+		rp = &loadtest.RouterProcess{Bin: *routerBin, Topology: *topoPath, LogPath: *routerLog,
+			Args: append([]string{"-tokens", tokens}, strings.Fields(*routerArgs)...)}
+		if cfg.Router == "" {
+			cfg.Token = secret
+		}
 		if err := rp.Start(ctx); err != nil {
 			return fail("%v", err)
 		}
@@ -152,6 +166,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			cfg.Router = rp.URL()
 		}
 		fmt.Fprintf(stdout, "router %s (%s, log %s)\n", rp.URL(), *routerBin, *routerLog)
+	}
+	if cfg.Token == "" {
+		if cfg.Token, err = ctl.ResolveToken(*token, *tokenFile); err != nil {
+			return fail("%v", err)
+		}
 	}
 	switch {
 	case *fault == "":
@@ -219,4 +238,20 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// runToken makes an admin token for a child router: the token file (its
+// hash) in dir, and the secret, which stays in this process.
+func runToken(dir string) (path, secret string, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
+	}
+	secret, err = auth.NewToken()
+	if err != nil {
+		return "", "", err
+	}
+	path = filepath.Join(dir, "router-tokens.yaml")
+	os.Remove(path)
+	err = auth.PutEntry(path, auth.FileToken{Name: "loadtest", SHA256: auth.Hash(secret), Scopes: map[auth.Scope][]string{auth.Admin: {"*"}}})
+	return path, secret, err
 }

@@ -37,7 +37,12 @@ func main() {
 	gcPercent := flag.Int("gc-percent", 400, "Go's GC target (debug.SetGCPercent); ignored when the GOGC environment variable is set")
 	debugAddr := flag.String("debug-addr", "", "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
 	co := addConsulFlags(flag.CommandLine)
+	sf := addSecurityFlags(flag.CommandLine, &cfg.Security)
 	flag.Parse()
+	if err := sf.apply(&cfg.Security); err != nil {
+		fmt.Fprintln(os.Stderr, "router:", err)
+		os.Exit(2)
+	}
 
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {
@@ -65,23 +70,27 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, cfg, co); err != nil {
+	if err := run(ctx, cfg, co, sf); err != nil {
 		cfg.Log.Error("router stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, cfg server.Config, co *consulOptions) error {
+func run(ctx context.Context, cfg server.Config, co *consulOptions, sf *securityFlags) error {
 	// Bind first: on Consul, holding the listen address proves that a
 	// registration of this router's id from the same address belongs to a
 	// dead predecessor, which the router then takes over.
-	ln, err := net.Listen("tcp", cfg.Listen)
+	raw, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	defer ln.Close()
-	c, err := co.setup(ctx, &cfg, ln.Addr().String())
+	defer raw.Close()
+	c, err := co.setup(ctx, &cfg, raw.Addr().String())
 	if err != nil {
+		return err
+	}
+	if err := sf.openConsulTokens(ctx, co, &cfg); err != nil {
+		c.stop()
 		return err
 	}
 	defer c.stop()
@@ -90,10 +99,18 @@ func run(ctx context.Context, cfg server.Config, co *consulOptions) error {
 		return err
 	}
 	c.serving(ctx, r)
-	if c != nil {
-		cfg.Log.Info("router serving", "listen", ln.Addr().String(), "topology", "consul "+co.addr)
-	} else {
-		cfg.Log.Info("router serving", "listen", ln.Addr().String(), "topology", cfg.TopologyFile)
+	// The listen policy (no open router off loopback) and TLS apply to
+	// the address bound above.
+	ln, err := r.SecureListener(raw)
+	if err != nil {
+		r.Close()
+		return err
 	}
+	topo := cfg.TopologyFile
+	if c != nil {
+		topo = "consul " + co.addr
+	}
+	cfg.Log.Info("router serving", "listen", ln.Addr().String(), "topology", topo,
+		"tokens", cfg.Security.TokensFile != "", "tls", cfg.Security.TLSCert != "")
 	return r.Run(ctx, ln)
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
 
 	"github.com/shardmq/shardmq/internal/ctl"
@@ -15,6 +16,17 @@ func main() {
 		def = "http://127.0.0.1:8080"
 	}
 	router := flag.String("router", def, "the router's base URL")
+	token := flag.String("token", "", "API token (default $SHARDMQ_TOKEN, else the first line of -token-file)")
+	tokenFile := flag.String("token-file", "", "file holding the API token (default "+ctl.DefaultTokenFile+" when it exists)")
 	flag.Parse()
-	os.Exit(ctl.Run(flag.Args(), *router, os.Stdout, os.Stderr, nil))
+	args := flag.Args()
+	if len(args) > 0 && args[0] == "token" {
+		os.Exit(ctl.RunToken(args[1:], os.Stdout, os.Stderr))
+	}
+	tok, err := ctl.ResolveToken(*token, *tokenFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "shardmqctl:", err)
+		os.Exit(2)
+	}
+	os.Exit(ctl.Run(args, *router, os.Stdout, os.Stderr, ctl.WithToken(nil, tok)))
 }

@@ -30,7 +30,11 @@ const usage = `usage: shardmqctl [-router URL] COMMAND [ARGS]
   dlq redrive TOPIC SUB (-ids ID,ID,… | -error-code E | -all)
   dlq purge TOPIC SUB [-error-code E]
 
-The router defaults to $SHARDMQ_ROUTER or http://127.0.0.1:8080.
+  token new -name N [-produce|-consume|-admin PATTERNS] [-tokens FILE] [-out FILE]
+                                        make an API token (its hash into the router's token file)
+
+The router defaults to $SHARDMQ_ROUTER or http://127.0.0.1:8080; the token
+to -token, else $SHARDMQ_TOKEN, else the first line of var/router.token.
 `
 
 // Run executes one command and returns the process exit code: 0 on a 2xx

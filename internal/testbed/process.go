@@ -82,7 +82,7 @@ func (b *Bed) serverArgs(inst *Instance) []string {
 	if inst.readOnly {
 		args = append(args, "--read-only=1")
 	}
-	return args
+	return append(args, b.spec.ServerArgs...)
 }
 
 // process is a mariadbd this process started.

@@ -110,6 +110,9 @@ type Spec struct {
 	Detach bool
 	// Logger receives progress messages. Defaults to discarding them.
 	Logger *slog.Logger
+	// ServerArgs are extra mariadbd flags for every instance (e.g. the
+	// --ssl-* flags of a TLS test).
+	ServerArgs []string
 }
 
 func (s Spec) withDefaults() (Spec, error) {

@@ -69,7 +69,7 @@ func (c *CertFiles) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, erro
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
-	if now.Sub(c.checked) < c.checkEvery {
+	if d := now.Sub(c.checked); d >= 0 && d < c.checkEvery {
 		return c.cur, nil
 	}
 	c.checked = now
