@@ -33,7 +33,9 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 		}
 		data, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		var out struct{ Error struct{ Code, Message string } }
+		var out struct {
+			Error struct{ Code, Message string }
+		}
 		if err := json.Unmarshal(data, &out); err != nil {
 			t.Errorf("%s: answer %d %q is not JSON", tc.Name, resp.StatusCode, data)
 			continue
