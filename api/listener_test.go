@@ -57,7 +57,9 @@ func TestJSONErrorListener(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			resp := raw(t, tc.req)
 			defer resp.Body.Close()
-			var out struct{ Error struct{ Code, Message string } }
+			var out struct {
+				Error struct{ Code, Message string }
+			}
 			data, _ := io.ReadAll(resp.Body)
 			if err := json.Unmarshal(data, &out); err != nil || resp.Header.Get("Content-Type") != "application/json" {
 				t.Fatalf("%d %q %q is not the JSON error shape", resp.StatusCode, resp.Header.Get("Content-Type"), data)
