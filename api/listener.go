@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -16,7 +17,8 @@ import (
 // as plain text straight to the connection in one write, with a fixed
 // signature (text/plain, Connection: close, a body repeating the status),
 // and closes it; the wrapper recognises exactly that write and replaces it.
-// Every other byte passes through unchanged.
+// Every other byte passes through unchanged. Connections of a TLS listener
+// (tls.NewListener) are passed through as they are.
 func JSONErrorListener(l net.Listener) net.Listener { return jsonErrorListener{l} }
 
 type jsonErrorListener struct{ net.Listener }
@@ -25,6 +27,11 @@ func (l jsonErrorListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
+	}
+	if _, ok := c.(*tls.Conn); ok {
+		// net/http needs the *tls.Conn itself (handshake, r.TLS, ALPN);
+		// over TLS its early answers stay plain text.
+		return c, nil
 	}
 	return &jsonErrorConn{Conn: c}, nil
 }
