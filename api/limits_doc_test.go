@@ -3,6 +3,7 @@ package api
 import (
 	"flag"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -75,6 +76,20 @@ func TestLimitsTableSubscriptionRow(t *testing.T) {
 		tc.set(&s)
 		if err := s.Validate(); (err == nil) != tc.wantOK {
 			t.Errorf("%s: Validate() = %v, want ok %v", tc.name, err, tc.wantOK)
+		}
+	}
+}
+
+// Every field of Limits has its row in LimitsTable: a new limit without
+// one fails here (add the row, then run the table test with -update).
+func TestLimitsTableCoversEveryField(t *testing.T) {
+	t.Parallel()
+	inTable := map[string]bool{"MaxBody": true, "MaxBatch": true, "MaxPayload": true, "MaxKey": true, "MaxHeaders": true,
+		"MaxClaim": true, "MaxWait": true, "DefaultLease": true, "MaxLease": true, "MaxDelay": true}
+	typ := reflect.TypeOf(Limits{})
+	for i := 0; i < typ.NumField(); i++ {
+		if name := typ.Field(i).Name; !inTable[name] {
+			t.Errorf("Limits.%s has no row in LimitsTable (limits_doc.go)", name)
 		}
 	}
 }
