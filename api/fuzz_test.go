@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/shardmq/shardmq/api/apitest"
 	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/subscription"
 	"github.com/shardmq/shardmq/topology"
@@ -25,9 +26,9 @@ import (
 
 // fuzzSeeds are the bodies of badRequests aimed at target, and good.
 func fuzzSeeds(f *testing.F, target string, good ...string) {
-	for _, tc := range badRequests(testReceipt(f)) {
-		if tc.target == target {
-			f.Add([]byte(tc.body))
+	for _, tc := range apitest.BadRequests(testReceipt(f)) {
+		if tc.Target == target {
+			f.Add([]byte(tc.Body))
 		}
 	}
 	for _, g := range good {
@@ -229,8 +230,8 @@ func FuzzRedrive(f *testing.F) {
 // FuzzQuery fuzzes the query strings of the endpoints that take one (dead
 // letters list and purge, trace) and of one that takes none.
 func FuzzQuery(f *testing.F) {
-	for _, tc := range badRequests(testReceipt(f)) {
-		if _, q, ok := strings.Cut(tc.target, "?"); ok {
+	for _, tc := range apitest.BadRequests(testReceipt(f)) {
+		if _, q, ok := strings.Cut(tc.Target, "?"); ok {
 			f.Add(q)
 		}
 	}

@@ -3,13 +3,13 @@ package api
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	"github.com/shardmq/shardmq/api/apitest"
 	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/store"
 )
@@ -21,126 +21,14 @@ func testReceipt(t testing.TB) string {
 	return r.Encode()
 }
 
-// headersOf returns a headers object whose JSON encoding is n bytes.
-func headersOf(n int) string {
-	return `{"h":"` + strings.Repeat("x", n-len(`{"h":""}`)) + `"}`
-}
-
-type badRequest struct {
-	name, method, target, body string
-	status                     int
-	code, says                 string // says: a part of the message
-}
-
-// badRequests is every kind of request the API must refuse whole: each
-// answers 4xx in the JSON error shape and never reaches the broker. The
-// server package runs the same table against real MariaDB (no row written).
-func badRequests(receipt string) []badRequest {
-	const produce = "/v1/topics/orders/messages"
-	const claim = "/v1/topics/orders/subscriptions/default/claim"
-	const sub = "/v1/topics/orders/subscriptions/billing"
-	const dead = "/v1/topics/orders/subscriptions/default/dead-letters"
-	one := func(fields string) string { return `{"messages":[{"payload":{"a":1}` + fields + `}]}` }
-	rc := `"` + receipt + `"`
-	maxI64 := fmt.Sprint(int64(math.MaxInt64))
-	return []badRequest{
-		// invalid UTF-8 and lone surrogates, anywhere
-		{"key invalid UTF-8", "POST", produce, one(`,"key":"coll` + "\xff" + `"`), 400, CodeInvalidRequest, "messages[0].key: string is not valid UTF-8"},
-		{"order_key invalid UTF-8", "POST", produce, one(`,"order_key":"o` + "\xfe" + `"`), 400, CodeInvalidRequest, "messages[0].order_key"},
-		{"transaction_id invalid UTF-8", "POST", produce, one(`,"transaction_id":"` + "\xc3\x28" + `"`), 400, CodeInvalidRequest, "messages[0].transaction_id"},
-		{"header name invalid UTF-8", "POST", produce, one(`,"headers":{"a` + "\xff" + `":"v"}`), 400, CodeInvalidRequest, "object key"},
-		{"header value invalid UTF-8", "POST", produce, one(`,"headers":{"a":"` + "\xed\xa0\x80" + `"}`), 400, CodeInvalidRequest, "messages[0].headers.a"},
-		{"payload string invalid UTF-8", "POST", produce, `{"messages":[{"payload":{"s":"` + "\x80" + `"}}]}`, 400, CodeInvalidRequest, "messages[0].payload.s"},
-		{"payload key invalid UTF-8", "POST", produce, `{"messages":[{"payload":{"` + "\xf8" + `":1}}]}`, 400, CodeInvalidRequest, "not valid UTF-8"},
-		{"key lone surrogate", "POST", produce, one(`,"key":"coll\udcff"`), 400, CodeInvalidRequest, "lone surrogate"},
-		{"key high surrogate alone", "POST", produce, one(`,"key":"coll\ud800x"`), 400, CodeInvalidRequest, "lone surrogate"},
-		{"UTF-8 outside strings", "POST", produce, "\xff" + one(""), 400, CodeInvalidRequest, "UTF-8"},
-		{"claim consumer invalid UTF-8", "POST", claim, `{"consumer":"w` + "\xff" + `"}`, 400, CodeInvalidRequest, "consumer"},
-		{"ack receipt invalid UTF-8", "POST", "/v1/ack", `{"receipts":["` + "\xff" + `"]}`, 400, CodeInvalidRequest, "receipts[0]"},
-		{"nack error invalid UTF-8", "POST", "/v1/nack", `{"items":[{"receipt":` + rc + `,"error":"` + "\xff" + `"}]}`, 400, CodeInvalidRequest, "items[0].error"},
-		{"subscription invalid UTF-8", "PUT", sub, `{"dead_letter_alarm":{"window":"1h` + "\xff" + `"}}`, 400, CodeInvalidRequest, "dead_letter_alarm.window"},
-		{"redrive invalid UTF-8", "POST", dead + "/redrive", `{"error_code":"E` + "\xff" + `"}`, 400, CodeInvalidRequest, "error_code"},
-		// unknown fields
-		{"produce unknown top field", "POST", produce, `{"messages":[{"payload":1}],"durabilty":"replicated"}`, 400, CodeInvalidRequest, `unknown field "durabilty"`},
-		{"produce unknown message field", "POST", produce, one(`,"prio":3`), 400, CodeInvalidRequest, `unknown field "prio"`},
-		{"claim unknown field", "POST", claim, `{"maxx":5}`, 400, CodeInvalidRequest, `unknown field "maxx"`},
-		{"ack unknown field", "POST", "/v1/ack", `{"receipts":[` + rc + `],"reciepts":[]}`, 400, CodeInvalidRequest, `unknown field "reciepts"`},
-		{"nack unknown item field", "POST", "/v1/nack", `{"items":[{"receipt":` + rc + `,"retry_after":5}]}`, 400, CodeInvalidRequest, `unknown field "retry_after"`},
-		{"extend unknown field", "POST", "/v1/extend", `{"receipts":[` + rc + `],"visibility_ms":5}`, 400, CodeInvalidRequest, `unknown field "visibility_ms"`},
-		{"subscription unknown field", "PUT", sub, `{"max_attemps":1}`, 400, CodeInvalidRequest, `unknown field "max_attemps"`},
-		{"subscription unknown backoff field", "PUT", sub, `{"backoff":{"initial":5}}`, 400, CodeInvalidRequest, `unknown field "initial"`},
-		{"redrive unknown field", "POST", dead + "/redrive", `{"al":true}`, 400, CodeInvalidRequest, `unknown field "al"`},
-		{"dead claim unknown field", "POST", dead + "/claim", `{"errorcode":"E"}`, 400, CodeInvalidRequest, `unknown field "errorcode"`},
-		// duplicate keys, at every depth
-		{"produce duplicate top key", "POST", produce, `{"messages":[{"payload":1}],"messages":[{"payload":2}]}`, 400, CodeInvalidRequest, `duplicate object key "messages"`},
-		{"produce duplicate message key", "POST", produce, one(`,"key":"a","key":"b"`), 400, CodeInvalidRequest, `messages[0]: duplicate object key "key"`},
-		{"produce duplicate escaped key", "POST", produce, one(`,"key":"a","\u006bey":"b"`), 400, CodeInvalidRequest, `duplicate object key "key"`},
-		{"produce duplicate header", "POST", produce, one(`,"headers":{"a":"1","a":"2"}`), 400, CodeInvalidRequest, `messages[0].headers: duplicate object key "a"`},
-		{"produce duplicate in payload", "POST", produce, `{"messages":[{"payload":{"x":[{"a":1,"b":2,"a":3}]}}]}`, 400, CodeInvalidRequest, `messages[0].payload.x[0]: duplicate object key "a"`},
-		{"claim duplicate key", "POST", claim, `{"max":1,"max":1000}`, 400, CodeInvalidRequest, `duplicate object key "max"`},
-		{"nack duplicate key", "POST", "/v1/nack", `{"items":[{"receipt":` + rc + `,"receipt":` + rc + `}]}`, 400, CodeInvalidRequest, `items[0]: duplicate object key "receipt"`},
-		{"subscription duplicate key", "PUT", sub, `{"max_attempts":3,"max_attempts":1}`, 400, CodeInvalidRequest, `duplicate object key "max_attempts"`},
-		{"redrive duplicate key", "POST", dead + "/redrive", `{"all":true,"all":false}`, 400, CodeInvalidRequest, `duplicate object key "all"`},
-		// numbers: range-checked before any arithmetic; no floats, strings or overflow
-		{"delay_ms max int64", "POST", produce, one(`,"delay_ms":` + maxI64), 400, CodeInvalidRequest, "messages[0].delay_ms must be 0-"},
-		{"delay_ms just past int64/1e6", "POST", produce, one(`,"delay_ms":9223372036855`), 400, CodeInvalidRequest, "delay_ms must be"},
-		{"delay_ms over int64", "POST", produce, one(`,"delay_ms":9223372036854775808`), 400, CodeInvalidRequest, "delay_ms must be an integer"},
-		{"delay_ms negative", "POST", produce, one(`,"delay_ms":-1`), 400, CodeInvalidRequest, "delay_ms must be"},
-		{"delay_ms float", "POST", produce, one(`,"delay_ms":1.5`), 400, CodeInvalidRequest, "delay_ms must be an integer"},
-		{"delay_ms exponent", "POST", produce, one(`,"delay_ms":1e3`), 400, CodeInvalidRequest, "delay_ms must be an integer"},
-		{"delay_ms string", "POST", produce, one(`,"delay_ms":"5"`), 400, CodeInvalidRequest, "delay_ms must be an integer"},
-		{"priority 10", "POST", produce, one(`,"priority":10`), 400, CodeInvalidRequest, "priority must be 0-9"},
-		{"priority huge", "POST", produce, one(`,"priority":1e400`), 400, CodeInvalidRequest, "priority"},
-		{"priority negative", "POST", produce, one(`,"priority":-1`), 400, CodeInvalidRequest, "priority must be 0-9"},
-		{"deliver_at past year 9999", "POST", produce, one(`,"deliver_at":"9999-12-31T23:59:59Z"`), 400, CodeInvalidRequest, "deliver_at is more than"},
-		{"visibility max int64", "POST", claim, `{"visibility_timeout_ms":` + maxI64 + `}`, 400, CodeInvalidRequest, "visibility_timeout_ms must be 1-"},
-		{"visibility wraps to small", "POST", claim, `{"visibility_timeout_ms":9223372036854776}`, 400, CodeInvalidRequest, "visibility_timeout_ms must be 1-"},
-		{"visibility zero", "POST", claim, `{"visibility_timeout_ms":0}`, 400, CodeInvalidRequest, "visibility_timeout_ms must be 1-"},
-		{"wait_ms max int64", "POST", claim, `{"wait_ms":` + maxI64 + `}`, 400, CodeInvalidRequest, "wait_ms must be 0-"},
-		{"wait_ms negative", "POST", claim, `{"wait_ms":-1}`, 400, CodeInvalidRequest, "wait_ms must be 0-"},
-		{"max float", "POST", claim, `{"max":2.5}`, 400, CodeInvalidRequest, "max must be an integer"},
-		{"max zero", "POST", claim, `{"max":0}`, 400, CodeInvalidRequest, "max must be 1-"},
-		{"max huge", "POST", claim, `{"max":9223372036854775807}`, 400, CodeInvalidRequest, "max must be 1-"},
-		{"extend visibility max int64", "POST", "/v1/extend", `{"receipts":[` + rc + `],"visibility_timeout_ms":` + maxI64 + `}`, 400, CodeInvalidRequest, "visibility_timeout_ms must be 1-"},
-		{"nack retry_after max int64", "POST", "/v1/nack", `{"items":[{"receipt":` + rc + `,"retry_after_ms":` + maxI64 + `}]}`, 400, CodeInvalidRequest, "items[0].retry_after_ms must be 0-"},
-		{"nack retry_after negative", "POST", "/v1/nack", `{"items":[{"receipt":` + rc + `,"retry_after_ms":-5}]}`, 400, CodeInvalidRequest, "retry_after_ms must be 0-"},
-		{"backoff initial max int64", "PUT", sub, `{"backoff":{"initial_ms":` + maxI64 + `}}`, 400, CodeInvalidRequest, "backoff.initial_ms"},
-		{"backoff multiplier huge", "PUT", sub, `{"backoff":{"multiplier":1e400}}`, 400, CodeInvalidRequest, "backoff.multiplier"},
-		{"backoff jitter over 1", "PUT", sub, `{"backoff":{"jitter":1.5}}`, 400, CodeInvalidRequest, "backoff.jitter"},
-		{"max_attempts float", "PUT", sub, `{"max_attempts":2.5}`, 400, CodeInvalidRequest, "max_attempts must be an integer"},
-		{"max_attempts huge", "PUT", sub, `{"max_attempts":100000}`, 400, CodeInvalidRequest, "max_attempts must be 1-"},
-		// sizes that a column could not hold
-		{"headers one byte over the column", "POST", produce, one(`,"headers":` + headersOf(store.MaxHeadersBytes+1)), 413, CodePayloadTooLarge, "at most 65535"},
-		{"key over the column", "POST", produce, one(`,"key":"` + strings.Repeat("k", store.MaxKeyBytes+1) + `"`), 400, CodeInvalidRequest, "key is 257 bytes"},
-		{"error_code over the column", "POST", "/v1/nack", `{"items":[{"receipt":` + rc + `,"error_code":"` + strings.Repeat("E", 65) + `"}]}`, 400, CodeInvalidRequest, "error_code is longer than 64"},
-		{"consumer over the column", "POST", claim, `{"consumer":"` + strings.Repeat("c", 129) + `"}`, 400, CodeInvalidRequest, "consumer is longer than 128"},
-		// query strings
-		{"limit with semicolon", "GET", dead + "?limit=1;DROP", "", 400, CodeInvalidRequest, "query string is malformed"},
-		{"limit not a number", "GET", dead + "?limit=abc", "", 400, CodeInvalidRequest, `limit must be an integer 1-1000, got "abc"`},
-		{"limit negative", "GET", dead + "?limit=-1", "", 400, CodeInvalidRequest, "limit must be"},
-		{"limit huge", "GET", dead + "?limit=99999999999999999999", "", 400, CodeInvalidRequest, "limit must be"},
-		{"limit empty", "GET", dead + "?limit=", "", 400, CodeInvalidRequest, "limit must be"},
-		{"limit twice", "GET", dead + "?limit=1&limit=2", "", 400, CodeInvalidRequest, "given 2 times"},
-		{"bad percent-encoding in query", "GET", dead + "?error_code=%zz", "", 400, CodeInvalidRequest, "query string is malformed"},
-		{"invalid UTF-8 in query", "GET", dead + "?error_code=%ff", "", 400, CodeInvalidRequest, "not valid UTF-8"},
-		{"unknown query parameter", "GET", dead + "?limt=5", "", 400, CodeInvalidRequest, `unknown query parameter "limt"`},
-		{"query on produce", "POST", produce + "?durability=replicated", one(""), 400, CodeInvalidRequest, `unknown query parameter "durability"`},
-		{"purge with bad query", "DELETE", dead + "?error_code=E&x=1", "", 400, CodeInvalidRequest, `unknown query parameter "x"`},
-		{"trace topic bad escape", "GET", "/v1/messages/k/trace?topic=%zz", "", 400, CodeInvalidRequest, "query string is malformed"},
-		// routing
-		{"unknown path", "GET", "/v1/nothing-here", "", 404, CodeNotFound, "no such endpoint"},
-		{"wrong method", "GET", "/v1/ack", "", 405, CodeMethodNotAllowed, "GET is not allowed"},
-	}
-}
-
 func TestBadRequestsAreRefusedBeforeTheBroker(t *testing.T) {
 	t.Parallel()
 	s, b := newTestServer(t)
-	for _, tc := range badRequests(testReceipt(t)) {
-		t.Run(tc.name, func(t *testing.T) {
-			rec := do(s, tc.method, tc.target, []byte(tc.body))
-			if rec.Code != tc.status {
-				t.Errorf("status %d, want %d: %s", rec.Code, tc.status, rec.Body)
+	for _, tc := range apitest.BadRequests(testReceipt(t)) {
+		t.Run(tc.Name, func(t *testing.T) {
+			rec := do(s, tc.Method, tc.Target, []byte(tc.Body))
+			if rec.Code != tc.Status {
+				t.Errorf("status %d, want %d: %s", rec.Code, tc.Status, rec.Body)
 			}
 			if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
 				t.Errorf("Content-Type %q", ct)
@@ -154,8 +42,8 @@ func TestBadRequestsAreRefusedBeforeTheBroker(t *testing.T) {
 			if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
 				t.Fatalf("answer is not the JSON error shape: %q", rec.Body)
 			}
-			if out.Error.Code != tc.code || !strings.Contains(out.Error.Message, tc.says) {
-				t.Errorf("error %s %q, want %s containing %q", out.Error.Code, out.Error.Message, tc.code, tc.says)
+			if out.Error.Code != tc.Code || !strings.Contains(out.Error.Message, tc.Says) {
+				t.Errorf("error %s %q, want %s containing %q", out.Error.Code, out.Error.Message, tc.Code, tc.Says)
 			}
 			if calls := b.taken(); len(calls) > 0 {
 				t.Errorf("a refused request reached the broker: %+v", calls)
@@ -186,7 +74,7 @@ func TestStrictAcceptsWhatIsValid(t *testing.T) {
 				}
 			}},
 		{"headers filling the column", "POST", "/v1/topics/orders/messages",
-			`{"messages":[{"payload":1,"headers":` + headersOf(store.MaxHeadersBytes) + `}]}`,
+			`{"messages":[{"payload":1,"headers":` + apitest.HeadersOf(store.MaxHeadersBytes) + `}]}`,
 			func(t *testing.T, c call) {
 				if n := len(c.args[1].([]broker.Message)[0].Headers); n != store.MaxHeadersBytes {
 					t.Errorf("headers %d bytes", n)

@@ -415,7 +415,7 @@ func (r *Router) Run(ctx context.Context, ln net.Listener) error {
 	defer stopWatch()
 	go r.cfg.Source.Watch(wctx, func(t *topology.Topology) { r.apply(wctx, t) })
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(api.JSONErrorListener(ln)) }() // net/http's own early answers in the JSON shape too
 	select {
 	case err := <-errc:
 		r.Close()
