@@ -10,7 +10,7 @@ TOKENS      ?= $(VAR)/tokens.yaml
 CLUSTERS    ?= 2
 REPLICAS    ?= 1
 
-.PHONY: deps build run stop test vet fmt bench
+.PHONY: deps build run restart-router stop test vet fmt bench
 
 # deps installs MariaDB from Debian's packages when its server binary is
 # missing (the test bed starts its own mariadbd processes).
@@ -27,35 +27,63 @@ build:
 	$(GO) build -o bin/sandbox ./cmd/sandbox
 	$(GO) build -o bin/shardmqctl ./cmd/shardmqctl
 
-# run starts a sandbox of $(CLUSTERS) clusters (primary + $(REPLICAS)
-# replica each) and a router on $(ROUTER_ADDR) over its generated static
-# topology, in the background. `make stop` stops it all. Each run makes a
-# fresh admin token: the secret in $(TOKEN_FILE) (mode 0600), its hash in
-# the router's token file $(TOKENS) (docs/security.md).
+# Each router start makes a fresh admin token: the secret in
+# $(TOKEN_FILE) (mode 0600), its hash in the router's token file $(TOKENS)
+# (docs/security.md).
+# run makes sure a sandbox of $(CLUSTERS) clusters (primary + $(REPLICAS)
+# replica each) runs in $(SANDBOX_DIR) and a router on $(ROUTER_ADDR) over
+# its generated static topology, in the background, starting only what is
+# missing: a sandbox left by `make loadtest`/`make bench-*` or an earlier
+# `make run` is reused with its data (servers of it that are down are
+# started again on their data directories), and a running router is left
+# as it is. `make restart-router` restarts only the router; `make stop`
+# stops the router and the sandbox and deletes the sandbox's data.
 run: deps build
-	@if [ -f $(VAR)/router.pid ] && kill -0 $$(cat $(VAR)/router.pid) 2>/dev/null; then \
-		echo "a router is already running (pid $$(cat $(VAR)/router.pid)); run 'make stop' first"; exit 1; fi
-	bin/sandbox up -dir $(SANDBOX_DIR) -clusters $(CLUSTERS) -replicas $(REPLICAS)
-	@bin/shardmqctl token new -name sandbox-admin -admin '*' -tokens $(TOKENS) -out $(TOKEN_FILE)
-	@nohup bin/router -listen $(ROUTER_ADDR) -topology $(SANDBOX_DIR)/topology.yaml -tokens $(TOKENS) > $(VAR)/router.log 2>&1 & echo $$! > $(VAR)/router.pid
-	@for i in $$(seq 1 100); do \
-		if curl -fsS http://$(ROUTER_ADDR)/readyz >/dev/null 2>&1; then break; fi; \
-		if ! kill -0 $$(cat $(VAR)/router.pid) 2>/dev/null; then echo "router exited:"; tail -20 $(VAR)/router.log; exit 1; fi; \
-		sleep 0.2; done
-	@curl -fsS http://$(ROUTER_ADDR)/readyz >/dev/null || { echo "router not ready after 20s:"; tail -20 $(VAR)/router.log; exit 1; }
-	@echo
-	@echo "router:   http://$(ROUTER_ADDR)  (pid $$(cat $(VAR)/router.pid), log $(VAR)/router.log)"
-	@echo "topology: $(SANDBOX_DIR)/topology.yaml (edit it: the router reloads it within a second)"
-	@echo "token:    $(TOKEN_FILE) (admin on every topic; bin/shardmqctl reads it; new one each 'make run')"
-	@echo "try:      curl -s -XPOST http://$(ROUTER_ADDR)/v1/topics/orders/messages -H \"Authorization: Bearer \$$(cat $(TOKEN_FILE))\" -H 'Content-Type: application/json' -d '{\"messages\":[{\"key\":\"order-42-paid\",\"payload\":{\"amount\":42}}]}'"
-	@echo "stop:     make stop"
+	bin/sandbox up -reuse -dir $(SANDBOX_DIR) -clusters $(CLUSTERS) -replicas $(REPLICAS)
+	@if $(router_running); then \
+		echo; echo "router already running (pid $$(cat $(VAR)/router.pid)); 'make restart-router' restarts it"; \
+	else $(start_router); fi
+	@$(router_info)
+
+# restart-router stops the router `make run` started (if it runs) and
+# starts a new one from the current build over the same sandbox, which is
+# left untouched.
+restart-router: build
+	@test -f $(SANDBOX_DIR)/topology.yaml || { echo "no sandbox in $(SANDBOX_DIR): run 'make run'"; exit 1; }
+	@$(stop_router)
+	@$(start_router)
+	@$(router_info)
 
 stop:
-	@if [ -f $(VAR)/router.pid ]; then \
-		pid=$$(cat $(VAR)/router.pid); \
-		if kill -0 $$pid 2>/dev/null; then kill $$pid; for i in $$(seq 1 50); do kill -0 $$pid 2>/dev/null || break; sleep 0.2; done; fi; \
-		rm -f $(VAR)/router.pid; echo "router stopped"; fi
+	@$(stop_router)
 	@if [ -x bin/sandbox ]; then bin/sandbox down -dir $(SANDBOX_DIR); else $(GO) run ./cmd/sandbox down -dir $(SANDBOX_DIR); fi
+
+# The router's shell snippets. alive: process $(1) runs (a zombie left
+# by kill -9 where nothing reaps it does not). router_running: its pid file
+# names a live process. start_router keeps the previous log as router.log.1 and waits
+# up to 20 s for /readyz.
+alive = { [ -r /proc/$(1)/stat ] && [ "$$(sed 's/.*) //' /proc/$(1)/stat | cut -c1)" != Z ]; }
+router_running = [ -f $(VAR)/router.pid ] && $(call alive,$$(cat $(VAR)/router.pid))
+start_router = mkdir -p $(VAR); \
+	bin/shardmqctl token new -name sandbox-admin -admin '*' -tokens $(TOKENS) -out $(TOKEN_FILE) || exit 1; \
+	if [ -f $(VAR)/router.log ]; then mv -f $(VAR)/router.log $(VAR)/router.log.1; fi; \
+	nohup bin/router -listen $(ROUTER_ADDR) -topology $(SANDBOX_DIR)/topology.yaml -tokens $(TOKENS) > $(VAR)/router.log 2>&1 & echo $$! > $(VAR)/router.pid; \
+	for i in $$(seq 1 100); do \
+		if curl -fsS http://$(ROUTER_ADDR)/readyz >/dev/null 2>&1; then break; fi; \
+		if ! $(call alive,$$(cat $(VAR)/router.pid)); then echo "router exited:"; tail -20 $(VAR)/router.log; exit 1; fi; \
+		sleep 0.2; done; \
+	curl -fsS http://$(ROUTER_ADDR)/readyz >/dev/null || { echo "router not ready after 20s:"; tail -20 $(VAR)/router.log; exit 1; }
+stop_router = if [ -f $(VAR)/router.pid ]; then \
+		pid=$$(cat $(VAR)/router.pid); \
+		if $(call alive,$$pid); then kill $$pid; for i in $$(seq 1 50); do $(call alive,$$pid) || break; sleep 0.2; done; fi; \
+		rm -f $(VAR)/router.pid; echo "router stopped"; fi
+router_info = echo; \
+	echo "router:   http://$(ROUTER_ADDR)  (pid $$(cat $(VAR)/router.pid), log $(VAR)/router.log)"; \
+	echo "topology: $(SANDBOX_DIR)/topology.yaml (edit it: the router reloads it within a second)"; \
+	echo "token:    $(TOKEN_FILE) (admin on every topic; bin/shardmqctl reads it; new one at each router start)"; \
+	echo "try:      curl -s -XPOST http://$(ROUTER_ADDR)/v1/topics/orders/messages -H \"Authorization: Bearer \$$(cat $(TOKEN_FILE))\" -H 'Content-Type: application/json' -d '{\"messages\":[{\"key\":\"order-42-paid\",\"payload\":{\"amount\":42}}]}'"; \
+	echo "restart:  make restart-router (the sandbox and its data stay)"; \
+	echo "stop:     make stop (stops the sandbox too and deletes its data)"
 
 # test runs every package with -race against one shared sandbox of real
 # MariaDB servers that lives as long as the run, then the bounded fuzz run.

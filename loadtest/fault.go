@@ -316,12 +316,14 @@ func EnsureSandbox(ctx context.Context, dir string, clusters, replicas int, out 
 			return bed, false, nil
 		}
 	}
+	// A bed whose servers are partly down is started again where it is,
+	// its data kept (as `make run` does).
 	spec := testbed.Spec{Clusters: clusters, Replicas: replicas, NoReplicas: replicas == 0}
-	bed, err := testbed.SandboxUp(ctx, dir, spec, out)
+	bed, started, _, err := testbed.SandboxEnsure(ctx, dir, spec, out)
 	if err != nil {
 		return nil, false, err
 	}
-	return bed, true, nil
+	return bed, started, nil
 }
 
 // CPU is the router process as a CPUSource (a restarted router is a new

@@ -2,6 +2,7 @@
 // internal/testbed):
 //
 //	sandbox up   -dir ./var/sandbox [-clusters 2] [-replicas 1]  start a detached bed, write topology.yaml
+//	sandbox up   -reuse -dir ./var/sandbox …                     the same, or reuse the bed there: start only its servers that are down, keep all data
 //	sandbox down -dir ./var/sandbox                              stop it and remove its data
 //	sandbox exec [-clusters 2] [-replicas 1] -- CMD ARGS…        run CMD against a bed for its lifetime
 //
@@ -25,7 +26,7 @@ func main() {
 }
 
 const usage = `usage:
-  sandbox up   -dir DIR [-clusters N] [-replicas N] [-v]
+  sandbox up   -dir DIR [-clusters N] [-replicas N] [-reuse] [-v]
   sandbox down -dir DIR
   sandbox exec [-clusters N] [-replicas N] [-v] -- CMD [ARGS…]
 `
@@ -42,6 +43,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	clusters := fs.Int("clusters", 2, "number of clusters (up, exec)")
 	replicas := fs.Int("replicas", 1, "replicas per cluster, 0 for none (up, exec)")
 	verbose := fs.Bool("v", false, "log start-up progress to stderr")
+	reuse := fs.Bool("reuse", false, "up: reuse a sandbox already in -dir, starting only its servers that are not running (its data is kept)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -54,7 +56,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch args[0] {
 	case "up":
-		_, err = testbed.SandboxUp(ctx, *dir, spec, stdout)
+		if *reuse {
+			_, _, _, err = testbed.SandboxEnsure(ctx, *dir, spec, stdout)
+		} else {
+			_, err = testbed.SandboxUp(ctx, *dir, spec, stdout)
+		}
 	case "down":
 		err = testbed.SandboxDown(ctx, *dir)
 	case "exec":
