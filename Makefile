@@ -32,7 +32,7 @@ run: deps build
 	@if [ -f $(VAR)/router.pid ] && kill -0 $$(cat $(VAR)/router.pid) 2>/dev/null; then \
 		echo "a router is already running (pid $$(cat $(VAR)/router.pid)); run 'make stop' first"; exit 1; fi
 	bin/sandbox up -dir $(SANDBOX_DIR) -clusters $(CLUSTERS) -replicas $(REPLICAS)
-	@nohup bin/router -listen $(ROUTER_ADDR) -topology $(SANDBOX_DIR)/topology.yaml > $(VAR)/router.log 2>&1 & echo $$! > $(VAR)/router.pid
+	@nohup bin/router -listen $(ROUTER_ADDR) -topology $(SANDBOX_DIR)/topology.yaml -disk-path $(SANDBOX_DIR) > $(VAR)/router.log 2>&1 & echo $$! > $(VAR)/router.pid
 	@for i in $$(seq 1 100); do \
 		if curl -fsS http://$(ROUTER_ADDR)/readyz >/dev/null 2>&1; then break; fi; \
 		if ! kill -0 $$(cat $(VAR)/router.pid) 2>/dev/null; then echo "router exited:"; tail -20 $(VAR)/router.log; exit 1; fi; \
