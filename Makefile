@@ -53,7 +53,7 @@ stop:
 
 # test runs every package with -race against one shared sandbox of real
 # MariaDB servers that lives as long as the run.
-test: deps vet
+test: deps vet promtool-test
 	@mkdir -p bin
 	$(GO) build -o bin/sandbox ./cmd/sandbox
 	bin/sandbox exec -clusters 2 -replicas 1 -- $(GO) test -race -count=1 -timeout 15m ./...
@@ -62,6 +62,18 @@ vet:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# promtool-test checks the alert rules and runs their unit tests
+# (deploy/prometheus/alerts_test.yml); it installs Debian's prometheus
+# package, which ships promtool, when promtool is missing.
+.PHONY: promtool-test
+promtool-test:
+	@if ! command -v promtool >/dev/null 2>&1; then \
+		echo "promtool not found: installing prometheus"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; \
+	fi
+	promtool check rules deploy/prometheus/alerts.yml
+	cd deploy/prometheus && promtool test rules alerts_test.yml
 
 # bench runs the Go micro-benchmarks of the hot functions.
 bench: build
