@@ -67,7 +67,7 @@ router_running = [ -f $(VAR)/router.pid ] && $(call alive,$$(cat $(VAR)/router.p
 start_router = mkdir -p $(VAR); \
 	bin/shardmqctl token new -name sandbox-admin -admin '*' -tokens $(TOKENS) -out $(TOKEN_FILE) || exit 1; \
 	if [ -f $(VAR)/router.log ]; then mv -f $(VAR)/router.log $(VAR)/router.log.1; fi; \
-	nohup bin/router -listen $(ROUTER_ADDR) -topology $(SANDBOX_DIR)/topology.yaml -tokens $(TOKENS) > $(VAR)/router.log 2>&1 & echo $$! > $(VAR)/router.pid; \
+	nohup bin/router -listen $(ROUTER_ADDR) -topology $(SANDBOX_DIR)/topology.yaml -tokens $(TOKENS) -disk-path $(SANDBOX_DIR) > $(VAR)/router.log 2>&1 & echo $$! > $(VAR)/router.pid; \
 	for i in $$(seq 1 100); do \
 		if curl -fsS http://$(ROUTER_ADDR)/readyz >/dev/null 2>&1; then break; fi; \
 		if ! $(call alive,$$(cat $(VAR)/router.pid)); then echo "router exited:"; tail -20 $(VAR)/router.log; exit 1; fi; \
@@ -87,7 +87,7 @@ router_info = echo; \
 
 # test runs every package with -race against one shared sandbox of real
 # MariaDB servers that lives as long as the run, then the bounded fuzz run.
-test: deps vet
+test: deps vet promtool-test
 	@mkdir -p bin
 	$(GO) build -o bin/sandbox ./cmd/sandbox
 	bin/sandbox exec -clusters 2 -replicas 1 -- $(GO) test -race -count=1 -timeout 15m ./...
@@ -111,6 +111,18 @@ vet:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# promtool-test checks the alert rules and runs their unit tests
+# (deploy/prometheus/alerts_test.yml); it installs Debian's prometheus
+# package, which ships promtool, when promtool is missing.
+.PHONY: promtool-test
+promtool-test:
+	@if ! command -v promtool >/dev/null 2>&1; then \
+		echo "promtool not found: installing prometheus"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; \
+	fi
+	promtool check rules deploy/prometheus/alerts.yml
+	cd deploy/prometheus && promtool test rules alerts_test.yml
 
 # bench runs the Go micro-benchmarks of the hot functions.
 bench: build

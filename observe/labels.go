@@ -8,10 +8,10 @@ const Other = "_other"
 
 // Labels hands out bounded topic and subscription label values: the first
 // max topics seen get their own value, and so do the first max
-// topic/subscription pairs (within a topic that has its own); everything
-// else is labelled Other. A metric labelled by topic thus has at most
-// max+1 series per other label value, one labelled by topic and
-// subscription at most 2·max+1. Forget frees a pair's place (its
+// topic/subscription pairs (of topics that have their own); everything
+// else is labelled Other (a pair: Other, Other). A metric labelled by
+// topic, or by topic and subscription, thus has at most max+1 series per
+// value of its other labels. Forget frees a pair's place (its
 // subscription was deleted).
 type Labels struct {
 	max    int
@@ -50,9 +50,8 @@ func (l *Labels) topicLocked(topic string) string {
 	return topic
 }
 
-// Pair returns the label values of a subscription: (Other, Other) when its
-// topic has no place, (topic, Other) when the topic has one but the pairs
-// are all taken.
+// Pair returns the label values of a subscription: its own while it has
+// a place (or gets one), else (Other, Other).
 func (l *Labels) Pair(topic, sub string) (string, string) {
 	k := [2]string{topic, sub}
 	l.mu.RLock()
@@ -70,7 +69,7 @@ func (l *Labels) Pair(topic, sub string) (string, string) {
 		return topic, sub
 	}
 	if len(l.pairs) >= l.max {
-		return topic, Other
+		return Other, Other
 	}
 	l.pairs[k] = true
 	return topic, sub

@@ -125,12 +125,20 @@ func (q *QueueHealth) Stop() {
 
 func (q *QueueHealth) loop(ctx context.Context) {
 	defer close(q.done)
-	t := time.NewTicker(q.every)
-	defer t.Stop()
 	for {
 		q.Refresh(ctx)
+		// A count over a large backlog is slow (measured: 0.5 s for 100k
+		// live deliveries, 6 s for 1M): the next one waits at least ten
+		// times as long as this took, so counting never takes more than
+		// a tenth of a database's time.
+		wait := q.every
+		if s := q.snap.Load(); s != nil {
+			wait = max(wait, 10*s.took)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
 		}

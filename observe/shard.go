@@ -60,6 +60,9 @@ func (s *Shards) Wrap(cluster string, inner broker.Shard) broker.Shard {
 	}
 	w := &Shard{Shard: inner, s: s, cluster: cluster}
 	s.wrapped[k] = w
+	for _, op := range []string{"produce", "claim", "ack", "nack", "extend"} {
+		s.errs.WithLabelValues(cluster, op) // at zero from the start, so rates and alerts see it
+	}
 	return w
 }
 

@@ -623,19 +623,22 @@ type QueueStats struct {
 	OldestReady uint64
 }
 
-// queueStats counts every subscription's deliveries. It reads the whole
-// table (live deliveries only: acked ones have left it) in one pass: an
-// operator's question and the queue-health metrics' periodic refresh, not
-// a hot path.
-func queueStats(ctx context.Context, q queryer, now time.Time) ([]QueueStats, error) {
-	rows, err := q.QueryContext(ctx, `SELECT topic, subscription,
+// queueStatsQuery takes now four times.
+const queueStatsQuery = `SELECT topic, subscription,
   SUM(is_dead = 0 AND parked = 0 AND available_at <= ?),
   SUM(is_dead = 0 AND parked = 0 AND available_at > ? AND claim_token = 0),
   SUM(is_dead = 0 AND parked = 0 AND available_at > ? AND claim_token <> 0),
   SUM(is_dead = 0 AND parked = 1),
   SUM(is_dead = 1),
   MIN(IF(is_dead = 0 AND parked = 0 AND available_at <= ?, message_id, NULL))
-FROM message_queue GROUP BY topic, subscription`, now, now, now, now)
+FROM message_queue GROUP BY topic, subscription`
+
+// queueStats counts every subscription's deliveries. It reads the whole
+// table (live deliveries only: acked ones have left it) in one pass: an
+// operator's question and the queue-health metrics' periodic refresh, not
+// a hot path.
+func queueStats(ctx context.Context, q queryer, now time.Time) ([]QueueStats, error) {
+	rows, err := q.QueryContext(ctx, queueStatsQuery, now, now, now, now)
 	if err != nil {
 		return nil, fmt.Errorf("count message_queue: %w", err)
 	}

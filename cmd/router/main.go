@@ -36,6 +36,12 @@ func main() {
 	flag.StringVar(&cfg.DeadLetters.WebhookURL, "dead-letter-webhook", "", "URL that receives a JSON POST for every dead-letter growth alarm")
 	gcPercent := flag.Int("gc-percent", 400, "Go's GC target (debug.SetGCPercent); ignored when the GOGC environment variable is set")
 	debugAddr := flag.String("debug-addr", "", "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
+	flag.IntVar(&cfg.Observe.MaxLabelValues, "metrics-label-cap", 0, "topics, and topic/subscription pairs, with metric series of their own; the rest sum into _other (default 200)")
+	flag.DurationVar(&cfg.Observe.QueueEvery, "queue-stats-every", 0, "how often queue depth and oldest-message age are recounted for /metrics (default 15s)")
+	flag.Func("disk-path", "export free and total bytes of the file system holding this directory (repeatable; e.g. the sandbox's)", func(v string) error {
+		cfg.Observe.DiskPaths = append(cfg.Observe.DiskPaths, v)
+		return nil
+	})
 	co := addConsulFlags(flag.CommandLine)
 	sf := addSecurityFlags(flag.CommandLine, &cfg.Security)
 	flag.Parse()
