@@ -21,6 +21,11 @@ const (
 	CodeMethodNotAllowed    = "method_not_allowed"
 	CodeUnavailable         = "unavailable"
 	CodeInternal            = "internal"
+
+	// Caps on what the router holds (see README, limits).
+	CodeTooManyConnections   = "too_many_connections"
+	CodeTooManySubscriptions = "too_many_subscriptions"
+	CodeTooManyTopics        = "too_many_topics"
 )
 
 var statusOf = map[string]int{
@@ -37,6 +42,10 @@ var statusOf = map[string]int{
 	CodeMethodNotAllowed:    http.StatusMethodNotAllowed,
 	CodeUnavailable:         http.StatusServiceUnavailable,
 	CodeInternal:            http.StatusInternalServerError,
+
+	CodeTooManyConnections:   http.StatusServiceUnavailable,
+	CodeTooManySubscriptions: http.StatusConflict,
+	CodeTooManyTopics:        http.StatusConflict,
 }
 
 // apiError is an error answered to the client as a whole.
@@ -61,6 +70,17 @@ func writeError(w http.ResponseWriter, e *apiError) {
 		w.Header().Set("Retry-After", retryAfterSeconds)
 	}
 	writeJSON(w, st, map[string]any{"error": e})
+}
+
+// ErrorResponse renders an error for code in the API's JSON shape, for
+// answers written outside a handler (the connection cap).
+func ErrorResponse(code, msg string) (status int, body []byte) {
+	st, ok := statusOf[code]
+	if !ok {
+		st = http.StatusInternalServerError
+	}
+	body, _ = json.Marshal(map[string]any{"error": fail(code, msg)})
+	return st, body
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
