@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/shardmq/shardmq/broker"
 )
 
 // served is a router serving through Run on its own listener, so that
@@ -165,4 +167,163 @@ func TestWriteTimeoutMustOutlastClaimWait(t *testing.T) {
 	if c, err := (HTTPConfig{}).withDefaults(Config{}.Limits); err != nil || c.WriteTimeout <= 25*time.Second {
 		t.Fatalf("defaults: %+v, %v", c, err)
 	}
+}
+
+// A shutdown during a produce burst and a waiting long-poll: the long-poll
+// is answered at once (empty), Run returns without hitting its wait, and
+// every produce either got an answer that matches the database (created or
+// duplicate ⇒ the row exists) or a connection error / unavailable item
+// that a retry with the same key settles — each key stored exactly once.
+func TestShutdownDuringProduceBurst(t *testing.T) {
+	t.Parallel()
+	s := serve(t, func(c *Config) { c.HTTP.ShutdownTimeout = 15 * time.Second })
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{}}
+	post := func(url, body string) (int, map[string]any, error) {
+		resp, err := client.Post(url, "application/json", strings.NewReader(body))
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			return resp.StatusCode, nil, err
+		}
+		return resp.StatusCode, out, nil
+	}
+	base := "http://" + s.addr
+	longPoll := make(chan error, 1)
+	go func() {
+		st, out, err := post(base+"/v1/topics/quiet/subscriptions/default/claim", `{"wait_ms":20000}`)
+		if err == nil && (st != 200 || len(out["messages"].([]any)) != 0) {
+			err = fmt.Errorf("long-poll answered %d %v, want 200 and no messages", st, out)
+		}
+		longPoll <- err
+	}()
+	e := s.env
+	waitUntil(t, 10*time.Second, "long-poll waiting", func() (bool, string) {
+		topics, _ := e.r.Broker().Waiting()
+		return topics == 1, fmt.Sprint(topics, " topics waited on")
+	})
+
+	type outcome struct {
+		key, status string // status "" = connection error
+	}
+	const producers = 8
+	outcomes := make(chan outcome, 100000)
+	var answered atomic.Int64
+	doneProducers := make(chan struct{}, producers)
+	for p := 0; p < producers; p++ {
+		go func() {
+			defer func() { doneProducers <- struct{}{} }()
+			for i := 0; ; i++ {
+				keys := []string{fmt.Sprintf("p%d-%d-a", p, i), fmt.Sprintf("p%d-%d-b", p, i)}
+				body := fmt.Sprintf(`{"messages":[{"key":%q,"payload":1},{"key":%q,"payload":2}]}`, keys[0], keys[1])
+				st, out, err := post(base+"/v1/topics/burst/messages", body)
+				if err != nil || st != 200 {
+					for _, k := range keys {
+						outcomes <- outcome{k, ""}
+					}
+					return // the router is gone (or going)
+				}
+				for j, r := range out["results"].([]any) {
+					outcomes <- outcome{keys[j], r.(map[string]any)["status"].(string)}
+				}
+				answered.Add(1)
+			}
+		}()
+	}
+	waitUntil(t, 30*time.Second, "produce burst under way", func() (bool, string) {
+		return answered.Load() >= 50, fmt.Sprint(answered.Load(), " answered")
+	})
+	s.stop()
+	select {
+	case err := <-s.done:
+		s.done <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("Run: %v, want a shutdown within its wait", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	if err := <-longPoll; err != nil {
+		t.Fatal(err)
+	}
+	for p := 0; p < producers; p++ {
+		<-doneProducers
+	}
+	close(outcomes)
+	settled := map[string]bool{}
+	var retry []string
+	for o := range outcomes {
+		switch o.status {
+		case "created", "duplicate":
+			settled[o.key] = true
+		default:
+			retry = append(retry, o.key)
+		}
+	}
+	// Everything answered created must be in the database already.
+	var keys []string
+	for k := range settled {
+		keys = append(keys, k)
+	}
+	if got := burstKeysStored(t, e, keys); got != len(keys) {
+		t.Fatalf("%d keys answered created or duplicate, %d stored", len(keys), got)
+	}
+	// The rest is settled by a retry with the same keys on a new router.
+	r2, err := New(context.Background(), Config{TopologyFile: e.r.cfg.TopologyFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	var msgs []broker.Message
+	for _, k := range retry {
+		msgs = append(msgs, broker.Message{Key: k, Payload: []byte(payloadOf(k)), PayloadJSON: true})
+	}
+	if len(msgs) > 0 {
+		res, err := r2.Broker().Produce(context.Background(), "burst", msgs, broker.DurabilityPrimary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if r.Status != "created" && r.Status != "duplicate" {
+				t.Fatalf("retry of %s: %s %v", retry[i], r.Status, r.Err)
+			}
+		}
+	}
+	all := append(keys, retry...)
+	if got := burstKeysStored(t, e, all); got != len(all) {
+		t.Fatalf("%d keys produced, %d stored", len(all), got)
+	}
+	t.Logf("%d keys answered before the shutdown, %d settled by a retry", len(keys), len(retry))
+}
+
+// payloadOf is the payload TestShutdownDuringProduceBurst sent with key.
+func payloadOf(key string) string {
+	if strings.HasSuffix(key, "-a") {
+		return "1"
+	}
+	return "2"
+}
+
+// burstKeysStored counts the messages of topic burst stored under keys.
+func burstKeysStored(t *testing.T, e *env, keys []string) int {
+	t.Helper()
+	n := 0
+	for _, db := range e.dbs {
+		for start := 0; start < len(keys); start += 500 {
+			chunk := keys[start:min(start+500, len(keys))]
+			args := []any{"burst"}
+			for _, k := range chunk {
+				args = append(args, k)
+			}
+			var c int
+			q := "SELECT COUNT(*) FROM message_store WHERE topic = ? AND msg_key IN (" + strings.TrimSuffix(strings.Repeat("?,", len(chunk)), ",") + ")"
+			if err := db.QueryRow(q, args...).Scan(&c); err != nil {
+				t.Fatal(err)
+			}
+			n += c
+		}
+	}
+	return n
 }
