@@ -198,3 +198,45 @@ func TestClaimByteCap(t *testing.T) {
 		t.Fatalf("dead-letter claim of the rest: %d messages, want 3", n)
 	}
 }
+
+// Subscriptions per topic and topics are capped with clear codes; a
+// produce refused for the topic cap writes nothing; a replaced
+// subscription and a freed slot are fine.
+func TestTopicAndSubscriptionCaps(t *testing.T) {
+	t.Parallel()
+	e := setupOn(t, bed, func(c *Config) {
+		c.SubscriptionLimits.MaxTopics = 2
+		c.SubscriptionLimits.MaxPerTopic = 2
+	})
+	code := func(body map[string]any) any {
+		if er, ok := body["error"].(map[string]any); ok {
+			return er["code"]
+		}
+		return nil
+	}
+	steps := []struct {
+		method, path string
+		body         any
+		status       int
+		code         any
+	}{
+		{"PUT", "/v1/topics/t1/subscriptions/a", map[string]any{}, 201, nil},
+		{"PUT", "/v1/topics/t1/subscriptions/b", map[string]any{}, 201, nil},
+		{"PUT", "/v1/topics/t1/subscriptions/c", map[string]any{}, 409, "too_many_subscriptions"},
+		{"PUT", "/v1/topics/t1/subscriptions/a", map[string]any{"max_attempts": 3}, 200, nil},
+		{"POST", "/v1/topics/t2/messages", map[string]any{"messages": []any{msg("k", 1)}}, 200, nil},
+		{"POST", "/v1/topics/t3/messages", map[string]any{"messages": []any{msg("k", 1)}}, 409, "too_many_topics"},
+		{"PUT", "/v1/topics/t3/subscriptions/x", map[string]any{}, 409, "too_many_topics"},
+		{"DELETE", "/v1/topics/t1/subscriptions/a", nil, 200, nil},
+		{"PUT", "/v1/topics/t1/subscriptions/c", map[string]any{}, 201, nil},
+	}
+	for _, s := range steps {
+		st, body := e.do(t, s.method, s.path, s.body)
+		if st != s.status || code(body) != s.code {
+			t.Fatalf("%s %s: %d %v, want %d %v", s.method, s.path, st, body, s.status, s.code)
+		}
+	}
+	if n := total(e.count(t, "SELECT COUNT(*) FROM message_store WHERE topic = 't3'")); n != 0 {
+		t.Fatalf("%d messages of t3 stored after its produce was refused", n)
+	}
+}

@@ -54,6 +54,9 @@ type Config struct {
 	// SubscriptionRefresh is how often subscriptions made through other
 	// routers are picked up. Defaults to 1s.
 	SubscriptionRefresh time.Duration
+	// SubscriptionLimits cap topics and subscriptions per topic (see
+	// subscription.Limits for each default).
+	SubscriptionLimits subscription.Limits
 	// Leader elects the router that runs background jobs. Defaults to
 	// none: this router always runs them (the static topology's single
 	// router).
@@ -164,6 +167,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		subStore = &subscription.MySQLStore{Primaries: r.Stores, Now: cfg.Now}
 	}
 	r.subs = subscription.NewRegistry(subStore, cfg.SubscriptionRefresh, cfg.Now, cfg.Log)
+	r.subs.SetLimits(cfg.SubscriptionLimits)
 	if err := r.subs.Start(ctx); err != nil {
 		r.Close()
 		return nil, err
