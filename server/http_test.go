@@ -174,8 +174,21 @@ func TestWriteTimeoutMustOutlastClaimWait(t *testing.T) {
 // every produce either got an answer that matches the database (created or
 // duplicate ⇒ the row exists) or a connection error / unavailable item
 // that a retry with the same key settles — each key stored exactly once.
+//
+// Two ways down: Run's shutdown (SIGTERM in the router's main), and
+// Router.Close under a server that keeps serving (the broker must then
+// answer unavailable, never drop a request).
 func TestShutdownDuringProduceBurst(t *testing.T) {
 	t.Parallel()
+	for _, viaRun := range []bool{true, false} {
+		t.Run(fmt.Sprintf("run=%v", viaRun), func(t *testing.T) {
+			t.Parallel()
+			shutdownDuringProduceBurst(t, viaRun)
+		})
+	}
+}
+
+func shutdownDuringProduceBurst(t *testing.T, viaRun bool) {
 	s := serve(t, func(c *Config) { c.HTTP.ShutdownTimeout = 15 * time.Second })
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{}}
 	post := func(url, body string) (int, map[string]any, error) {
@@ -191,6 +204,9 @@ func TestShutdownDuringProduceBurst(t *testing.T) {
 		return resp.StatusCode, out, nil
 	}
 	base := "http://" + s.addr
+	if !viaRun {
+		base = s.url // the httptest server, which outlives Router.Close
+	}
 	longPoll := make(chan error, 1)
 	go func() {
 		st, out, err := post(base+"/v1/topics/quiet/subscriptions/default/claim", `{"wait_ms":20000}`)
@@ -225,8 +241,14 @@ func TestShutdownDuringProduceBurst(t *testing.T) {
 					}
 					return // the router is gone (or going)
 				}
+				settled := true
 				for j, r := range out["results"].([]any) {
-					outcomes <- outcome{keys[j], r.(map[string]any)["status"].(string)}
+					status := r.(map[string]any)["status"].(string)
+					outcomes <- outcome{keys[j], status}
+					settled = settled && (status == "created" || status == "duplicate")
+				}
+				if !settled {
+					return // refused as unavailable: the router is closing
 				}
 				answered.Add(1)
 			}
@@ -235,15 +257,19 @@ func TestShutdownDuringProduceBurst(t *testing.T) {
 	waitUntil(t, 30*time.Second, "produce burst under way", func() (bool, string) {
 		return answered.Load() >= 50, fmt.Sprint(answered.Load(), " answered")
 	})
-	s.stop()
-	select {
-	case err := <-s.done:
-		s.done <- err // for the cleanup
-		if err != nil {
-			t.Fatalf("Run: %v, want a shutdown within its wait", err)
+	if viaRun {
+		s.stop()
+		select {
+		case err := <-s.done:
+			s.done <- err // for the cleanup
+			if err != nil {
+				t.Fatalf("Run: %v, want a shutdown within its wait", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("Run did not return")
 		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("Run did not return")
+	} else {
+		s.r.Close()
 	}
 	if err := <-longPoll; err != nil {
 		t.Fatal(err)
