@@ -30,6 +30,10 @@ const (
 	CodeHostNotAllowed       = "host_not_allowed"
 	CodeUnsupportedMediaType = "unsupported_media_type"
 	CodeOverloaded           = "overloaded"
+	// Caps on what the router holds (see README, limits).
+	CodeTooManyConnections   = "too_many_connections"
+	CodeTooManySubscriptions = "too_many_subscriptions"
+	CodeTooManyTopics        = "too_many_topics"
 )
 
 var statusOf = map[string]int{
@@ -54,6 +58,9 @@ var statusOf = map[string]int{
 	CodeHostNotAllowed:       http.StatusForbidden,
 	CodeUnsupportedMediaType: http.StatusUnsupportedMediaType,
 	CodeOverloaded:           http.StatusServiceUnavailable,
+	CodeTooManyConnections:   http.StatusServiceUnavailable,
+	CodeTooManySubscriptions: http.StatusConflict,
+	CodeTooManyTopics:        http.StatusConflict,
 }
 
 // apiError is an error answered to the client as a whole.
@@ -81,6 +88,17 @@ func writeError(w http.ResponseWriter, e *apiError) {
 		rec.recordError(e.Code)
 	}
 	writeJSON(w, st, map[string]any{"error": e})
+}
+
+// ErrorResponse renders an error for code in the API's JSON shape, for
+// answers written outside a handler (the connection cap).
+func ErrorResponse(code, msg string) (status int, body []byte) {
+	st, ok := statusOf[code]
+	if !ok {
+		st = http.StatusInternalServerError
+	}
+	body, _ = json.Marshal(map[string]any{"error": fail(code, msg)})
+	return st, body
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

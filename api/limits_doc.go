@@ -25,6 +25,8 @@ func LimitsTable(l Limits) string {
 		{"`delay_ms`, `deliver_at`", "0–" + ms(l.MaxDelay) + " ms (" + days(l.MaxDelay) + ") ahead; a past `deliver_at` means now", "400 `invalid_request`"},
 		{"claim `max`", "1–" + num(int64(l.MaxClaim)) + " (default 1)", "400 `invalid_request`"},
 		{"claim `wait_ms`", "0–" + ms(l.MaxWait), "400 `invalid_request`"},
+		{"claim `max_bytes` (message bytes of one answer: payload, headers, keys; the first message always comes; also the dead-letter claim)",
+			"1–" + strconv.Itoa(l.MaxClaimBytes>>20) + " MiB, default " + strconv.Itoa(l.MaxClaimBytes>>20) + " MiB (`-claim-max-bytes`)", "400 `invalid_request`"},
 		{"`visibility_timeout_ms` (claim, extend)", "1–" + ms(l.MaxLease) + " (" + days(l.MaxLease) + "; default " + ms(l.DefaultLease) + ")", "400 `invalid_request`"},
 		{"nack `retry_after_ms`", "0–" + ms(l.MaxDelay), "400 `invalid_request`"},
 		{"`error_code` (nack, dead-letter filters)", num(maxErrorCode) + " bytes", "400 `invalid_request`"},

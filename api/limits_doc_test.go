@@ -85,7 +85,7 @@ func TestLimitsTableSubscriptionRow(t *testing.T) {
 func TestLimitsTableCoversEveryField(t *testing.T) {
 	t.Parallel()
 	inTable := map[string]bool{"MaxBody": true, "MaxBatch": true, "MaxPayload": true, "MaxKey": true, "MaxHeaders": true,
-		"MaxClaim": true, "MaxWait": true, "DefaultLease": true, "MaxLease": true, "MaxDelay": true}
+		"MaxClaim": true, "MaxWait": true, "MaxClaimBytes": true, "DefaultLease": true, "MaxLease": true, "MaxDelay": true}
 	typ := reflect.TypeOf(Limits{})
 	for i := 0; i < typ.NumField(); i++ {
 		if name := typ.Field(i).Name; !inTable[name] {

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/subscription"
 )
 
 type produceRequest struct {
@@ -60,6 +61,10 @@ func (s *Server) produce(w http.ResponseWriter, r *http.Request) {
 		dur = broker.DurabilityReplicated
 	}
 	res, err := s.b.Produce(r.Context(), topic, msgs, dur)
+	if errors.Is(err, subscription.ErrTooManyTopics) {
+		writeError(w, fail(CodeTooManyTopics, err.Error()))
+		return
+	}
 	if err != nil {
 		writeError(w, s.hide(r, CodeUnavailable, fmt.Errorf("produce to %s: %w", topic, err)))
 		return

@@ -127,6 +127,10 @@ func (s *Server) subscriptionError(w http.ResponseWriter, r *http.Request, topic
 		writeError(w, fail(CodeUnknownSubscription, fmt.Sprintf("topic %s has no subscription %s", topic, sub)))
 	case errors.Is(err, subscription.ErrInvalid):
 		writeError(w, fail(CodeInvalidRequest, err.Error()))
+	case errors.Is(err, subscription.ErrTooManySubscriptions):
+		writeError(w, fail(CodeTooManySubscriptions, err.Error()))
+	case errors.Is(err, subscription.ErrTooManyTopics):
+		writeError(w, fail(CodeTooManyTopics, err.Error()))
 	case errors.Is(err, broker.ErrBadCursor):
 		writeError(w, fail(CodeInvalidRequest, err.Error()))
 	default:

@@ -105,8 +105,9 @@ type Upkeep struct {
 	log     *slog.Logger
 	client  *http.Client
 
-	mu    sync.Mutex
-	state map[[2]string]*subState
+	mu     sync.Mutex
+	state  map[[2]string]*subState
+	series map[[2]string]bool // subscriptions with metric series
 
 	hooks   chan Alert
 	dropped atomic.Int64
@@ -140,6 +141,7 @@ func New(cfg Config, b Broker, subs Subscriptions, leading func() bool, now func
 	return &Upkeep{cfg: cfg, b: b, subs: subs, leading: leading, now: now, log: log,
 		client: &http.Client{Timeout: cfg.WebhookTimeout},
 		state:  map[[2]string]*subState{},
+		series: map[[2]string]bool{},
 		hooks:  make(chan Alert, cfg.WebhookQueue),
 		deadGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardmq_dead_letters",
 			Help: "Dead letters of a subscription at the last count."}, []string{"topic", "subscription"}),
@@ -152,11 +154,64 @@ func New(cfg Config, b Broker, subs Subscriptions, leading func() bool, now func
 	}
 }
 
-// Collectors are the upkeep's metrics, for the router's registry.
+// Collectors are the upkeep's metrics, for the router's registry. The
+// per-subscription series go with their subscription: each scrape first
+// removes those of subscriptions that no longer exist (Prune).
 func (u *Upkeep) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{u.deadGauge, u.firing, u.alerts, u.archived, prometheus.NewCounterFunc(prometheus.CounterOpts{
+	return []prometheus.Collector{pruned{u}, prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "shardmq_dead_letter_webhooks_dropped_total", Help: "Alerts not posted because the webhook queue was full."},
 		func() float64 { return float64(u.dropped.Load()) })}
+}
+
+// pruned collects the per-subscription series after Prune.
+type pruned struct{ u *Upkeep }
+
+func (p pruned) vecs() []prometheus.Collector {
+	return []prometheus.Collector{p.u.deadGauge, p.u.firing, p.u.alerts, p.u.archived}
+}
+
+func (p pruned) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range p.vecs() {
+		c.Describe(ch)
+	}
+}
+
+func (p pruned) Collect(ch chan<- prometheus.Metric) {
+	p.u.Prune()
+	for _, c := range p.vecs() {
+		c.Collect(ch)
+	}
+}
+
+// Prune forgets the series and alarm state of subscriptions that no longer
+// exist, so that a deleted subscription leaves nothing in /metrics (and
+// one created again later starts afresh).
+func (u *Upkeep) Prune() {
+	live := map[[2]string]bool{}
+	for _, s := range u.subs.List("") {
+		live[[2]string{s.Topic, s.Name}] = true
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for k := range u.series {
+		if live[k] {
+			continue
+		}
+		for _, v := range []interface {
+			DeleteLabelValues(...string) bool
+		}{u.deadGauge, u.firing, u.alerts, u.archived} {
+			v.DeleteLabelValues(k[0], k[1])
+		}
+		delete(u.series, k)
+		delete(u.state, k)
+	}
+}
+
+// labeled records that a subscription has series, for Prune.
+func (u *Upkeep) labeled(topic, sub string) {
+	u.mu.Lock()
+	u.series[[2]string{topic, sub}] = true
+	u.mu.Unlock()
 }
 
 // Start runs the count, archive and webhook loops until Stop or ctx ends.
@@ -219,6 +274,9 @@ func (u *Upkeep) Check(ctx context.Context) {
 			window = time.Hour
 		}
 		u.observe(s, n, now, window)
+		// After the series are set: a Prune racing a delete then removes
+		// them at the latest on the next scrape.
+		u.labeled(s.Topic, s.Name)
 	}
 }
 
@@ -331,6 +389,7 @@ func (u *Upkeep) Archive(ctx context.Context) {
 		n, err := u.b.ArchiveDead(ctx, s.Topic, s.Name, cutoff)
 		if n > 0 {
 			u.archived.WithLabelValues(s.Topic, s.Name).Add(float64(n))
+			u.labeled(s.Topic, s.Name)
 			u.log.Info("dead letters archived", "topic", s.Topic, "subscription", s.Name, "count", n)
 		}
 		if err != nil {

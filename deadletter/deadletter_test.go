@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/shardmq/shardmq/subscription"
 )
 
@@ -140,5 +142,57 @@ func TestWebhookNeverBlocksAndCountsDrops(t *testing.T) {
 	}
 	if u.dropped.Load() == 0 {
 		t.Fatal("alerts beyond the queue were not counted as dropped")
+	}
+}
+
+// listed is a subscription list the test changes.
+type listed struct {
+	mu   sync.Mutex
+	subs []subscription.Subscription
+}
+
+func (l *listed) List(string) []subscription.Subscription {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]subscription.Subscription(nil), l.subs...)
+}
+
+// A deleted subscription's series leave /metrics at the next scrape.
+func TestSeriesGoWithTheirSubscription(t *testing.T) {
+	t.Parallel()
+	c := &counts{n: map[string]int64{"gone": 3, "kept": 1}}
+	l := &listed{subs: []subscription.Subscription{
+		subscription.Subscription{Topic: "t", Name: "gone"}.WithDefaults(),
+		subscription.Subscription{Topic: "t", Name: "kept"}.WithDefaults(),
+	}}
+	u := New(Config{}, c, l, nil, nil, nil)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(u.Collectors()...)
+	u.Check(context.Background())
+	series := func() map[string]int {
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for _, f := range fams {
+			for _, m := range f.GetMetric() {
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == "subscription" {
+						out[lp.GetValue()]++
+					}
+				}
+			}
+		}
+		return out
+	}
+	if got := series(); got["gone"] == 0 || got["kept"] == 0 {
+		t.Fatalf("series before the delete: %v", got)
+	}
+	l.mu.Lock()
+	l.subs = l.subs[1:]
+	l.mu.Unlock()
+	if got := series(); got["gone"] != 0 || got["kept"] == 0 {
+		t.Fatalf("series after the delete: %v, want none of gone", got)
 	}
 }

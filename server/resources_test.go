@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +31,21 @@ func waitUntil(t *testing.T, within time.Duration, what string, cond func() (boo
 		}
 		time.Sleep(20 * time.Millisecond) // polling a condition, not waiting for an effect
 	}
+}
+
+// goroutines counts the process's goroutines, leaving out the MySQL
+// driver's one per pooled connection: the pools grow and shrink with load
+// on their own, bounded by their size.
+func goroutines() int {
+	buf := make([]byte, 8<<20)
+	stacks := strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n")
+	n := 0
+	for _, st := range stacks {
+		if strings.TrimSpace(st) != "" && !strings.Contains(st, "mysqlConn).startWatcher") {
+			n++
+		}
+	}
+	return n
 }
 
 // Claims on thousands of made-up topic names leave nothing behind: once
@@ -90,13 +106,13 @@ func TestClaimsOnManyUnknownTopicsLeaveNothingBehind(t *testing.T) {
 	// connections the pools keep (each has a goroutine of the driver).
 	run("warm-up", 200)
 	tr.CloseIdleConnections()
-	base := runtime.NumGoroutine()
+	base := goroutines()
 	run("made-up", 3000)
 	tr.CloseIdleConnections()
 	b := e.r.Broker()
 	waitUntil(t, 5*time.Second, "notifier and claim workers empty, goroutines back to the baseline", func() (bool, string) {
 		topics, claimers := b.Waiting()
-		g := runtime.NumGoroutine()
+		g := goroutines()
 		return topics == 0 && claimers == 0 && g <= base+10,
 			fmt.Sprintf("%d topics waited on, %d claim workers, %d goroutines against %d before", topics, claimers, g, base)
 	})
@@ -196,5 +212,47 @@ func TestClaimByteCap(t *testing.T) {
 	_, out = e.do(t, "POST", "/v1/topics/big/subscriptions/s/dead-letters/claim", map[string]any{"max": 10})
 	if n := len(out["messages"].([]any)); n != 3 {
 		t.Fatalf("dead-letter claim of the rest: %d messages, want 3", n)
+	}
+}
+
+// Subscriptions per topic and topics are capped with clear codes; a
+// produce refused for the topic cap writes nothing; a replaced
+// subscription and a freed slot are fine.
+func TestTopicAndSubscriptionCaps(t *testing.T) {
+	t.Parallel()
+	e := setupOn(t, bed, func(c *Config) {
+		c.SubscriptionLimits.MaxTopics = 2
+		c.SubscriptionLimits.MaxPerTopic = 2
+	})
+	code := func(body map[string]any) any {
+		if er, ok := body["error"].(map[string]any); ok {
+			return er["code"]
+		}
+		return nil
+	}
+	steps := []struct {
+		method, path string
+		body         any
+		status       int
+		code         any
+	}{
+		{"PUT", "/v1/topics/t1/subscriptions/a", map[string]any{}, 201, nil},
+		{"PUT", "/v1/topics/t1/subscriptions/b", map[string]any{}, 201, nil},
+		{"PUT", "/v1/topics/t1/subscriptions/c", map[string]any{}, 409, "too_many_subscriptions"},
+		{"PUT", "/v1/topics/t1/subscriptions/a", map[string]any{"max_attempts": 3}, 200, nil},
+		{"POST", "/v1/topics/t2/messages", map[string]any{"messages": []any{msg("k", 1)}}, 200, nil},
+		{"POST", "/v1/topics/t3/messages", map[string]any{"messages": []any{msg("k", 1)}}, 409, "too_many_topics"},
+		{"PUT", "/v1/topics/t3/subscriptions/x", map[string]any{}, 409, "too_many_topics"},
+		{"DELETE", "/v1/topics/t1/subscriptions/a", nil, 200, nil},
+		{"PUT", "/v1/topics/t1/subscriptions/c", map[string]any{}, 201, nil},
+	}
+	for _, s := range steps {
+		st, body := e.do(t, s.method, s.path, s.body)
+		if st != s.status || code(body) != s.code {
+			t.Fatalf("%s %s: %d %v, want %d %v", s.method, s.path, st, body, s.status, s.code)
+		}
+	}
+	if n := total(e.count(t, "SELECT COUNT(*) FROM message_store WHERE topic = 't3'")); n != 0 {
+		t.Fatalf("%d messages of t3 stored after its produce was refused", n)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -40,6 +41,9 @@ type Config struct {
 	Source topology.Source
 	// Limits bound requests (see api.Limits for each default).
 	Limits api.Limits
+	// HTTP bounds connections: timeouts, a connection cap, the shutdown
+	// wait (see HTTPConfig for each default).
+	HTTP HTTPConfig
 	// Broker tunes routing and claims (see broker.Config).
 	Broker broker.Config
 	// Store sizes each cluster's pool (see store.Options).
@@ -55,6 +59,9 @@ type Config struct {
 	// SubscriptionRefresh is how often subscriptions made through other
 	// routers are picked up. Defaults to 1s.
 	SubscriptionRefresh time.Duration
+	// SubscriptionLimits cap topics and subscriptions per topic (see
+	// subscription.Limits for each default).
+	SubscriptionLimits subscription.Limits
 	// Leader elects the router that runs background jobs. Defaults to
 	// none: this router always runs them (the static topology's single
 	// router).
@@ -102,6 +109,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	var err error
+	if c.HTTP, err = c.HTTP.withDefaults(c.Limits); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 
@@ -127,6 +138,8 @@ type Router struct {
 	// ownRetries: transaction retries go to shardmq_tx_retries_total by
 	// cluster (Config.Store.OnRetry was not set).
 	ownRetries bool
+
+	listener atomic.Pointer[connLimit] // while Run serves with a connection cap
 }
 
 // replicaDSNs lists a cluster's replicas in the topology in use.
@@ -189,6 +202,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		subStore = &subscription.Mirrored{Shared: subStore, Durable: &subscription.MySQLStore{Primaries: r.Stores, Now: cfg.Now}, Log: cfg.Log}
 	}
 	r.subs = subscription.NewRegistry(subStore, cfg.SubscriptionRefresh, cfg.Now, cfg.Log)
+	r.subs.SetLimits(cfg.SubscriptionLimits)
 	if err := r.subs.Start(ctx); err != nil {
 		r.Close()
 		return nil, err
@@ -408,9 +422,25 @@ func (r *Router) Close() {
 }
 
 // Run serves until ctx is done, following topology file changes, then
-// drains in-flight requests (up to 10s) and closes the pools.
+// shuts down without dropping anything silently:
+//
+//  1. it stops accepting connections and answers every waiting long-poll
+//     claim at once (an empty answer, as when wait_ms runs out);
+//  2. it waits up to HTTP.ShutdownTimeout for the requests in flight to be
+//     answered — a produce is answered after its group commit, as always;
+//  3. past that wait it closes the remaining connections: their clients
+//     see a connection error and retry with the same keys, which
+//     deduplication makes safe;
+//  4. Close then answers or refuses every claim and produce still inside
+//     the broker (the group committers commit what is queued first) and
+//     closes the pools.
 func (r *Router) Run(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := r.httpServer()
+	if r.cfg.HTTP.MaxConns > 0 {
+		l := limitConns(ln, r.cfg.HTTP.MaxConns)
+		r.listener.Store(l)
+		ln = l
+	}
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go r.cfg.Source.Watch(wctx, func(t *topology.Topology) { r.apply(wctx, t) })
@@ -422,10 +452,24 @@ func (r *Router) Run(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return r.shutdown(srv)
+}
+
+// shutdown is Run's ending (see Run).
+func (r *Router) shutdown(srv *http.Server) error {
+	r.cfg.Log.Info("router shutting down: no new connections; answering long-polls and in-flight requests")
+	r.broker.Drain()
+	sctx, cancel := context.WithTimeout(context.Background(), r.cfg.HTTP.ShutdownTimeout)
 	defer cancel()
-	err := srv.Shutdown(sctx)
+	var err error
+	if err = srv.Shutdown(sctx); err != nil {
+		r.cfg.Log.Warn("requests still in flight after the shutdown wait; closing their connections (their clients retry with the same keys)",
+			"wait", r.cfg.HTTP.ShutdownTimeout, "err", err)
+		srv.Close()
+		err = fmt.Errorf("shutdown: requests in flight after %v: %w", r.cfg.HTTP.ShutdownTimeout, err)
+	}
 	r.Close()
+	r.cfg.Log.Info("router stopped")
 	return err
 }
 

@@ -57,3 +57,37 @@ func BenchmarkProduceBatch(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClaimByteCap claims 100 deliveries and releases them again,
+// without and with a byte cap, to show what reading the candidates' sizes
+// inside the claim transaction costs.
+func BenchmarkClaimByteCap(b *testing.B) {
+	f := setup(b)
+	ctx := context.Background()
+	payload := `{"order":"` + strings.Repeat("x", 180) + `"}`
+	items := make([]ProduceItem, 100)
+	for j := range items {
+		items[j] = f.item("t", fmt.Sprintf("c%d", j), payload)
+	}
+	if _, err := f.st.Produce(ctx, items); err != nil {
+		b.Fatal(err)
+	}
+	for _, maxBytes := range []int{0, 8 << 20} {
+		b.Run(fmt.Sprintf("max_bytes=%d", maxBytes), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				got, err := f.st.Claim(ctx, ClaimRequest{Topic: "t", Subscription: "default", Consumer: "w", Max: 100, Lease: time.Minute,
+					Token: f.ids.Next(), MaxAttempts: 5, Now: time.Now().UTC(), MaxBytes: maxBytes, AllowOversize: true})
+				if err != nil || len(got) != 100 {
+					b.Fatalf("claimed %d, %v", len(got), err)
+				}
+				leases := make([]Lease, len(got))
+				for j, c := range got {
+					leases[j] = lease(c, "default")
+				}
+				if _, err := f.st.Release(ctx, leases, true, time.Now().UTC()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -31,6 +31,77 @@ type Registry struct {
 	stopOnce sync.Once
 	cancel   context.CancelFunc
 	done     chan struct{}
+
+	limits Limits
+}
+
+// Limits cap what the registry holds. Every subscription is a delivery row
+// per message produced to its topic, and every topic a set of rows and
+// metric series, so both are bounded. Each router checks its own view
+// (refreshed every second), so routers creating at the same instant may
+// overshoot a cap by the few they created together.
+type Limits struct {
+	// MaxTopics caps the topics that have stored subscriptions (a topic
+	// gets its default one at its first produce). Defaults to 10,000; -1
+	// removes the cap.
+	MaxTopics int
+	// MaxPerTopic caps the subscriptions of one topic. Defaults to 32 (a
+	// produce of 1,000 messages then writes at most 32,000 delivery rows);
+	// -1 removes the cap.
+	MaxPerTopic int
+}
+
+// WithDefaults fills zero fields.
+func (l Limits) WithDefaults() Limits {
+	if l.MaxTopics == 0 {
+		l.MaxTopics = 10000
+	}
+	if l.MaxPerTopic == 0 {
+		l.MaxPerTopic = 32
+	}
+	return l
+}
+
+// Errors of the caps, matched with errors.Is.
+var (
+	ErrTooManyTopics        = errors.New("too many topics")
+	ErrTooManySubscriptions = errors.New("too many subscriptions on the topic")
+)
+
+// SetLimits sets the caps (zero fields take their defaults). Call it
+// before the registry is used.
+func (r *Registry) SetLimits(l Limits) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.limits = l.WithDefaults()
+}
+
+// checkCaps says whether a new subscription name on topic fits the caps;
+// r.mu is held.
+func (r *Registry) checkCaps(topic, name string) error {
+	l := r.limits.WithDefaults()
+	subs, known := r.topics[topic]
+	if _, exists := subs[name]; exists {
+		return nil
+	}
+	if (!known || len(subs) == 0) && l.MaxTopics >= 0 && r.topicCount() >= l.MaxTopics {
+		return fmt.Errorf("%w: %d topics exist, the cap; topic %s would be one more", ErrTooManyTopics, r.topicCount(), topic)
+	}
+	if l.MaxPerTopic >= 0 && len(subs) >= l.MaxPerTopic {
+		return fmt.Errorf("%w: topic %s has %d subscriptions, the cap", ErrTooManySubscriptions, topic, len(subs))
+	}
+	return nil
+}
+
+// topicCount counts topics with at least one subscription; r.mu is held.
+func (r *Registry) topicCount() int {
+	n := 0
+	for _, subs := range r.topics {
+		if len(subs) > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // NewRegistry returns a registry over st, refreshed every every (defaults
@@ -190,6 +261,12 @@ func (r *Registry) ForProduce(ctx context.Context, topic string) ([]string, erro
 	}
 	def := r.implicitDefault(topic)
 	def.CreatedAt = r.now().UTC()
+	r.mu.RLock()
+	err := r.checkCaps(topic, Default)
+	r.mu.RUnlock()
+	if err != nil {
+		return nil, err
+	}
 	if err := r.st.Put(ctx, def); err != nil {
 		r.log.Warn("default subscription not stored yet", "topic", topic, "err", err)
 		return []string{Default}, nil
@@ -221,6 +298,14 @@ func (r *Registry) Put(ctx context.Context, s Subscription) (Subscription, bool,
 	r.mu.RLock()
 	_, stored := r.topics[s.Topic][s.Name]
 	r.mu.RUnlock()
+	if !stored {
+		r.mu.RLock()
+		err := r.checkCaps(s.Topic, s.Name)
+		r.mu.RUnlock()
+		if err != nil {
+			return s, false, err
+		}
+	}
 	if existed && stored {
 		s.CreatedAt = old.CreatedAt
 	} else {
