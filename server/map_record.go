@@ -15,9 +15,11 @@ import (
 // mapRecorder writes the shard map the router routes with into every
 // cluster primary's vshard_owner table (store/vshard_owner.go), the record
 // from which `consul-seed -recover` rebuilds a map that the topology store
-// lost. It runs beside the router, after each map change: a map is in use
-// before it is recorded, and a cluster that could not be written is tried
-// again every ReloadEvery until it takes the map.
+// lost, and against which starting routers and writers check versions.
+// A new map is written to every primary before the router routes with it
+// (now, bounded by a timeout so that an unreachable cluster does not hold
+// the change up); a cluster that could not be written is tried again in
+// the background every ReloadEvery until it takes the map.
 type mapRecorder struct {
 	r      *Router
 	kickc  chan struct{}
@@ -34,6 +36,16 @@ func startMapRecorder(r *Router) *mapRecorder {
 	go m.run(ctx)
 	m.kick()
 	return m
+}
+
+// now records sm on every primary that lacks it, waiting up to 2s; what
+// failed is left to the background retries.
+func (m *mapRecorder) now(ctx context.Context, sm *routing.Map) {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if !m.recordAll(rctx, sm) {
+		m.kick()
+	}
 }
 
 // kick asks for the current map to be recorded.

@@ -97,7 +97,11 @@ func run(ctx context.Context, o options, out, info io.Writer) error {
 	if o.skipMap {
 		return nil
 	}
-	v, err := consul.SeedMap(ctx, src, top.Map, o.replace)
+	m, err := aboveRecords(ctx, top, info)
+	if err != nil {
+		return err
+	}
+	v, err := consul.SeedMap(ctx, src, m, o.replace)
 	if err != nil {
 		return fmt.Errorf("seed shard map: %w (use -replace to overwrite)", err)
 	}

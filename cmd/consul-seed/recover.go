@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/topology"
 	"github.com/shardmq/shardmq/topology/consul"
@@ -20,11 +22,7 @@ import (
 // above every version in sight. Vshards that no cluster recorded follow
 // the file's map. Every cluster must answer unless force is set.
 func recoverMap(ctx context.Context, o options, top *topology.Topology, src *consul.Source, info io.Writer) error {
-	names := make([]string, 0, len(top.Clusters))
-	for n := range top.Clusters {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := sortedNames(top)
 	records := map[string][]topology.OwnerRecord{}
 	var unread []error
 	for _, name := range names {
@@ -85,4 +83,43 @@ func redact(dsn string) string {
 		return "?"
 	}
 	return cfg.User + "@" + cfg.Net + "(" + cfg.Addr + ")/" + cfg.DBName
+}
+
+// aboveRecords returns the file's map, its version raised above the
+// newest version any cluster recorded (store.VShardOwners): right after
+// the topology store lost its data the live routers have not registered
+// again yet, and the clusters' record is what remembers how far they
+// went. A cluster that cannot be read within 2s is skipped.
+func aboveRecords(ctx context.Context, top *topology.Topology, info io.Writer) (*routing.Map, error) {
+	var newest int64
+	for _, name := range sortedNames(top) {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		rows, _, err := readOwners(rctx, top.Clusters[name])
+		cancel()
+		if err != nil {
+			fmt.Fprintf(info, "cluster %s: record not read (%v); its versions are not taken into account\n", name, err)
+			continue
+		}
+		for _, r := range rows {
+			newest = max(newest, r.MapVersion)
+		}
+	}
+	if newest < top.Map.Version() {
+		return top.Map, nil
+	}
+	fmt.Fprintf(info, "the clusters recorded shard map version %d: the file's map is written above it\n", newest)
+	m, err := routing.NewMap(newest+1, top.Map.Ranges(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", topology.ErrInvalid, err)
+	}
+	return m, nil
+}
+
+func sortedNames(top *topology.Topology) []string {
+	names := make([]string, 0, len(top.Clusters))
+	for n := range top.Clusters {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }

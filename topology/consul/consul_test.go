@@ -52,6 +52,7 @@ type env struct {
 
 	mu        sync.Mutex
 	primaries map[string]string // cluster → primary address
+	rec       clusterRecord
 }
 
 // newDoubleEnv starts a double for one test.
@@ -59,7 +60,9 @@ func newDoubleEnv(t *testing.T) *env {
 	t.Helper()
 	d := consuldouble.New(consuldouble.Options{})
 	t.Cleanup(d.Close)
-	c, err := d.Client()
+	// The test's own client opens a connection per request, so that one
+	// cut by Wipe (as an agent restart cuts them) is never reused.
+	c, err := api.NewClient(&api.Config{Address: d.Addr(), HttpClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
