@@ -1,4 +1,8 @@
-package main
+// Package recovery rebuilds a shard map that the topology store lost from
+// what the clusters themselves recorded (store.VShardOwners) and what the
+// live routers report, and keeps seeds above both (docs/consul.md,
+// Recovery). cmd/consul-seed runs it.
+package recovery
 
 import (
 	"context"
@@ -16,12 +20,14 @@ import (
 	"github.com/shardmq/shardmq/topology/consul"
 )
 
-// recoverMap rebuilds the shard map from the vshard_owner record of every
-// cluster the file names (read from its primary, else from a replica: the
-// table replicates), checks it against the live routers and writes it
-// above every version in sight. Vshards that no cluster recorded follow
-// the file's map. Every cluster must answer unless force is set.
-func recoverMap(ctx context.Context, o options, top *topology.Topology, src *consul.Source, info io.Writer) error {
+// Recover rebuilds the shard map from the vshard_owner record of every
+// cluster of top (read from its primary, else from a replica: the table
+// replicates), checks it against the live routers and writes it above
+// every version in sight. Vshards that no cluster recorded follow top's
+// map. Every cluster must answer, and the live routers must route as the
+// records say, unless force is set. It reports on info and returns the
+// map written.
+func Recover(ctx context.Context, top *topology.Topology, src *consul.Source, force bool, info io.Writer) (*routing.Map, error) {
 	names := sortedNames(top)
 	records := map[string][]topology.OwnerRecord{}
 	var unread []error
@@ -37,22 +43,22 @@ func recoverMap(ctx context.Context, o options, top *topology.Topology, src *con
 			records[name] = append(records[name], topology.OwnerRecord{VShard: r.VShard, Cluster: r.Cluster, Version: r.MapVersion, Frozen: r.Frozen})
 		}
 	}
-	if len(unread) > 0 && !o.force {
-		return fmt.Errorf("recover: %w (every cluster must answer, or pass -force)", errors.Join(unread...))
+	if len(unread) > 0 && !force {
+		return nil, fmt.Errorf("recover: %w (every cluster must answer, or pass -force)", errors.Join(unread...))
 	}
 	rb, err := topology.Rebuild(records, top.Map)
 	if err != nil {
-		return fmt.Errorf("recover: %w", err)
+		return nil, fmt.Errorf("recover: %w", err)
 	}
 	for _, n := range rb.Notes {
 		fmt.Fprintln(info, n)
 	}
-	m, err := consul.RecoverMap(ctx, src, rb, o.force)
+	m, err := consul.RecoverMap(ctx, src, rb, force)
 	if err != nil {
-		return fmt.Errorf("recover: %w", err)
+		return nil, fmt.Errorf("recover: %w", err)
 	}
 	fmt.Fprintf(info, "recovered shard map (newest record version %d) stored as version %d at %sshardmap\n", rb.Newest, m.Version(), src.Prefix())
-	return nil
+	return m, nil
 }
 
 // readOwners reads a cluster's record from its primary, else from the
@@ -85,12 +91,12 @@ func redact(dsn string) string {
 	return cfg.User + "@" + cfg.Net + "(" + cfg.Addr + ")/" + cfg.DBName
 }
 
-// aboveRecords returns the file's map, its version raised above the
+// AboveRecords returns the file's map, its version raised above the
 // newest version any cluster recorded (store.VShardOwners): right after
 // the topology store lost its data the live routers have not registered
 // again yet, and the clusters' record is what remembers how far they
 // went. A cluster that cannot be read within 2s is skipped.
-func aboveRecords(ctx context.Context, top *topology.Topology, info io.Writer) (*routing.Map, error) {
+func AboveRecords(ctx context.Context, top *topology.Topology, info io.Writer) (*routing.Map, error) {
 	var newest int64
 	for _, name := range sortedNames(top) {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
