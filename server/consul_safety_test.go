@@ -18,6 +18,7 @@ import (
 	"github.com/shardmq/shardmq/internal/recovery"
 	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/routing"
+	"github.com/shardmq/shardmq/subscription"
 	"github.com/shardmq/shardmq/topology"
 	"github.com/shardmq/shardmq/topology/consul"
 )
@@ -180,6 +181,9 @@ func TestConsulRecoveryAfterAgentDataLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, func() bool { return a.r.ShardMapVersion() == moved.Version() })
+	if v, err := a.r.RecordedMapVersion(ctx); err != nil || v != moved.Version() {
+		t.Fatalf("RecordedMapVersion = %d, %v; want %d", v, err, moved.Version())
+	}
 	for name, db := range dbs {
 		if n, versions, owner := ownerRows(t, db); n != 1024 || len(versions) != 1 || versions[0] != 2 || owner != "c2" {
 			t.Fatalf("cluster %s: vshard_owner has %d rows at versions %v, vshard 50 on %q; want 1024 at 2, vshard 50 on c2", name, n, versions, owner)
@@ -258,4 +262,89 @@ func TestConsulRecoveryAfterAgentDataLoss(t *testing.T) {
 		}
 		return code == http.StatusOK && states["c1"] == topology.StateServing && states["c2"] == topology.StateServing && states["c3"] == topology.StateUnknown
 	})
+}
+
+// Subscriptions on Consul are mirrored on the clusters: after the agent
+// lost its data a live router writes them back, a deleted one stays
+// deleted, and one that only Consul had is copied to the clusters.
+func TestConsulSubscriptionsSurviveAgentDataLoss(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	database := testbed.TestDatabase(t, bed, "t_csubs_")
+	d := consuldouble.New(consuldouble.Options{})
+	t.Cleanup(d.Close)
+	capi, err := api.NewClient(&api.Config{Address: d.Addr(), HttpClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range bed.Clusters {
+		consulRegister(t, capi, c.Primary, consul.RolePrimary)
+	}
+	admin, err := consul.New(consul.Config{Address: d.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := routing.NewMap(1, []routing.Range{{From: 0, To: 511, Cluster: "c1"}, {From: 512, To: 1023, Cluster: "c2"}}, nil)
+	if err := admin.UpdateShardMap(ctx, 0, m); err != nil {
+		t.Fatal(err)
+	}
+	r, err := startConsulRouter(t, d.Addr(), database, "router-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := func(method, path, body string) int {
+		t.Helper()
+		req, _ := http.NewRequest(method, r.base+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := testClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, sub := range []string{"kept", "gone"} {
+		if st := do(http.MethodPut, "/v1/topics/orders/subscriptions/"+sub, `{"max_attempts":4}`); st != http.StatusCreated {
+			t.Fatalf("PUT %s: %d", sub, st)
+		}
+	}
+	if st := do(http.MethodDelete, "/v1/topics/orders/subscriptions/gone", ""); st != http.StatusOK && st != http.StatusNoContent {
+		t.Fatalf("DELETE gone: %d", st)
+	}
+	// Made in Consul alone, as before the mirror existed.
+	legacy, _ := json.Marshal(subscription.Subscription{Topic: "orders", Name: "legacy", MaxAttempts: 2, CreatedAt: time.Now().UTC()}.WithDefaults())
+	if _, err := capi.KV().Put(&api.KVPair{Key: "shardmq/subscriptions/orders/legacy", Value: legacy}, nil); err != nil {
+		t.Fatal(err)
+	}
+	primary, err := sql.Open("mysql", bed.Clusters[0].Primary.DSN(database))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer primary.Close()
+	waitFor(t, 10*time.Second, func() bool {
+		var n int
+		primary.QueryRow("SELECT COUNT(*) FROM subscription WHERE topic = 'orders' AND name = 'legacy' AND deleted = 0").Scan(&n)
+		return n == 1
+	})
+
+	d.Wipe()
+	for _, c := range bed.Clusters {
+		consulRegister(t, capi, c.Primary, consul.RolePrimary)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		kept, _, err1 := capi.KV().Get("shardmq/subscriptions/orders/kept", nil)
+		leg, _, err2 := capi.KV().Get("shardmq/subscriptions/orders/legacy", nil)
+		return err1 == nil && err2 == nil && kept != nil && leg != nil
+	})
+	if gone, _, err := capi.KV().Get("shardmq/subscriptions/orders/gone", nil); err != nil || gone != nil {
+		t.Fatalf("the deleted subscription came back: %v, %v", gone, err)
+	}
+	for sub, want := range map[string]int{"kept": http.StatusOK, "legacy": http.StatusOK, "gone": http.StatusNotFound} {
+		if st := do(http.MethodGet, "/v1/topics/orders/subscriptions/"+sub, ""); st != want {
+			t.Fatalf("GET %s after the agent lost its data: %d, want %d", sub, st, want)
+		}
+	}
+	if got, err := admin.ShardMap(ctx); err != nil || got.Version() != 1 {
+		t.Fatalf("shard map after the data loss: %v, %v; want version 1 written back by the router", got, err)
+	}
 }

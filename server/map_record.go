@@ -141,3 +141,21 @@ func (r *Router) checkRecorded(ctx context.Context, m *routing.Map) error {
 	}
 	return nil
 }
+
+// RecordedMapVersion is the newest shard-map version recorded on any of
+// the router's clusters (vshard_owner): the floor a map writer running in
+// a router passes to topology.WriteShardMapAbove, so that its version is
+// above what the clusters saw even when the topology store lost its data.
+func (r *Router) RecordedMapVersion(ctx context.Context) (int64, error) {
+	var newest int64
+	for name, st := range r.Stores() {
+		rows, err := st.VShardOwners(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("cluster %s: %w", name, err)
+		}
+		for _, o := range rows {
+			newest = max(newest, o.MapVersion)
+		}
+	}
+	return newest, nil
+}
