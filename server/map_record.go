@@ -15,9 +15,11 @@ import (
 // mapRecorder writes the shard map the router routes with into every
 // cluster primary's vshard_owner table (store/vshard_owner.go), the record
 // from which `consul-seed -recover` rebuilds a map that the topology store
-// lost. It runs beside the router, after each map change: a map is in use
-// before it is recorded, and a cluster that could not be written is tried
-// again every ReloadEvery until it takes the map.
+// lost, and against which starting routers and writers check versions.
+// A new map is written to every primary before the router routes with it
+// (now, bounded by a timeout so that an unreachable cluster does not hold
+// the change up); a cluster that could not be written is tried again in
+// the background every ReloadEvery until it takes the map.
 type mapRecorder struct {
 	r      *Router
 	kickc  chan struct{}
@@ -34,6 +36,16 @@ func startMapRecorder(r *Router) *mapRecorder {
 	go m.run(ctx)
 	m.kick()
 	return m
+}
+
+// now records sm on every primary that lacks it, waiting up to 2s; what
+// failed is left to the background retries.
+func (m *mapRecorder) now(ctx context.Context, sm *routing.Map) {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if !m.recordAll(rctx, sm) {
+		m.kick()
+	}
 }
 
 // kick asks for the current map to be recorded.
@@ -128,4 +140,22 @@ func (r *Router) checkRecorded(ctx context.Context, m *routing.Map) error {
 		}
 	}
 	return nil
+}
+
+// RecordedMapVersion is the newest shard-map version recorded on any of
+// the router's clusters (vshard_owner): the floor a map writer running in
+// a router passes to topology.WriteShardMapAbove, so that its version is
+// above what the clusters saw even when the topology store lost its data.
+func (r *Router) RecordedMapVersion(ctx context.Context) (int64, error) {
+	var newest int64
+	for name, st := range r.Stores() {
+		rows, err := st.VShardOwners(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("cluster %s: %w", name, err)
+		}
+		for _, o := range rows {
+			newest = max(newest, o.MapVersion)
+		}
+	}
+	return newest, nil
 }

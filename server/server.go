@@ -220,6 +220,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	r.startJobs()
 	r.record = startMapRecorder(r)
 	r.obs.start(r)
+	r.record.now(ctx, top.Map)
 	return r, nil
 }
 
@@ -316,6 +317,9 @@ func (r *Router) apply(ctx context.Context, top *topology.Topology) {
 		return
 	}
 	r.broker.SetShards(shards)
+	if top.Map.Version() > r.table.Load().Version() {
+		r.record.now(ctx, top.Map) // on the clusters before it routes
+	}
 	if !r.table.Store(top.Map) {
 		r.cfg.Log.Warn("reloaded shard map is older than the one in use; map kept", "version", top.Map.Version(), "current", r.table.Load().Version())
 	}

@@ -28,6 +28,8 @@ type Registry struct {
 	// before one of them does not overwrite the cache with older news.
 	gen uint64
 
+	partial quietLog // reads that missed some clusters
+
 	stopOnce sync.Once
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -128,9 +130,7 @@ func (r *Registry) Refresh(ctx context.Context) error {
 	if err != nil && len(list) == 0 {
 		return fmt.Errorf("refresh subscriptions: %w", err)
 	}
-	if err != nil {
-		r.log.Warn("subscriptions read from part of the clusters only", "err", err)
-	}
+	r.partial.report(r.log, r.now(), err, "subscriptions read from part of the clusters only")
 	topics := map[string]map[string]Subscription{}
 	for _, s := range list {
 		if topics[s.Topic] == nil {
@@ -169,7 +169,7 @@ func (r *Registry) Start(ctx context.Context) error {
 			case <-t.C:
 				err := r.Refresh(ctx)
 				if ctx.Err() == nil {
-					quiet.report(r.log, r.now(), err)
+					quiet.report(r.log, r.now(), err, "subscriptions not refreshed; keeping the last ones")
 				}
 			}
 		}
@@ -339,10 +339,11 @@ func (r *Registry) Delete(ctx context.Context, topic, name string) error {
 	return nil
 }
 
-// quietLog keeps a failing refresh from logging every tick: the first
-// failure is logged, then one line a minute with the number of failures
-// since, and the recovery.
+// quietLog keeps a failure that repeats every refresh from logging every
+// time: the first failure is logged, then one line a minute with the
+// number of failures since, and the recovery. Safe for concurrent use.
 type quietLog struct {
+	mu      sync.Mutex
 	failing bool
 	last    time.Time // when a failure was last logged
 	missed  int       // failures since then
@@ -350,14 +351,16 @@ type quietLog struct {
 
 const quietEvery = time.Minute
 
-func (q *quietLog) report(log *slog.Logger, now time.Time, err error) {
+func (q *quietLog) report(log *slog.Logger, now time.Time, err error, msg string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	switch {
 	case err == nil && q.failing:
-		log.Info("subscriptions refreshed again", "failed_refreshes", q.missed)
-		*q = quietLog{}
+		log.Info(msg+": over", "failures", q.missed)
+		q.failing, q.missed = false, 0
 	case err == nil:
 	case !q.failing || now.Sub(q.last) >= quietEvery:
-		log.Warn("subscriptions not refreshed; keeping the last ones", "err", err, "failed_refreshes_since_last_log", q.missed)
+		log.Warn(msg, "err", err, "failures_since_last_log", q.missed)
 		q.failing, q.last, q.missed = true, now, 0
 	default:
 		q.missed++

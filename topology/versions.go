@@ -21,6 +21,13 @@ import (
 //
 // Backends enforce it in UpdateShardMap (ErrBehind), and a starting router
 // refuses a stored map that live routers are already past (CheckStored).
+// Right after the topology store lost its data the live routers are
+// invisible until they register again (milliseconds, at most a third of
+// the session TTL); the clusters' own record of the map (vshard_owner,
+// written by every router before it routes with a map) covers that
+// window: writers that can read it pass its newest version as a floor
+// (WriteShardMapAbove, consul-seed), and a router on Consul refuses to
+// start on a map older than it.
 
 // AppliedMap is what one live router reports routing with.
 type AppliedMap struct {
@@ -127,6 +134,15 @@ func CheckStored(m *routing.Map, applied []AppliedMap) error {
 // writer or a router moved meanwhile (up to 5 times). It returns the map
 // written.
 func WriteShardMap(ctx context.Context, b Backend, change func(cur *routing.Map) ([]routing.Range, error)) (*routing.Map, error) {
+	return WriteShardMapAbove(ctx, b, 0, change)
+}
+
+// WriteShardMapAbove is WriteShardMap with a floor: the version written
+// is also above floor. A writer that can read the clusters' own record of
+// the map (store.VShardOwners: consul-seed, or a job inside a router)
+// passes the newest version recorded there, which outlives a topology
+// store that lost its data while the routers had not registered again.
+func WriteShardMapAbove(ctx context.Context, b Backend, floor int64, change func(cur *routing.Map) ([]routing.Range, error)) (*routing.Map, error) {
 	var last error
 	for attempt := 0; attempt < 5; attempt++ {
 		cur, err := b.ShardMap(ctx)
@@ -147,7 +163,7 @@ func WriteShardMap(ctx context.Context, b Backend, change func(cur *routing.Map)
 		if err != nil {
 			return nil, err
 		}
-		next, err := routing.NewMap(NextVersion(stored, applied), ranges, nil)
+		next, err := routing.NewMap(max(NextVersion(stored, applied), floor+1), ranges, nil)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 		}

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/shardmq/shardmq/internal/recovery"
 	"github.com/shardmq/shardmq/topology"
 	"github.com/shardmq/shardmq/topology/consul"
 )
@@ -61,7 +62,8 @@ func run(ctx context.Context, o options, out, info io.Writer) error {
 		return err
 	}
 	if o.recover {
-		return recoverMap(ctx, o, top, src, info)
+		_, err := recovery.Recover(ctx, top, src, o.force, info)
+		return err
 	}
 	defs, err := consul.ServiceDefinitions(top, o.service)
 	if err != nil {
@@ -97,7 +99,11 @@ func run(ctx context.Context, o options, out, info io.Writer) error {
 	if o.skipMap {
 		return nil
 	}
-	v, err := consul.SeedMap(ctx, src, top.Map, o.replace)
+	m, err := recovery.AboveRecords(ctx, top, info)
+	if err != nil {
+		return err
+	}
+	v, err := consul.SeedMap(ctx, src, m, o.replace)
 	if err != nil {
 		return fmt.Errorf("seed shard map: %w (use -replace to overwrite)", err)
 	}

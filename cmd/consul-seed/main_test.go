@@ -15,12 +15,14 @@ import (
 	"github.com/shardmq/shardmq/topology/consul"
 )
 
+// Nothing listens at the instances' addresses (port 1 refuses at once):
+// the seed finds no record of the map on the clusters.
 const static = `clusters:
   - name: c1
-    primary: "app@tcp(10.0.0.1:3306)/shardmq"
-    replicas: ["app@tcp(10.0.0.2:3306)/shardmq"]
+    primary: "app@tcp(127.0.0.11:1)/shardmq"
+    replicas: ["app@tcp(127.0.0.12:1)/shardmq"]
   - name: c2
-    primary: "app@tcp(10.0.0.3:3307)/shardmq"
+    primary: "app@tcp(127.0.0.13:1)/shardmq"
 shard_map:
   version: 7
   ranges:
@@ -110,9 +112,9 @@ func TestPrintedDefinitionsAreAgentConfigFiles(t *testing.T) {
 	if len(doc) != 1 || len(services) != 3 {
 		t.Fatalf("want {\"services\": [3 instances]}, got:\n%s", out.String())
 	}
-	checkService(t, services[0], "mysql-c1-primary", "10.0.0.1", "c1", "primary")
-	checkService(t, services[1], "mysql-c1-replica1", "10.0.0.2", "c1", "replica")
-	checkService(t, services[2], "mysql-c2-primary", "10.0.0.3", "c2", "primary")
+	checkService(t, services[0], "mysql-c1-primary", "127.0.0.11", "c1", "primary")
+	checkService(t, services[1], "mysql-c1-replica1", "127.0.0.12", "c1", "replica")
+	checkService(t, services[2], "mysql-c2-primary", "127.0.0.13", "c2", "primary")
 
 	o.outDir = filepath.Join(dir, "consul.d")
 	if err := os.Mkdir(o.outDir, 0o755); err != nil {
@@ -133,7 +135,7 @@ func TestPrintedDefinitionsAreAgentConfigFiles(t *testing.T) {
 	if err := json.Unmarshal(data, &one); err != nil || len(one) != 1 {
 		t.Fatalf("file is not {\"service\": …}: %v\n%s", err, data)
 	}
-	checkService(t, one["service"], "mysql-c2-primary", "10.0.0.3", "c2", "primary")
+	checkService(t, one["service"], "mysql-c2-primary", "127.0.0.13", "c2", "primary")
 
 	// With a consul binary at hand (CONSUL_BIN or PATH), the agent's own
 	// validator must accept the files.
@@ -154,8 +156,13 @@ func TestPrintedDefinitionsAreAgentConfigFiles(t *testing.T) {
 	if err := os.WriteFile(single, []byte(out.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// An agent's configuration needs a data directory besides services.
+	base := filepath.Join(dir, "agent.json")
+	if err := os.WriteFile(base, []byte(`{"data_dir": "`+filepath.Join(dir, "data")+`"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, target := range []string{single, filepath.Join(dir, "consul.d")} {
-		cmd := exec.Command(bin, "validate", "-quiet", target)
+		cmd := exec.Command(bin, "validate", "-quiet", base, target)
 		if msg, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("consul validate %s: %v\n%s", target, err, msg)
 		}

@@ -573,7 +573,7 @@ func (s *Server) kvDelete(w http.ResponseWriter, r *http.Request) {
 		}
 		cur := s.kv[key]
 		if cas != nil && (cur == nil || cur.ModifyIndex != *cas) {
-			return false, 0, nil
+			return cur == nil, 0, nil // as Consul: deleting a missing key succeeds
 		}
 		if cur != nil {
 			idx := s.nextLocked()
@@ -611,9 +611,6 @@ func parseLockDelay(raw any) (time.Duration, error) {
 	if d < 1000 {
 		d *= time.Second
 	}
-	if d > 60*time.Second {
-		return 0, fmt.Errorf("LockDelay %s above the 60s maximum", d)
-	}
 	return d, nil
 }
 
@@ -641,7 +638,7 @@ func (s *Server) sessionCreate(w http.ResponseWriter, r *http.Request) {
 	var ttl time.Duration
 	if v := str("TTL"); v != "" {
 		if ttl, err = time.ParseDuration(v); err != nil {
-			consulError(w, http.StatusBadRequest, "Request decode failed: time: invalid duration "+strconv.Quote(v))
+			consulError(w, http.StatusInternalServerError, fmt.Sprintf("Session TTL '%s' invalid: %v", v, err))
 			return
 		}
 		if ttl != 0 && (ttl < s.opts.MinSessionTTL || ttl > 24*time.Hour) {
@@ -701,7 +698,7 @@ func (s *Server) invalidateLocked(id string) {
 	delete(s.sessions, id)
 	idx := s.nextLocked()
 	s.sesIndex = idx
-	until := time.Now().Add(se.entry.LockDelay)
+	until := time.Now().Add(min(se.entry.LockDelay, 60*time.Second)) // Consul caps it at 60s
 	for k, p := range s.kv {
 		if p.Session != id {
 			continue
@@ -943,8 +940,15 @@ func (s *Server) catalogRegister(w http.ResponseWriter, r *http.Request) {
 		consulError(w, http.StatusBadRequest, "Request decode failed: "+err.Error())
 		return
 	}
-	if reg.Node == "" || reg.Address == "" && !reg.SkipNodeUpdate {
-		consulError(w, http.StatusBadRequest, "Must provide node and address")
+	switch {
+	case reg.Node == "":
+		consulError(w, http.StatusInternalServerError, "Must provide node")
+		return
+	case reg.Address == "" && !reg.SkipNodeUpdate:
+		consulError(w, http.StatusInternalServerError, "Must provide address if SkipNodeUpdate is not set")
+		return
+	case reg.Service != nil && reg.Service.ID != "" && reg.Service.Service == "":
+		consulError(w, http.StatusInternalServerError, "Must provide service name (Service.Service) when service ID is provided")
 		return
 	}
 	s.write(w, r, func() (any, int, error) {
@@ -965,9 +969,6 @@ func (s *Server) catalogRegister(w http.ResponseWriter, r *http.Request) {
 			svc := *reg.Service
 			if svc.ID == "" {
 				svc.ID = svc.Service
-			}
-			if svc.Service == "" {
-				return nil, http.StatusBadRequest, fmt.Errorf("Must provide service name")
 			}
 			svc.Datacenter = "dc1"
 			s.registerServiceLocked(reg.Node, &svc, idx)

@@ -143,6 +143,8 @@ type Source struct {
 	errs      map[string]error // watcher → last failure; nil entries are healthy
 	rejected  error            // why the stored shard map is not in use
 	kick      chan struct{}    // a watcher has news for the apply loop
+	resetc    chan struct{}    // closed by ResetWatches
+	resets    uint64           // ResetWatches calls so far
 }
 
 var _ topology.Backend = (*Source)(nil)
@@ -297,6 +299,52 @@ func (s *Source) setErr(watcher string, err error) {
 	}
 }
 
+// resettable returns a context for one blocking query that ResetWatches
+// cuts short, the number of resets so far, and a func that ends the
+// context, reporting whether it was cut.
+func (s *Source) resettable(ctx context.Context) (context.Context, uint64, func() bool) {
+	s.mu.Lock()
+	if s.resetc == nil {
+		s.resetc = make(chan struct{})
+	}
+	resetc, gen := s.resetc, s.resets
+	s.mu.Unlock()
+	qctx, cancel := context.WithCancel(ctx)
+	cut := make(chan struct{})
+	go func() {
+		select {
+		case <-resetc:
+			close(cut)
+			cancel()
+		case <-qctx.Done():
+		}
+	}()
+	return qctx, gen, func() bool {
+		cancel()
+		select {
+		case <-cut:
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// ResetWatches cuts every blocking query of this source short, so that it
+// starts again from index 0. A registration calls it when its session
+// vanished: the agent may have lost its data and restarted its indexes
+// low, and a query still waiting for an index above them would not
+// return before its wait time.
+func (s *Source) ResetWatches() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.resetc != nil {
+		close(s.resetc)
+	}
+	s.resetc = make(chan struct{})
+	s.resets++
+}
+
 // backoff is the retry wait after n consecutive failures.
 func (s *Source) backoff(n int) time.Duration {
 	d := s.cfg.MinBackoff
@@ -332,12 +380,24 @@ func nextIndex(prev, got uint64) uint64 {
 // error it retries with backoff, reporting through setErr under name.
 func (s *Source) blockingLoop(ctx context.Context, name string, index uint64, fetch func(q *api.QueryOptions) (uint64, error)) {
 	fails := 0
+	var lastGen uint64
 	for ctx.Err() == nil {
-		q := (&api.QueryOptions{WaitIndex: index, WaitTime: s.cfg.Wait}).WithContext(ctx)
+		qctx, gen, reset := s.resettable(ctx)
+		if gen != lastGen {
+			// Reset between two queries: this one must not wait on
+			// an index from before.
+			index, lastGen = 0, gen
+		}
+		q := (&api.QueryOptions{WaitIndex: index, WaitTime: s.cfg.Wait}).WithContext(qctx)
 		got, err := fetch(q)
+		wasReset := reset()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
+			}
+			if wasReset {
+				index = 0
+				continue
 			}
 			fails++
 			s.setErr(name, err)
@@ -364,17 +424,51 @@ func (s *Source) watchMap(ctx context.Context) {
 		if err != nil {
 			return 0, err
 		}
-		if s.takeMap(pair, meta.LastIndex) {
+		changed, rejected := s.takeMap(pair, meta.LastIndex)
+		if changed {
 			s.signal()
+		}
+		if rejected {
+			s.restoreMap(q.Context(), pair)
 		}
 		return meta.LastIndex, nil
 	})
 }
 
+// restoreMap writes the map this router routes with back over a stored
+// map it rejected as missing (gone with the agent's data) or older than
+// the one in use (a hand edit, a store restored from an old backup), with
+// check-and-set on what it read: the live routers re-publish what they
+// hold, so the store converges on the newest map any of them applied
+// and routers that start meanwhile are refused (their map would be older
+// than a live router's) rather than split off. A writer's newer map is
+// never overwritten: it is not rejected.
+func (s *Source) restoreMap(ctx context.Context, pair *api.KVPair) {
+	s.mu.Lock()
+	good := s.good
+	s.mu.Unlock()
+	if good == nil {
+		return
+	}
+	var index uint64
+	if pair != nil {
+		index = pair.ModifyIndex
+	}
+	ok, _, err := s.api.KV().CAS(&api.KVPair{Key: s.mapKey(), Value: EncodeMap(good), ModifyIndex: index}, (&api.WriteOptions{}).WithContext(ctx))
+	switch {
+	case err != nil:
+		s.log.Warn("consul: shard map not restored", "version", good.Version(), "err", err)
+	case ok:
+		s.log.Warn("consul: restored the shard map in use over the rejected stored one", "key", s.mapKey(), "version", good.Version())
+	}
+}
+
 // takeMap validates the stored map and, when it is a newer valid one,
-// makes it current. A bad map is logged and the last good one kept.
-func (s *Source) takeMap(pair *api.KVPair, index uint64) bool {
+// makes it current (changed). A bad map is logged and the last good one
+// kept (rejected, when there is one).
+func (s *Source) takeMap(pair *api.KVPair, index uint64) (changed, rejected bool) {
 	m, err := decodeMap(pair)
+	decodeErr := err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.mapIndex = index
@@ -392,17 +486,22 @@ func (s *Source) takeMap(pair *api.KVPair, index uint64) bool {
 			s.log.Error("consul shard map rejected; keeping the last good one", "err", err)
 		}
 		s.rejected = err
-		return false
+		// Written back: a map gone with the agent's data, or an older
+		// one. An invalid document or another map under the version
+		// in use may be an operator's mistake in progress: reported,
+		// left alone (a starting router refuses both).
+		older := decodeErr == nil && s.good != nil && m.Version() < s.good.Version()
+		return false, s.good != nil && (pair == nil || older)
 	}
 	if s.rejected != nil {
 		s.log.Info("consul shard map valid again", "version", m.Version())
 		s.rejected = nil
 	}
 	if s.good != nil && m.Version() == s.good.Version() {
-		return false
+		return false, false
 	}
 	s.good = m
-	return true
+	return true, false
 }
 
 func versionOf(m *routing.Map) int64 {

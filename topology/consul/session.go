@@ -121,9 +121,11 @@ func (s *Source) Register(ctx context.Context, id string) (topology.Registration
 		if err == nil && ok {
 			break
 		}
-		if err == nil && attempt < 3 {
-			var took bool
-			if took, err = s.takeOver(ctx, r.key, id); err == nil && took {
+		if err == nil && attempt < 5 {
+			// Refused: the key's lock-delay runs (its holder just
+			// left), or another session holds it.
+			var retry bool
+			if retry, err = s.takeOver(ctx, r.key, id); err == nil && retry {
 				continue
 			}
 		}
@@ -202,6 +204,7 @@ func (r *registration) run(ctx context.Context, sid string, lastOK time.Time) {
 			return
 		}
 		r.s.log.Warn("consul: router registration lost; registering again", "key", r.key, "err", err)
+		r.s.ResetWatches()
 		for n := 1; ; n++ {
 			if !sleep(ctx, r.s.backoff(n)) {
 				return
@@ -216,6 +219,9 @@ func (r *registration) run(ctx context.Context, sid string, lastOK time.Time) {
 			}
 			r.s.destroySession(ctx, sid)
 		}
+		// The agent may have lost its data again while this router
+		// registered: queries must not keep waiting on old indexes.
+		r.s.ResetWatches()
 	}
 }
 
@@ -283,26 +289,31 @@ func (r *registration) watchKey(ctx context.Context, sid string) error {
 	return nil
 }
 
-// takeOver ends the session holding the registration key of router id
-// when that registration is this router's own predecessor: same id and
+// takeOver decides what a refused registration of router id does next: it
+// retries (true) when the key is free but under its lock-delay, and when
+// it ended the session holding it because that registration is this
+// router's own predecessor: same id and
 // the same non-empty Config.Instance (host and listen address, which two
 // live processes cannot share). A router restarted after a crash then
 // registers at once instead of waiting for its old session's TTL. The
 // predecessor's hold on the leader lock, if any, ends with it. It reports
 // whether it ended a session.
 func (s *Source) takeOver(ctx context.Context, key, id string) (bool, error) {
-	if s.cfg.Instance == "" {
-		return false, nil
-	}
 	pair, _, err := s.api.KV().Get(key, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		return false, fmt.Errorf("consul: read router registration: %w", err)
 	}
-	if pair == nil {
-		return true, nil // gone meanwhile: try again
+	if pair == nil || pair.Session == "" {
+		// Free, but its previous holder left a moment ago: the
+		// registration sessions' lock-delay (1ms) runs.
+		sleep(ctx, 5*time.Millisecond)
+		return true, nil
+	}
+	if s.cfg.Instance == "" {
+		return false, nil
 	}
 	var old RouterInfo
-	if pair.Session == "" || json.Unmarshal(pair.Value, &old) != nil || old.ID != id || old.Instance != s.cfg.Instance {
+	if json.Unmarshal(pair.Value, &old) != nil || old.ID != id || old.Instance != s.cfg.Instance {
 		return false, nil
 	}
 	s.log.Warn("consul: taking over the registration of this router's previous process", "router", id, "instance", old.Instance, "session", pair.Session)

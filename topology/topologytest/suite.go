@@ -68,9 +68,11 @@ func Run(t *testing.T, f Features, newEnv func(t *testing.T, seed Seed) Env) {
 		{"PrimaryChangeReachesWatch", false, testPrimaryChange},
 		{"BarrierWaitsForRegisteredRouter", false, testBarrier},
 		{"LeaderLeadsUntilStopped", false, testLeader},
+		{"WritersGoAboveLiveRouters", false, testWritersAboveRouters},
 		{"UpdateReachesEveryRouter", true, testUpdateReachesAll},
 		{"BarrierWaitsForEveryLiveRouter", true, testBarrierTwoRouters},
 		{"LeaderIsExclusiveAndHandsOver", true, testLeaderHandover},
+		{"StartRefusesMapBehindLiveRouters", true, testStartRefusesBehind},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -431,5 +433,93 @@ func testLeaderHandover(t *testing.T, f Features, env Env) {
 	t.Logf("leadership handed over in %s", time.Since(start))
 	if l1.IsLeader() {
 		t.Fatal("router-1 still leads")
+	}
+}
+
+// awaitApplied polls b until a live router reports version v.
+func awaitApplied(t *testing.T, b topology.Backend, v int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		applied, err := b.Applied(testContext(t))
+		if err == nil {
+			if top, _ := topology.HighestApplied(applied); top >= v {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no live router reports version %d (last: %+v, %v)", v, applied, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A router routes with version 5 while the store holds 1 (the store was
+// rolled back): a write of version 2 is refused, and WriteShardMap writes
+// above 5.
+func testWritersAboveRouters(t *testing.T, _ Features, env Env) {
+	ctx := testContext(t)
+	b := env.Backend(t)
+	reg, err := b.Register(ctx, "router-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Stop()
+	topology.PublishMap(reg, MustMap(5, SeedRanges...))
+	awaitApplied(t, b, 5)
+	next := MustMap(2, routing.Range{From: 0, To: 1023, Cluster: "c1"})
+	if err := b.UpdateShardMap(ctx, 1, next); !errors.Is(err, topology.ErrBehind) {
+		t.Fatalf("writing version 2 under a router at 5: err = %v, want ErrBehind", err)
+	}
+	written, err := topology.WriteShardMap(ctx, b, func(cur *routing.Map) ([]routing.Range, error) {
+		if cur == nil || cur.Version() != 1 {
+			t.Errorf("change saw %v, want the stored map 1", cur)
+		}
+		return next.Ranges(), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if written.Version() != 6 {
+		t.Fatalf("WriteShardMap wrote version %d, want 6 (above the router's 5)", written.Version())
+	}
+	if got, err := b.ShardMap(ctx); err != nil || got.Version() != 6 {
+		t.Fatalf("ShardMap = %v, %v; want version 6", got, err)
+	}
+}
+
+// A router started while live routers apply a newer map than the stored
+// one, or another map under the stored version, refuses to load and says
+// how to recover.
+func testStartRefusesBehind(t *testing.T, _ Features, env Env) {
+	ctx := testContext(t)
+	b1 := env.Backend(t)
+	reg, err := b1.Register(ctx, "router-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Stop()
+	applied := MustMap(4, routing.Range{From: 0, To: 99, Cluster: "c1"}, routing.Range{From: 100, To: 1023, Cluster: "c2"})
+	topology.PublishMap(reg, applied)
+	awaitApplied(t, b1, 4)
+	for _, tc := range []struct {
+		name    string
+		version int64
+		ranges  []routing.Range
+		refuse  bool
+	}{
+		{"older map", 3, applied.Ranges(), true},
+		{"another map under version 4", 4, SeedRanges, true},
+		{"the map router-1 applies", 4, applied.Ranges(), false},
+		{"a newer map", 5, SeedRanges, false},
+	} {
+		env.WriteMap(t, tc.version, tc.ranges)
+		_, err := env.Backend(t).Load(ctx)
+		switch {
+		case tc.refuse && (!errors.Is(err, topology.ErrBehind) || !strings.Contains(err.Error(), "consul-seed -recover")):
+			t.Fatalf("%s: Load err = %v, want ErrBehind with the recovery hint", tc.name, err)
+		case !tc.refuse && err != nil:
+			t.Fatalf("%s: Load: %v", tc.name, err)
+		}
 	}
 }
