@@ -23,6 +23,9 @@ type ClaimRequest struct {
 	// ErrorCode when it is set. Attempts are not counted there.
 	Dead      bool
 	ErrorCode string
+	// ExcludeVShards are not claimed: the vshards frozen for a resharding
+	// cut-over (empty otherwise).
+	ExcludeVShards []uint16
 }
 
 // Claimed is one leased delivery with its message.
@@ -66,7 +69,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 		for i := range leased {
 			leased[i] = leased[i][:0]
 		}
-		cands, err := claimCandidates(ctx, tx, req.Topic, req.Subscription, req.Now, total, req.Dead, req.ErrorCode)
+		cands, err := claimCandidates(ctx, tx, req.Topic, req.Subscription, req.Now, total, req.Dead, req.ErrorCode, req.ExcludeVShards)
 		if err != nil || len(cands) == 0 {
 			return err
 		}

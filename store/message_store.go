@@ -292,3 +292,11 @@ func setStatus(ctx context.Context, tx *sql.Tx, m *Message, from, to int, now ti
 	n, _ := res.RowsAffected()
 	return n == 1, nil
 }
+
+// messageStoreMove moves messages with their vshard (see move.go).
+var messageStoreMove = moveTable{
+	name:  "message_store",
+	cols:  []string{"id", "created_at", "vshard", "topic", "msg_key", "order_key", "transaction_id", "priority", "headers", "payload_json", "payload", "msg_status", "status_at"},
+	pk:    []string{"id", "created_at"},
+	idCol: "id",
+}
