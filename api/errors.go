@@ -21,6 +21,12 @@ const (
 	CodeMethodNotAllowed    = "method_not_allowed"
 	CodeUnavailable         = "unavailable"
 	CodeInternal            = "internal"
+	// CodeReshardConflict: another resharding job moves some of the
+	// vshards asked for.
+	CodeReshardConflict = "reshard_conflict"
+	// CodeReshardState: the job cannot do that in its state (abort after
+	// the flip, resume of a job that is not paused).
+	CodeReshardState = "reshard_state"
 )
 
 var statusOf = map[string]int{
@@ -37,6 +43,8 @@ var statusOf = map[string]int{
 	CodeMethodNotAllowed:    http.StatusMethodNotAllowed,
 	CodeUnavailable:         http.StatusServiceUnavailable,
 	CodeInternal:            http.StatusInternalServerError,
+	CodeReshardConflict:     http.StatusConflict,
+	CodeReshardState:        http.StatusConflict,
 }
 
 // apiError is an error answered to the client as a whole.

@@ -20,6 +20,7 @@ import (
 	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/deadletter"
 	"github.com/shardmq/shardmq/internal/idgen"
+	"github.com/shardmq/shardmq/rebalance"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/subscription"
@@ -60,6 +61,17 @@ type Config struct {
 	// HA tunes replica reads, circuit breakers, failover and
 	// reconciliation (see HAConfig).
 	HA HAConfig
+	// Backend is the topology backend resharding jobs coordinate through
+	// (shard-map check-and-set, the barrier on every live router).
+	// Defaults to the static file when Source is that file; nil otherwise
+	// disables resharding.
+	Backend topology.Backend
+	// ReshardState is where resharding jobs are recorded. Defaults, on
+	// the static file, to a file beside it (TopologyFile + ".reshard.json").
+	ReshardState rebalance.StateStore
+	// Reshard tunes resharding jobs (see rebalance.Config for each
+	// default); its Leader defaults to Leader.
+	Reshard rebalance.Config
 	// Log defaults to discarding.
 	Log *slog.Logger
 	// Now is the clock. Defaults to time.Now.
@@ -101,8 +113,9 @@ type Router struct {
 	conns    map[string]*clusterConn // by cluster name
 	closed   bool
 	replicas *replicaWaiter
-	ha       *ha   // replicas, breakers, failover, trace, reconciliation (ha.go)
-	jobs     *jobs // dead-letter upkeep and produce metrics (jobs.go)
+	ha       *ha      // replicas, breakers, failover, trace, reconciliation (ha.go)
+	jobs     *jobs    // dead-letter upkeep and produce metrics (jobs.go)
+	reshard  *reshard // resharding jobs and the barrier registration (reshard.go)
 }
 
 // replicaDSNs lists a cluster's replicas in the topology in use.
@@ -164,7 +177,12 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		r.Close()
 		return nil, err
 	}
+	if err := r.setupReshard(ctx); err != nil {
+		r.Close()
+		return nil, err
+	}
 	r.startJobs()
+	r.reshard.start()
 	return r, nil
 }
 
@@ -331,6 +349,7 @@ func (r *Router) Close() {
 	r.mu.Unlock()
 	// Services stop without r.mu held: their goroutines may need it (the
 	// subscription refresh reads the pools through Stores).
+	r.reshard.stop()
 	r.jobs.stop()
 	r.ha.stop()
 	if r.subs != nil {

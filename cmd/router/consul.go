@@ -79,12 +79,13 @@ func (o *consulOptions) setup(ctx context.Context, cfg *server.Config) (*onConsu
 	c := &onConsul{reg: reg, leader: src.Leader(id)}
 	cfg.Source = topology.Publishing(src, reg, func() int64 {
 		if r := c.router.Load(); r != nil {
-			return r.ShardMapVersion()
+			return r.AppliedShardMapVersion()
 		}
 		return 0
 	})
 	cfg.Subscriptions = src.Subscriptions()
 	cfg.Leader = c.leader
+	cfg.Backend = src
 	cfg.Log.Info("router on consul", "consul", o.addr, "prefix", src.Prefix(), "service", o.service, "router_id", id)
 	return c, nil
 }
@@ -96,7 +97,7 @@ func (c *onConsul) serving(ctx context.Context, r *server.Router) {
 		return
 	}
 	c.router.Store(r)
-	c.reg.Publish(r.ShardMapVersion())
+	c.reg.Publish(r.AppliedShardMapVersion())
 	c.leader.Start(ctx)
 }
 
