@@ -86,6 +86,7 @@ func (o *consulOptions) setup(ctx context.Context, cfg *server.Config) (*onConsu
 	cfg.Subscriptions = src.Subscriptions()
 	cfg.Leader = c.leader
 	cfg.Backend = src
+	cfg.ReshardState = src.ReshardState()
 	cfg.Log.Info("router on consul", "consul", o.addr, "prefix", src.Prefix(), "service", o.service, "router_id", id)
 	return c, nil
 }
