@@ -15,6 +15,7 @@ type Resharder interface {
 	Pause(ctx context.Context, id string) (*rebalance.Job, error)
 	Resume(ctx context.Context, id string) (*rebalance.Job, error)
 	Abort(ctx context.Context, id string) (*rebalance.Job, error)
+	PlanRanges(ctx context.Context, addCluster, drain string) ([]rebalance.Range, error)
 }
 
 var _ Resharder = (*rebalance.Manager)(nil)
@@ -25,10 +26,25 @@ func (s *Server) RouteReshard(rs Resharder) {
 		var req struct {
 			Ranges []rebalance.Range `json:"ranges"`
 			DryRun bool              `json:"dry_run"`
+			// AddCluster or Drain ask the planner for the ranges instead.
+			AddCluster string `json:"add_cluster"`
+			Drain      string `json:"drain"`
 		}
 		if e := s.decode(w, r, &req); e != nil {
 			writeError(w, e)
 			return
+		}
+		if req.AddCluster != "" || req.Drain != "" {
+			if len(req.Ranges) > 0 {
+				writeError(w, fail(CodeInvalidRequest, "give ranges, add_cluster or drain, not several"))
+				return
+			}
+			planned, err := rs.PlanRanges(r.Context(), req.AddCluster, req.Drain)
+			if err != nil {
+				writeError(w, reshardError(err))
+				return
+			}
+			req.Ranges = planned
 		}
 		job, moves, err := rs.Submit(r.Context(), req.Ranges, req.DryRun)
 		if err != nil {

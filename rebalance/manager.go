@@ -405,3 +405,35 @@ func (m *Manager) Abort(ctx context.Context, id string) (*Job, error) {
 	m.poke()
 	return j, err
 }
+
+// PlanRanges turns an operator's intent into explicit ranges against the
+// stored shard map: addCluster takes an even share (PlanAdd), drain gives
+// all of its vshards to the other owning clusters (PlanDrain).
+func (m *Manager) PlanRanges(ctx context.Context, addCluster, drain string) ([]Range, error) {
+	cur, err := m.maps.ShardMap(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read shard map: %w", err)
+	}
+	known := m.clusters()
+	switch {
+	case addCluster != "" && drain != "":
+		return nil, fmt.Errorf("%w: add_cluster and drain exclude each other", ErrInvalid)
+	case addCluster != "":
+		if _, ok := known[addCluster]; !ok {
+			return nil, fmt.Errorf("%w: unknown cluster %q (add it to the topology first)", ErrInvalid, addCluster)
+		}
+		if out := PlanAdd(cur, addCluster); len(out) > 0 {
+			return out, nil
+		}
+		return nil, fmt.Errorf("%w: cluster %s already owns its share", ErrInvalid, addCluster)
+	case drain != "":
+		if len(cur.VShards(drain)) == 0 {
+			return nil, fmt.Errorf("%w: cluster %q owns no vshards", ErrInvalid, drain)
+		}
+		if out := PlanDrain(cur, drain, nil); len(out) > 0 {
+			return out, nil
+		}
+		return nil, fmt.Errorf("%w: no other cluster owns vshards to take those of %s", ErrInvalid, drain)
+	}
+	return nil, nil
+}

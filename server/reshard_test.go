@@ -385,8 +385,42 @@ func TestReshardMovesUnderLoad(t *testing.T) {
 	t.Parallel()
 	e := setupReshard(t, nil)
 	const topic = "rs-load"
-	// A subscription with a trace of acks and a dead letter on a moved
-	// vshard, so every table has rows to move.
+	// Dead letters (with their nack trace) on the vshards that move: they
+	// move with them and stay listed.
+	e.do(t, "PUT", "/v1/topics/rs-dead/subscriptions/s", map[string]any{"max_attempts": 1})
+	var dead []any
+	for i := 0; i < 300; i++ {
+		dead = append(dead, msg(fmt.Sprint("dead-", i), i))
+	}
+	e.post(t, "/v1/topics/rs-dead/messages", map[string]any{"messages": dead})
+	for n := 0; n < 300; {
+		got := e.claim(t, "rs-dead", "s", map[string]any{"max": 300, "wait_ms": 2000})
+		if len(got) == 0 {
+			t.Fatalf("claimed %d of 300 to kill", n)
+		}
+		var items []any
+		for _, m := range got {
+			items = append(items, map[string]any{"receipt": m["receipt"], "error_code": "E_MOVE", "error": "failed"})
+		}
+		_, _, body := e.post(t, "/v1/nack", map[string]any{"items": items})
+		for _, r := range results(t, body) {
+			if r["status"] != "dead" {
+				t.Fatalf("nack: %v", r)
+			}
+		}
+		n += len(got)
+	}
+	countDead := func() int {
+		st, body := e.do(t, "GET", "/v1/topics/rs-dead/subscriptions/s/dead-letters?limit=1000", nil)
+		if st != 200 {
+			t.Fatalf("dead letters: %d %v", st, body)
+		}
+		return len(body["dead_letters"].([]any))
+	}
+	if n := countDead(); n != 300 {
+		t.Fatalf("%d dead letters before the moves", n)
+	}
+
 	l := startReshardLoad(t, e, topic, 4, 4)
 	waitFor(t, 30*time.Second, func() bool { l.mu.Lock(); defer l.mu.Unlock(); return len(l.acked) > 300 })
 
@@ -418,6 +452,9 @@ func TestReshardMovesUnderLoad(t *testing.T) {
 	}
 	l.stop(t, time.Minute)
 	l.check(t)
+	if n := countDead(); n != 300 {
+		t.Errorf("%d dead letters after the moves, want 300", n)
+	}
 	fs := e.r.broker.FrozenStats()
 	t.Logf("frozen buffer: %d requests held, %d timed out, longest hold %v", fs.HeldTotal, fs.TimedOut, fs.MaxHeld)
 
@@ -656,6 +693,21 @@ func TestReshardRequestChecks(t *testing.T) {
 	st, body := e.do(t, "POST", "/v1/admin/reshard", map[string]any{"ranges": []any{map[string]any{"from": 0, "to": 63, "target": "c2"}}, "dry_run": true})
 	if st != 200 || body["dry_run"] != true || len(body["moves"].([]any)) != 1 {
 		t.Fatalf("dry run: %d %v", st, body)
+	}
+	st, body = e.do(t, "POST", "/v1/admin/reshard", map[string]any{"add_cluster": "c3", "dry_run": true})
+	if st != 200 || len(body["ranges"].([]any)) == 0 {
+		t.Fatalf("dry run of add_cluster: %d %v", st, body)
+	}
+	planned := 0
+	for _, r := range body["ranges"].([]any) {
+		rg := r.(map[string]any)
+		planned += int(rg["to"].(float64)-rg["from"].(float64)) + 1
+	}
+	if planned != shard.Count/3 {
+		t.Fatalf("add_cluster plans %d vshards for c3, want %d", planned, shard.Count/3)
+	}
+	if st, body := e.do(t, "POST", "/v1/admin/reshard", map[string]any{"drain": "c9"}); st != 400 {
+		t.Fatalf("drain of an unknown cluster: %d %v", st, body)
 	}
 	e.post(t, "/v1/topics/rs-checks/messages", map[string]any{"messages": []any{msg("a", 1), msg("b", 2), msg("c", 3)}})
 	st, body = e.do(t, "POST", "/v1/admin/reshard", map[string]any{"ranges": []any{map[string]any{"from": 0, "to": 63, "target": "c2"}}})
