@@ -8,7 +8,7 @@ ROUTER_ADDR ?= 127.0.0.1:8080
 CLUSTERS    ?= 2
 REPLICAS    ?= 1
 
-.PHONY: deps build run stop test vet fmt bench
+.PHONY: deps build run stop add-cluster test vet fmt bench
 
 # deps installs MariaDB from Debian's packages when its server binary is
 # missing (the test bed starts its own mariadbd processes).
@@ -43,6 +43,12 @@ run: deps build
 	@echo "topology: $(SANDBOX_DIR)/topology.yaml (edit it: the router reloads it within a second)"
 	@echo "try:      curl -s -XPOST http://$(ROUTER_ADDR)/v1/topics/orders/messages -d '{\"messages\":[{\"key\":\"order-42-paid\",\"payload\":{\"amount\":42}}]}'"
 	@echo "stop:     make stop"
+
+# add-cluster starts one more cluster beside the running sandbox and lists
+# it in its topology owning no vshards; move vshards onto it with
+# POST /v1/admin/reshard (docs/resharding.md).
+add-cluster: build
+	bin/sandbox add-cluster -dir $(SANDBOX_DIR) -replicas $(REPLICAS)
 
 stop:
 	@if [ -f $(VAR)/router.pid ]; then \
