@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardmq/shardmq/internal/ctl"
 	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/rebalance"
 	"github.com/shardmq/shardmq/shard"
@@ -741,5 +742,38 @@ func TestReshardRequestChecks(t *testing.T) {
 	}
 	if job := e.waitJob(t, id, time.Minute); job["state"] != "aborted" {
 		t.Fatalf("job %v", job)
+	}
+}
+
+// The operator CLI plans, starts and follows a move.
+func TestReshardCLI(t *testing.T) {
+	t.Parallel()
+	e := setupReshard(t, nil)
+	run := func(args ...string) (int, map[string]any) {
+		var stdout, stderr bytes.Buffer
+		code := ctl.Run(args, e.url, &stdout, &stderr, testClient)
+		var body map[string]any
+		json.Unmarshal(stdout.Bytes(), &body)
+		return code, body
+	}
+	if code, body := run("reshard", "add-cluster", "c3", "-dry-run"); code != 0 || body["dry_run"] != true {
+		t.Fatalf("add-cluster -dry-run: %d %v", code, body)
+	}
+	if code, _ := run("reshard", "move", "0-63"); code != 2 {
+		t.Fatalf("move without a target exited %d, want 2", code)
+	}
+	if code, _ := run("reshard", "move", "600-610:c2"); code != 1 {
+		t.Fatalf("move onto the owner exited %d, want 1 (400)", code)
+	}
+	code, body := run("reshard", "move", "0-63:c3,64:c2")
+	if code != 0 || body["job"] == nil {
+		t.Fatalf("move: %d %v", code, body)
+	}
+	job := e.waitJob(t, body["job"].(string), time.Minute)
+	if job["state"] != "done" || e.ownerOf(t, 63) != "c3" || e.ownerOf(t, 64) != "c2" {
+		t.Fatalf("job %v; owners %s %s", job, e.ownerOf(t, 63), e.ownerOf(t, 64))
+	}
+	if code, body := run("reshard", "status", job["job"].(string)); code != 0 || body["state"] != "done" {
+		t.Fatalf("status: %d %v", code, body)
 	}
 }
