@@ -48,6 +48,12 @@ type Config struct {
 	// RowsPerSecond throttles the copy and the deletes per job, so that
 	// the clusters keep serving. Defaults to 20,000; -1 disables.
 	RowsPerSecond int
+	// ReplicaLag reports the replication lag of a cluster's least-lagged
+	// replica (false when unknown or there is none). When set, the copy
+	// and the deletes wait after a batch while the cluster they write to
+	// lags more than MaxReplicaLag (default 2s), up to 10s per batch.
+	ReplicaLag    func(cluster string) (time.Duration, bool)
+	MaxReplicaLag time.Duration
 	// CatchUpRounds bounds the re-sync rounds before the freeze; the
 	// freeze comes earlier when a round changes fewer than CatchUpRows
 	// rows. Default 5 and 200.
@@ -76,6 +82,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RowsPerSecond == 0 {
 		c.RowsPerSecond = 20000
+	}
+	if c.MaxReplicaLag <= 0 {
+		c.MaxReplicaLag = 2 * time.Second
 	}
 	if c.CatchUpRounds <= 0 {
 		c.CatchUpRounds = 5

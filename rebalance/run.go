@@ -121,12 +121,8 @@ func (m *Manager) step(ctx context.Context, j *Job) error {
 		return m.cutover(ctx, j)
 	case StateCleanup:
 		for _, mv := range j.Moves {
-			src, err := m.cluster(mv.Source)
-			if err != nil {
-				return err
-			}
 			for _, t := range store.MoveTables() {
-				if err := m.deleteAll(ctx, src, t.Name, mv.VShards); err != nil {
+				if err := m.deleteAll(ctx, mv.Source, t.Name, mv.VShards, true); err != nil {
 					return fmt.Errorf("delete %s rows on %s: %w", t.Name, mv.Source, err)
 				}
 			}
@@ -170,18 +166,43 @@ func (m *Manager) countRows(ctx context.Context, j *Job) (int64, error) {
 	return total, nil
 }
 
-// throttle paces n rows at RowsPerSecond. An operator's pause or abort
-// (which pokes the manager) cuts the wait short.
-func (m *Manager) throttle(ctx context.Context, n int) {
-	if m.cfg.RowsPerSecond <= 0 || n <= 0 {
+// throttle paces n rows written to cluster at RowsPerSecond, then waits
+// while the cluster's replicas lag more than MaxReplicaLag (10s at most).
+// An operator's pause or abort (which pokes the manager) cuts the waits
+// short.
+func (m *Manager) throttle(ctx context.Context, n int, cluster string) {
+	if n <= 0 {
 		return
 	}
-	t := time.NewTimer(time.Duration(n) * time.Second / time.Duration(m.cfg.RowsPerSecond))
+	if m.cfg.RowsPerSecond > 0 && !m.pause(ctx, time.Duration(n)*time.Second/time.Duration(m.cfg.RowsPerSecond)) {
+		return
+	}
+	if m.cfg.ReplicaLag == nil {
+		return
+	}
+	for waited := time.Duration(0); waited < 10*time.Second; waited += 100 * time.Millisecond {
+		lag, ok := m.cfg.ReplicaLag(cluster)
+		if !ok || lag <= m.cfg.MaxReplicaLag {
+			return
+		}
+		if !m.pause(ctx, 100*time.Millisecond) {
+			return
+		}
+	}
+	m.cfg.Log.Warn("reshard: replicas still lag; going on", "cluster", cluster, "max_replica_lag", m.cfg.MaxReplicaLag)
+}
+
+// pause waits d; false when ctx ended or the manager was poked first.
+func (m *Manager) pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-	case <-t.C:
+		return false
 	case <-m.wake:
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -230,7 +251,7 @@ func (m *Manager) copyAll(ctx context.Context, j *Job) error {
 					return err
 				}
 				j, cur = nj, next
-				m.throttle(ctx, len(rows))
+				m.throttle(ctx, len(rows), mv.Target)
 			}
 		}
 	}
@@ -553,11 +574,8 @@ func (m *Manager) cutover(ctx context.Context, j *Job) error {
 	}
 	if !flipped {
 		for _, mv := range j.Moves {
-			src, err := m.cluster(mv.Source)
-			if err != nil {
-				return err
-			}
-			if err := m.deleteAll(ctx, src, queueTable(), mv.VShards); err != nil {
+			// Under freeze: not throttled, the pause is running.
+			if err := m.deleteAll(ctx, mv.Source, queueTable(), mv.VShards, false); err != nil {
 				return fmt.Errorf("delete source deliveries on %s: %w", mv.Source, err)
 			}
 		}
@@ -604,8 +622,13 @@ func queueTable() string {
 	return "message_queue"
 }
 
-// deleteAll deletes table's rows of vs on c in throttled batches.
-func (m *Manager) deleteAll(ctx context.Context, c Mover, table string, vs []uint16) error {
+// deleteAll deletes table's rows of vs on cluster in batches, throttled
+// unless the vshards are frozen (the pause is running).
+func (m *Manager) deleteAll(ctx context.Context, cluster string, table string, vs []uint16, throttled bool) error {
+	c, err := m.cluster(cluster)
+	if err != nil {
+		return err
+	}
 	var cur store.MoveCursor
 	for {
 		keys, next, err := c.MoveReadKeys(ctx, table, vs, cur, m.cfg.BatchRows)
@@ -619,7 +642,9 @@ func (m *Manager) deleteAll(ctx context.Context, c Mover, table string, vs []uin
 			return err
 		}
 		cur = next
-		m.throttle(ctx, len(keys))
+		if throttled {
+			m.throttle(ctx, len(keys), cluster)
+		}
 	}
 }
 
@@ -635,12 +660,10 @@ func (m *Manager) deleteTarget(ctx context.Context, j *Job, queueOnly bool) erro
 		}
 	}
 	for _, mv := range j.Moves {
-		dst, err := m.cluster(mv.Target)
-		if err != nil {
-			return err
-		}
 		for _, t := range tables {
-			if err := m.deleteAll(ctx, dst, t, mv.VShards); err != nil {
+			// The deliveries go while the vshards may be frozen: not
+			// throttled.
+			if err := m.deleteAll(ctx, mv.Target, t, mv.VShards, !queueOnly); err != nil {
 				return fmt.Errorf("delete %s rows on target %s: %w", t, mv.Target, err)
 			}
 		}

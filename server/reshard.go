@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -74,6 +75,15 @@ func (r *Router) setupReshard(ctx context.Context) error {
 	}
 	if cfg.Now == nil {
 		cfg.Now = r.cfg.Now
+	}
+	if cfg.ReplicaLag == nil {
+		cfg.ReplicaLag = func(cluster string) (time.Duration, bool) {
+			rep, ok := r.ha.monitor.Best(cluster)
+			if !ok || rep.Lag < 0 {
+				return 0, false
+			}
+			return rep.Lag, true
+		}
 	}
 	rs.manager = rebalance.New(cfg, rs.state, rs.backend, r.movers)
 	r.api.RouteReshard(rs.manager)
