@@ -303,8 +303,8 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 			WantGTID:      dur == DurabilityReplicated,
 		}
 	}
-	errs := b.dispatch(ctx, vs, skip, func(name string, cs *clusterShard, idx []int) {
-		b.produceOn(ctx, name, cs, topic, idx, items, results, dur)
+	errs := b.dispatch(ctx, vs, skip, func(name string, cs *clusterShard, idx []int, keep func() func()) {
+		b.produceOn(ctx, name, cs, topic, idx, items, results, dur, keep)
 	})
 	for i, err := range errs {
 		if err != nil {
@@ -316,12 +316,22 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 }
 
 // produceOn commits one cluster's share of a request and fills its results.
-func (b *Broker) produceOn(ctx context.Context, name string, cs *clusterShard, topic string, idx []int, items []store.ProduceItem, results []ProduceResult, dur Durability) {
+func (b *Broker) produceOn(ctx context.Context, name string, cs *clusterShard, topic string, idx []int, items []store.ProduceItem, results []ProduceResult, dur Durability, keep func() func()) {
 	batch := make([]store.ProduceItem, len(idx))
 	for j, i := range idx {
 		batch[j] = items[i]
 	}
 	resp := cs.commit.submit(ctx, batch)
+	if resp.pending != nil {
+		// Given up while queued: the batch may still commit on this
+		// cluster, so the map it was routed with stays pinned until it
+		// did (the resharding barrier must not pass before).
+		release := keep()
+		go func() {
+			<-resp.pending
+			release()
+		}()
+	}
 	var gtid string
 	for j, i := range idx {
 		if err := resp.errs[j]; err != nil {
@@ -497,7 +507,7 @@ func (b *Broker) Extend(ctx context.Context, receipts []Receipt, lease time.Dura
 
 func (b *Broker) leaseOp(ctx context.Context, receipts []Receipt, op func(Shard, []store.Lease) ([]store.LeaseStatus, time.Time, error)) []LeaseResult {
 	out := make([]LeaseResult, len(receipts))
-	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *clusterShard, idx []int) {
+	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *clusterShard, idx []int, _ func() func()) {
 		leases := make([]store.Lease, len(idx))
 		for j, i := range idx {
 			leases[j] = receipts[i].Lease
@@ -559,7 +569,7 @@ func (b *Broker) Nack(ctx context.Context, items []NackItem) []NackResult {
 		}
 		return s.Policy()
 	}
-	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *clusterShard, idx []int) {
+	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *clusterShard, idx []int, _ func() func()) {
 		batch := make([]store.NackItem, len(idx))
 		for j, i := range idx {
 			it := items[i]

@@ -42,11 +42,24 @@ func (b *Broker) pin() (*routing.Map, func()) {
 	p := b.pins
 	p.mu.Lock()
 	m := b.table.Load()
-	v := m.Version()
+	p.n[m.Version()]++
+	p.mu.Unlock()
+	return m, b.unpinner(m.Version())
+}
+
+// pinVersion adds a pin on version v, which an operation already holds.
+func (b *Broker) pinVersion(v int64) func() {
+	p := b.pins
+	p.mu.Lock()
 	p.n[v]++
 	p.mu.Unlock()
+	return b.unpinner(v)
+}
+
+func (b *Broker) unpinner(v int64) func() {
+	p := b.pins
 	var once sync.Once
-	return m, func() {
+	return func() {
 		once.Do(func() {
 			p.mu.Lock()
 			defer p.mu.Unlock()
@@ -125,10 +138,12 @@ func (b *Broker) FrozenStats() FrozenStats {
 
 // dispatch routes items (by vs; skip[i] leaves item i out) to the clusters
 // serving them and runs each cluster's share with run, clusters
-// concurrently, each share under a pin of the map it was routed with.
+// concurrently, each share under a pin of the map it was routed with. A
+// share whose writes may land after run returns (a produce given up while
+// queued) calls keep for one more pin, released when they have landed.
 // Items of frozen vshards are held until their vshard serves again, at most
 // FrozenWait for the whole request; errs[i] says why item i was not run.
-func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run func(name string, cs *clusterShard, idx []int)) []error {
+func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run func(name string, cs *clusterShard, idx []int, keep func() func())) []error {
 	errs := make([]error, len(vs))
 	pending := make([]int, 0, len(vs))
 	for i := range vs {
@@ -151,6 +166,7 @@ func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run f
 	for len(pending) > 0 {
 		changed := b.table.Changed()
 		m, release := b.pin()
+		keep := func() func() { return b.pinVersion(m.Version()) }
 		shards := *b.shards.Load()
 		groups := map[string][]int{}
 		var frozen []int
@@ -171,7 +187,7 @@ func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run f
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				run(name, shards[name], idx)
+				run(name, shards[name], idx, keep)
 			}()
 		}
 		wg.Wait()

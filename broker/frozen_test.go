@@ -51,7 +51,7 @@ func TestDispatchHoldsFrozenUntilTheMapChanges(t *testing.T) {
 	var ran atomic.Int32
 	done := make(chan []error, 1)
 	go func() {
-		done <- b.dispatch(context.Background(), []shard.ID{5, 500}, nil, func(name string, _ *clusterShard, idx []int) {
+		done <- b.dispatch(context.Background(), []shard.ID{5, 500}, nil, func(name string, _ *clusterShard, idx []int, _ func() func()) {
 			ran.Add(int32(len(idx)))
 		})
 	}()
@@ -74,7 +74,7 @@ func TestDispatchHoldsFrozenUntilTheMapChanges(t *testing.T) {
 func TestDispatchTimesOutAndCapsHeldRequests(t *testing.T) {
 	t.Parallel()
 	b, _ := frozenBroker(t, Config{FrozenWait: 200 * time.Millisecond, FrozenMaxHeld: 1})
-	never := func(string, *clusterShard, []int) { t.Error("ran an item of a frozen vshard") }
+	never := func(string, *clusterShard, []int, func() func()) { t.Error("ran an item of a frozen vshard") }
 	first := make(chan []error, 1)
 	go func() { first <- b.dispatch(context.Background(), []shard.ID{1}, nil, never) }()
 	waitUntil(t, func() bool { return b.FrozenStats().Held == 1 })
@@ -96,15 +96,21 @@ func TestAppliedWaitsForOperationsInFlight(t *testing.T) {
 	b, table := frozenBroker(t, Config{})
 	table.Store(frozenMap(t, 2, false))
 	changed := b.AppliedChanged()
-	errs := b.dispatch(context.Background(), []shard.ID{500}, nil, func(string, *clusterShard, []int) {
+	var late func()
+	errs := b.dispatch(context.Background(), []shard.ID{500}, nil, func(_ string, _ *clusterShard, _ []int, keep func() func()) {
 		table.Store(frozenMap(t, 3, true))
 		if v := b.Applied(); v != 2 {
 			t.Errorf("Applied during a write routed with map 2: %d", v)
 		}
+		late = keep() // a write that may still land after the call
 	})
 	if errs[0] != nil {
 		t.Fatal(errs[0])
 	}
+	if v := b.Applied(); v != 2 {
+		t.Fatalf("Applied while a late write is pending: %d, want 2", v)
+	}
+	late()
 	<-changed
 	if v := b.Applied(); v != 3 {
 		t.Fatalf("Applied after the write: %d, want 3", v)
