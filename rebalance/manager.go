@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/topology"
@@ -118,6 +120,9 @@ type Manager struct {
 	maps     ShardMaps
 	clusters func() map[string]Mover
 
+	pauses *prometheus.HistogramVec // per freeze: how long the vshards stopped serving
+	rows   prometheus.Counter       // rows copied, synced and deleted
+
 	wake   chan struct{} // buffered 1: a job was submitted or changed here
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -128,7 +133,18 @@ type Manager struct {
 // clusters' primaries (every cluster of the topology, those that own no
 // vshard yet included).
 func New(cfg Config, state StateStore, maps ShardMaps, clusters func() map[string]Mover) *Manager {
-	return &Manager{cfg: cfg.withDefaults(), state: state, maps: maps, clusters: clusters, wake: make(chan struct{}, 1)}
+	return &Manager{cfg: cfg.withDefaults(), state: state, maps: maps, clusters: clusters, wake: make(chan struct{}, 1),
+		pauses: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardmq_reshard_pause_seconds",
+			Help:    "How long the vshards of a resharding job stayed frozen, per freeze (outcome=flipped or given_up); every vshard of a job pauses together.",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30}}, []string{"outcome"}),
+		rows: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardmq_reshard_rows_total",
+			Help: "Rows written by resharding jobs on targets (copy and sync)."}),
+	}
+}
+
+// Collectors returns the manager's metrics, for the router's registry.
+func (m *Manager) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.pauses, m.rows}
 }
 
 // Start runs jobs in the background while this router leads, until Stop.

@@ -239,6 +239,7 @@ func (m *Manager) copyAll(ctx context.Context, j *Job) error {
 				} else if err := dst.MoveWrite(ctx, t.Name, rows); err != nil {
 					return err
 				}
+				m.rows.Add(float64(len(rows)))
 				nj, err := m.update(ctx, j.ID, StateCopying, func(j *Job) error {
 					if j.Cursors == nil {
 						j.Cursors = map[string]store.MoveCursor{}
@@ -317,6 +318,7 @@ func (m *Manager) syncAll(ctx context.Context, j *Job, withQueue bool) (int64, e
 	}
 	err := g.Wait()
 	if n := changed.Load(); n > 0 {
+		m.rows.Add(float64(n))
 		m.update(ctx, j.ID, "", func(j *Job) error { j.RowsCopied += n; return nil })
 	}
 	return changed.Load(), err
@@ -469,7 +471,7 @@ func (m *Manager) retreat(ctx context.Context, j *Job, reason string) error {
 	if _, err := m.setFrozen(ctx, j, false); err != nil {
 		return err
 	}
-	m.recordPause(ctx, j)
+	m.recordPause(ctx, j, "given_up")
 	nj, err := m.update(ctx, j.ID, j.State, func(j *Job) error {
 		j.FreezeAttempts++
 		j.Error = "freeze given up: " + reason
@@ -488,11 +490,13 @@ func (m *Manager) retreat(ctx context.Context, j *Job, reason string) error {
 // recordPause records the pause of the freeze that ends now: from the
 // write of the frozen map to now (the unfrozen map applied everywhere),
 // an upper bound of any request's hold.
-func (m *Manager) recordPause(ctx context.Context, j *Job) {
+func (m *Manager) recordPause(ctx context.Context, j *Job, outcome string) {
 	m.update(ctx, j.ID, "", func(j *Job) error {
 		if j.FrozenAt != nil {
-			j.MaxPauseMS = max(j.MaxPauseMS, m.cfg.Now().Sub(*j.FrozenAt).Milliseconds())
+			d := m.cfg.Now().Sub(*j.FrozenAt)
+			j.MaxPauseMS = max(j.MaxPauseMS, d.Milliseconds())
 			j.FrozenAt = nil
+			m.pauses.WithLabelValues(outcome).Observe(d.Seconds())
 		}
 		return nil
 	})
@@ -608,7 +612,7 @@ func (m *Manager) cutover(ctx context.Context, j *Job) error {
 	if err := m.maps.WaitApplied(ctx, cur.Version()); err != nil {
 		return err
 	}
-	m.recordPause(ctx, j)
+	m.recordPause(ctx, j, "flipped")
 	_, err = m.update(ctx, j.ID, StateCutover, func(j *Job) error { j.State = StateCleanup; return nil })
 	return err
 }
@@ -684,7 +688,7 @@ func (m *Manager) rollback(ctx context.Context, j *Job, final, reason string) er
 	if _, err := m.setFrozen(ctx, j, false); err != nil {
 		return err
 	}
-	m.recordPause(ctx, j)
+	m.recordPause(ctx, j, "given_up")
 	if err := m.deleteTarget(ctx, j, false); err != nil {
 		return err
 	}

@@ -89,6 +89,7 @@ func (r *Router) setupReshard(ctx context.Context) error {
 	r.api.RouteReshard(rs.manager)
 	r.reshard = rs
 	r.Metrics().MustRegister(frozenCollector{r})
+	r.Metrics().MustRegister(rs.manager.Collectors()...)
 	return nil
 }
 

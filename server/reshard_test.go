@@ -456,6 +456,17 @@ func TestReshardMovesUnderLoad(t *testing.T) {
 	if n := countDead(); n != 300 {
 		t.Errorf("%d dead letters after the moves, want 300", n)
 	}
+	resp, err := testClient.Get(e.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, name := range []string{`shardmq_reshard_pause_seconds_count{outcome="flipped"} 2`, "shardmq_frozen_held_requests_total", "shardmq_frozen_vshards 0"} {
+		if !strings.Contains(string(metrics), name) {
+			t.Errorf("metrics lack %q", name)
+		}
+	}
 	fs := e.r.broker.FrozenStats()
 	t.Logf("frozen buffer: %d requests held, %d timed out, longest hold %v", fs.HeldTotal, fs.TimedOut, fs.MaxHeld)
 
