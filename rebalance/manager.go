@@ -260,6 +260,12 @@ var errInterrupted = errors.New("interrupted by an operator")
 // stored job and changes it; a job no longer in state want (when want is
 // set) is left alone and errInterrupted returned.
 func (m *Manager) update(ctx context.Context, id, want string, fn func(j *Job) error) (*Job, error) {
+	return m.updateDoc(ctx, id, want, func(_ *Jobs, j *Job) error { return fn(j) })
+}
+
+// updateDoc is update whose fn may also change the rest of the document
+// (add a job).
+func (m *Manager) updateDoc(ctx context.Context, id, want string, fn func(js *Jobs, j *Job) error) (*Job, error) {
 	for attempt := 0; ; attempt++ {
 		js, err := m.state.Load(ctx)
 		if err != nil {
@@ -278,7 +284,7 @@ func (m *Manager) update(ctx context.Context, id, want string, fn func(j *Job) e
 			return j, errInterrupted
 		}
 		before := j.State
-		if err := fn(j); err != nil {
+		if err := fn(js, j); err != nil {
 			return j, err
 		}
 		err = m.state.Save(ctx, js.Version, js)
@@ -412,16 +418,23 @@ func (m *Manager) Resume(ctx context.Context, id string) (*Job, error) {
 	return j, err
 }
 
-// Abort rolls a job back: the source keeps serving and the rows copied to
-// the target are removed. After the flip it is refused (ErrState): moving
-// back is a new job with the ranges reversed.
+// Abort rolls a job back. Before the flip the source keeps serving and the
+// rows copied to the target are removed. After the flip (cutover,
+// cleanup) it means a reverse move: the job finishes its cleanup, ends
+// aborted, and a new job moves the vshards back (ReversedBy names it). A
+// finished job is refused (ErrState): submit the reverse move.
 func (m *Manager) Abort(ctx context.Context, id string) (*Job, error) {
 	j, err := m.update(ctx, id, "", func(j *Job) error {
-		if j.State == StateAborting || j.State == StateAborted {
+		if j.State == StateAborting || j.State == StateAborted || j.ReverseRequested {
+			return nil
+		}
+		if j.State == StateCutover || j.State == StateCleanup {
+			j.ReverseRequested = true
+			j.Error = "abort requested after the flip: the vshards move back once the cleanup is done"
 			return nil
 		}
 		if !beforeCutover(j.State) {
-			return fmt.Errorf("%w: a job %s is past the flip; move the vshards back with a new job", ErrState, j.State)
+			return fmt.Errorf("%w: a job %s is finished; move the vshards back with a new job", ErrState, j.State)
 		}
 		j.AbortRequested = true
 		j.State = StateAborting

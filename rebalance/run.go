@@ -127,17 +127,38 @@ func (m *Manager) step(ctx context.Context, j *Job) error {
 				}
 			}
 		}
-		_, err := m.update(ctx, j.ID, StateCleanup, func(j *Job) error {
+		nj, err := m.updateDoc(ctx, j.ID, StateCleanup, func(js *Jobs, j *Job) error {
 			now := m.cfg.Now().UTC()
 			j.State, j.FinishedAt, j.Error = StateDone, &now, ""
+			if j.ReverseRequested {
+				back := m.reverse(j)
+				js.Jobs = append(js.Jobs, back)
+				j.State, j.ReversedBy = StateAborted, back.ID
+				j.Error = "aborted after the flip: job " + back.ID + " moves the vshards back"
+			}
 			return nil
 		})
 		if err == nil {
-			m.cfg.Log.Info("reshard job done", "job", j.ID, "rows_copied", j.RowsCopied, "max_pause_ms", j.MaxPauseMS)
+			m.cfg.Log.Info("reshard job finished", "job", j.ID, "state", nj.State, "rows_copied", nj.RowsCopied, "max_pause_ms", nj.MaxPauseMS, "reversed_by", nj.ReversedBy)
+			m.poke()
 		}
 		return err
 	}
 	return fmt.Errorf("job %s in unknown state %q", j.ID, j.State)
+}
+
+// reverse is the job that moves j's vshards back to their sources.
+func (m *Manager) reverse(j *Job) *Job {
+	back := &Job{ID: newJobID(m.cfg.Now()), State: StatePending, StartedAt: m.cfg.Now().UTC(), Cursors: map[string]store.MoveCursor{}}
+	for _, mv := range j.Moves {
+		back.Moves = append(back.Moves, Move{Source: mv.Target, Target: mv.Source, VShards: append([]uint16(nil), mv.VShards...)})
+		vs := make([]int, len(mv.VShards))
+		for i, v := range mv.VShards {
+			vs[i] = int(v)
+		}
+		back.Ranges = append(back.Ranges, toRanges(vs, mv.Source)...)
+	}
+	return back
 }
 
 func (m *Manager) cluster(name string) (Mover, error) {

@@ -58,6 +58,10 @@ type Job struct {
 	// FrozenAt is when the frozen map was written (the pause's start, an
 	// upper bound).
 	FrozenAt *time.Time `json:"frozen_at,omitempty"`
+	// ReverseRequested: aborted after the flip; the job ends by
+	// submitting ReversedBy, the move back.
+	ReverseRequested bool   `json:"reverse_requested,omitempty"`
+	ReversedBy       string `json:"reversed_by,omitempty"`
 	// FreezeAttempts counts freezes given up (the final sync did not
 	// converge in the budget) and retried.
 	FreezeAttempts int `json:"freeze_attempts,omitempty"`

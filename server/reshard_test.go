@@ -788,3 +788,83 @@ func TestReshardCLI(t *testing.T) {
 		t.Fatalf("status: %d %v", code, body)
 	}
 }
+
+// An abort after the flip is a reverse move: the job finishes its cleanup,
+// ends aborted, and a new job brings the vshards back to their source.
+func TestReshardAbortAfterFlipMovesBack(t *testing.T) {
+	t.Parallel()
+	inCleanup := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	e := setupReshard(t, func(c *Config) {
+		c.Reshard.OnState = func(j *rebalance.Job) {
+			if j.State == rebalance.StateCleanup {
+				once.Do(func() { // the first job only, not the move back
+					close(inCleanup)
+					<-release
+				})
+			}
+		}
+	})
+	const topic = "rs-back"
+	var msgs []any
+	for i := 0; i < 400; i++ {
+		msgs = append(msgs, msg(fmt.Sprint("bk-", i), i))
+	}
+	ids := map[string]string{}
+	_, _, body := e.post(t, "/v1/topics/"+topic+"/messages", map[string]any{"messages": msgs})
+	for j, r := range results(t, body) {
+		ids[msgs[j].(map[string]any)["key"].(string)] = r["id"].(string)
+	}
+	st, body := e.do(t, "POST", "/v1/admin/reshard", map[string]any{"ranges": []any{map[string]any{"from": 0, "to": 255, "target": "c2"}}})
+	if st != 202 {
+		t.Fatalf("submit: %d %v", st, body)
+	}
+	id := body["job"].(string)
+	select {
+	case <-inCleanup:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the job never reached its cleanup")
+	}
+	st, body = e.do(t, "POST", "/v1/admin/reshard/"+id+"/abort", nil)
+	close(release)
+	if st != 200 || body["state"] != "cleanup" || body["error"] == "" {
+		t.Fatalf("abort after the flip: %d %v", st, body)
+	}
+	job := e.waitJob(t, id, time.Minute)
+	if job["state"] != "aborted" {
+		t.Fatalf("job %v", job)
+	}
+	rec, err := e.r.Reshard().Get(t.Context(), id)
+	if err != nil || rec.ReversedBy == "" {
+		t.Fatalf("no reverse job recorded: %+v %v", rec, err)
+	}
+	back := e.waitJob(t, rec.ReversedBy, 2*time.Minute)
+	if back["state"] != "done" || e.ownerOf(t, 0) != "c1" || e.ownerOf(t, 255) != "c1" {
+		t.Fatalf("reverse job %v, vshard 0 on %s", back, e.ownerOf(t, 0))
+	}
+	for table, n := range vshardRows(t, e.dbs["c2"], 0, 255) {
+		if n != 0 {
+			t.Errorf("c2 keeps %d %s rows after the move back", n, table)
+		}
+	}
+	_, _, body = e.post(t, "/v1/topics/"+topic+"/messages", map[string]any{"messages": msgs})
+	for j, r := range results(t, body) {
+		k := msgs[j].(map[string]any)["key"].(string)
+		if r["status"] != "duplicate" || r["id"] != ids[k] {
+			t.Fatalf("%s re-sent after the move back: %v, want duplicate of %s", k, r, ids[k])
+		}
+	}
+	seen := 0
+	for {
+		got := e.claim(t, topic, "default", map[string]any{"max": 500})
+		if len(got) == 0 {
+			break
+		}
+		seen += len(got)
+		e.ack(t, got...)
+	}
+	if seen != len(ids) {
+		t.Fatalf("delivered %d of %d", seen, len(ids))
+	}
+}
