@@ -868,3 +868,64 @@ func TestReshardAbortAfterFlipMovesBack(t *testing.T) {
 		t.Fatalf("delivered %d of %d", seen, len(ids))
 	}
 }
+
+// Ordering state moves with its vshards: leased heads ack after the move,
+// and each order key's messages keep coming one at a time, in order.
+func TestReshardKeepsOrdering(t *testing.T) {
+	t.Parallel()
+	e := setupReshard(t, nil)
+	const topic = "rs-ordered"
+	if st, body := e.do(t, "PUT", "/v1/topics/"+topic+"/subscriptions/s", map[string]any{"ordered": true}); st/100 != 2 {
+		t.Fatalf("subscription: %d %v", st, body)
+	}
+	const keys, per = 40, 4
+	for seq := 0; seq < per; seq++ {
+		var msgs []any
+		for k := 0; k < keys; k++ {
+			msgs = append(msgs, map[string]any{"key": fmt.Sprintf("o-%d-%d", k, seq), "order_key": fmt.Sprint("ok-", k), "payload": seq})
+		}
+		e.post(t, "/v1/topics/"+topic+"/messages", map[string]any{"messages": msgs})
+	}
+	heads := e.claim(t, topic, "s", map[string]any{"max": 100, "visibility_timeout_ms": 120000})
+	if len(heads) != keys {
+		t.Fatalf("claimed %d heads, want one per order key (%d)", len(heads), keys)
+	}
+	moved := 0
+	for k := 0; k < keys; k++ {
+		if shard.Of(fmt.Sprint("ok-", k)) <= 511 {
+			moved++
+		}
+	}
+	if job := e.reshard(t, []map[string]any{{"from": 0, "to": 511, "target": "c3"}}, 2*time.Minute); job["state"] != "done" {
+		t.Fatalf("job %v", job)
+	}
+	next := map[string]int{}
+	for _, m := range heads {
+		if m["payload"].(float64) != 0 {
+			t.Fatalf("head %v is not its key's first message", m)
+		}
+		next[m["order_key"].(string)] = 1
+	}
+	e.ack(t, heads...) // leases taken before the move
+	for left := keys * (per - 1); left > 0; {
+		got := e.claim(t, topic, "s", map[string]any{"max": 100, "visibility_timeout_ms": 120000, "wait_ms": 2000})
+		if len(got) == 0 {
+			t.Fatalf("%d messages never came", left)
+		}
+		inBatch := map[string]bool{}
+		for _, m := range got {
+			ok := m["order_key"].(string)
+			if inBatch[ok] {
+				t.Fatalf("two messages of %s in flight at once", ok)
+			}
+			inBatch[ok] = true
+			if seq := int(m["payload"].(float64)); seq != next[ok] {
+				t.Fatalf("%s: got message %d, want %d", ok, seq, next[ok])
+			}
+			next[ok]++
+		}
+		e.ack(t, got...)
+		left -= len(got)
+	}
+	t.Logf("%d of %d order keys moved with their parked deliveries", moved, keys)
+}
