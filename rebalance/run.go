@@ -116,7 +116,12 @@ func (m *Manager) step(ctx context.Context, j *Job) error {
 		_, err = m.update(ctx, j.ID, StateFreezing, func(j *Job) error { j.State = StateFrozen; return nil })
 		return err
 	case StateFrozen:
-		return m.finalSync(ctx, j)
+		err := m.finalSync(ctx, j)
+		if err != nil && ctx.Err() == nil && !errors.Is(err, errInterrupted) {
+			// Not retried under freeze: the vshards serve again first.
+			return m.retreat(ctx, j, err.Error())
+		}
+		return err
 	case StateCutover:
 		return m.cutover(ctx, j)
 	case StateCleanup:
