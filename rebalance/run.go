@@ -376,6 +376,7 @@ func (m *Manager) syncTable(ctx context.Context, src, dst Mover, table string, v
 	}
 	sort.Slice(diff, func(a, b int) bool { return diff[a] < diff[b] })
 	var changed int64
+	var mismatch error
 	for _, b := range diff {
 		srows, err := src.MoveBucketRows(ctx, table, vs, b, false)
 		if err != nil {
@@ -421,10 +422,15 @@ func (m *Manager) syncTable(ctx context.Context, src, dst Mover, table string, v
 		}
 		changed += int64(len(up) + len(del))
 		if err := sameBucket(ctx, src, dst, table, vs, b); err != nil {
-			return changed, err
+			if !errors.Is(err, errMismatch) {
+				return changed, err
+			}
+			if mismatch == nil {
+				mismatch = err // the source changed meanwhile: go on with the other buckets
+			}
 		}
 	}
-	return changed, nil
+	return changed, mismatch
 }
 
 // sameBucket compares one bucket row by row: the same primary keys with
