@@ -319,6 +319,7 @@ func (m *Manager) syncAll(ctx context.Context, j *Job, withQueue bool) (int64, e
 		}
 	}
 	var changed atomic.Int64
+	var mismatch atomic.Pointer[error]
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(4)
 	for _, tk := range tasks {
@@ -335,14 +336,25 @@ func (m *Manager) syncAll(ctx context.Context, j *Job, withQueue bool) (int64, e
 			n, err := m.syncTable(gctx, src, dst, tk.table, tk.mv.VShards)
 			m.cfg.Log.Debug("reshard: table synced", "job", j.ID, "table", tk.table, "source", tk.mv.Source, "target", tk.mv.Target,
 				"changed", n, "took", time.Since(began), "err", err)
+			changed.Add(n)
+			if errors.Is(err, errMismatch) {
+				// Not an error of the others: they go on.
+				e := fmt.Errorf("sync %s %s→%s: %w", tk.table, tk.mv.Source, tk.mv.Target, err)
+				mismatch.CompareAndSwap(nil, &e)
+				return nil
+			}
 			if err != nil {
 				return fmt.Errorf("sync %s %s→%s: %w", tk.table, tk.mv.Source, tk.mv.Target, err)
 			}
-			changed.Add(n)
 			return nil
 		})
 	}
 	err := g.Wait()
+	if err == nil {
+		if p := mismatch.Load(); p != nil {
+			err = *p
+		}
+	}
 	if n := changed.Load(); n > 0 {
 		m.rows.Add(float64(n))
 		m.update(ctx, j.ID, "", func(j *Job) error { j.RowsCopied += n; return nil })
