@@ -211,6 +211,9 @@ func NewTable(m *Map) *Table {
 func (t *Table) Changed() <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.changed == nil { // a zero Table
+		t.changed = make(chan struct{})
+	}
 	return t.changed
 }
 
@@ -228,7 +231,9 @@ func (t *Table) Store(m *Map) bool {
 		if t.cur.CompareAndSwap(old, m) {
 			if old != m {
 				t.mu.Lock()
-				close(t.changed)
+				if t.changed != nil {
+					close(t.changed)
+				}
 				t.changed = make(chan struct{})
 				t.mu.Unlock()
 			}
