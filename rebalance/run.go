@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -85,7 +86,7 @@ func (m *Manager) step(ctx context.Context, j *Job) error {
 		return err
 	case StateCatchingUp:
 		for round := 0; round < m.cfg.CatchUpRounds; round++ {
-			n, err := m.syncAll(ctx, j, false)
+			n, _, err := m.syncAll(ctx, j, false)
 			if err != nil && !errors.Is(err, errMismatch) { // a mismatch: the source changed meanwhile
 				return err
 			}
@@ -305,7 +306,8 @@ func equalCursor(a, b store.MoveCursor) bool {
 // message_queue (only under freeze). Tables and moves are synced
 // concurrently. It returns how many rows it changed; err wraps errMismatch
 // when a repaired bucket still differs (the source changed meanwhile).
-func (m *Manager) syncAll(ctx context.Context, j *Job, withQueue bool) (int64, error) {
+// It also returns each table's row count on the source, as compared.
+func (m *Manager) syncAll(ctx context.Context, j *Job, withQueue bool) (int64, map[string]int64, error) {
 	type task struct {
 		mv    Move
 		table string
@@ -320,6 +322,8 @@ func (m *Manager) syncAll(ctx context.Context, j *Job, withQueue bool) (int64, e
 	}
 	var changed atomic.Int64
 	var mismatch atomic.Pointer[error]
+	var countMu sync.Mutex
+	counts := map[string]int64{}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(4)
 	for _, tk := range tasks {
@@ -333,7 +337,10 @@ func (m *Manager) syncAll(ctx context.Context, j *Job, withQueue bool) (int64, e
 				return err
 			}
 			began := time.Now()
-			n, err := m.syncTable(gctx, src, dst, tk.table, tk.mv.VShards)
+			n, rows, err := m.syncTable(gctx, src, dst, tk.table, tk.mv.VShards)
+			countMu.Lock()
+			counts[tk.table] += rows
+			countMu.Unlock()
 			m.cfg.Log.Debug("reshard: table synced", "job", j.ID, "table", tk.table, "source", tk.mv.Source, "target", tk.mv.Target,
 				"changed", n, "took", time.Since(began), "err", err)
 			changed.Add(n)
@@ -359,7 +366,7 @@ func (m *Manager) syncAll(ctx context.Context, j *Job, withQueue bool) (int64, e
 		m.rows.Add(float64(n))
 		m.update(ctx, j.ID, "", func(j *Job) error { j.RowsCopied += n; return nil })
 	}
-	return changed.Load(), err
+	return changed.Load(), counts, err
 }
 
 // buckets reads the bucket sums of both sides concurrently.
@@ -370,10 +377,14 @@ func bothBuckets(ctx context.Context, src, dst Mover, table string, vs []uint16)
 	return sb, tb, g.Wait()
 }
 
-func (m *Manager) syncTable(ctx context.Context, src, dst Mover, table string, vs []uint16) (int64, error) {
+func (m *Manager) syncTable(ctx context.Context, src, dst Mover, table string, vs []uint16) (int64, int64, error) {
 	sb, tb, err := bothBuckets(ctx, src, dst, table, vs)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
+	}
+	var rows int64
+	for _, b := range sb {
+		rows += b.Rows
 	}
 	var diff []uint64
 	for b, s := range sb {
@@ -392,11 +403,11 @@ func (m *Manager) syncTable(ctx context.Context, src, dst Mover, table string, v
 	for _, b := range diff {
 		srows, err := src.MoveBucketRows(ctx, table, vs, b, false)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		tkeys, err := dst.MoveBucketRows(ctx, table, vs, b, true)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		have := map[string]any{}
 		for _, k := range tkeys {
@@ -408,7 +419,7 @@ func (m *Manager) syncTable(ctx context.Context, src, dst Mover, table string, v
 			row, sum := r[:len(r)-1], r[len(r)-1]
 			key, err := store.MoveKeyOf(table, row)
 			if err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			kt := store.MoveKeyText(key)
 			seen[kt] = true
@@ -424,25 +435,25 @@ func (m *Manager) syncTable(ctx context.Context, src, dst Mover, table string, v
 		}
 		for i := 0; i < len(up); i += m.cfg.BatchRows {
 			if err := dst.MoveWrite(ctx, table, up[i:min(i+m.cfg.BatchRows, len(up))]); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 		}
 		for i := 0; i < len(del); i += m.cfg.BatchRows {
 			if _, err := dst.MoveDelete(ctx, table, del[i:min(i+m.cfg.BatchRows, len(del))]); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 		}
 		changed += int64(len(up) + len(del))
 		if err := sameBucket(ctx, src, dst, table, vs, b); err != nil {
 			if !errors.Is(err, errMismatch) {
-				return changed, err
+				return changed, rows, err
 			}
 			if mismatch == nil {
 				mismatch = err // the source changed meanwhile: go on with the other buckets
 			}
 		}
 	}
-	return changed, mismatch
+	return changed, rows, mismatch
 }
 
 // sameBucket compares one bucket row by row: the same primary keys with
@@ -482,26 +493,31 @@ var errMismatch = errors.New("verification failed")
 func (m *Manager) finalSync(ctx context.Context, j *Job) error {
 	began := time.Now()
 	var last error
+	var verified map[string]int64
 	for round := 0; round < 3 && time.Since(began) < m.cfg.FreezeBudget; round++ {
 		// Under freeze nothing writes the vshards: a bucket whose count
 		// and checksum agreed in the sync's scan still agrees, and every
 		// repaired bucket was compared again row by row.
-		if _, last = m.syncAll(ctx, j, true); last == nil {
+		if _, verified, last = m.syncAll(ctx, j, true); last == nil {
 			break
 		}
 		if !errors.Is(last, errMismatch) {
 			return last
 		}
 	}
-	if last == nil && time.Since(began) < m.cfg.FreezeBudget {
-		_, err := m.update(ctx, j.ID, StateFrozen, func(j *Job) error { j.State = StateCutover; return nil })
+	if last == nil {
+		// Verified (a round over the budget still counts: its pause is
+		// spent already).
+		_, err := m.update(ctx, j.ID, StateFrozen, func(j *Job) error {
+			j.State, j.Verified = StateCutover, verified
+			return nil
+		})
+		if err == nil {
+			m.cfg.Log.Info("reshard: verified under freeze", "job", j.ID, "rows", verified, "took", time.Since(began).Round(time.Millisecond))
+		}
 		return err
 	}
-	reason := fmt.Sprintf("final sync took %v, over the freeze budget of %v", time.Since(began).Round(time.Millisecond), m.cfg.FreezeBudget)
-	if last != nil {
-		reason = last.Error()
-	}
-	return m.retreat(ctx, j, reason)
+	return m.retreat(ctx, j, fmt.Sprintf("final sync did not converge within the freeze budget of %v: %v", m.cfg.FreezeBudget, last))
 }
 
 // retreat gives up a freeze: the target's deliveries go, the vshards

@@ -62,6 +62,9 @@ type Job struct {
 	// submitting ReversedBy, the move back.
 	ReverseRequested bool   `json:"reverse_requested,omitempty"`
 	ReversedBy       string `json:"reversed_by,omitempty"`
+	// Verified is each table's row count of the vshards, equal on source
+	// and target when the final sync verified them.
+	Verified map[string]int64 `json:"verified,omitempty"`
 	// FreezeAttempts counts freezes given up (the final sync did not
 	// converge in the budget) and retried.
 	FreezeAttempts int `json:"freeze_attempts,omitempty"`

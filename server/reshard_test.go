@@ -450,6 +450,11 @@ func TestReshardMovesUnderLoad(t *testing.T) {
 				t.Errorf("source %s keeps %d %s rows of the moved vshards", mv.source, n, table)
 			}
 		}
+		rec, err := e.r.Reshard().Get(t.Context(), job["job"].(string))
+		if err != nil || rec.Verified["message_store"] == 0 || rec.Verified["message_key"] != rec.Verified["message_store"] {
+			t.Fatalf("verified counts %v (%v)", rec.Verified, err)
+		}
+		t.Logf("verified under freeze: %v", rec.Verified)
 	}
 	l.stop(t, time.Minute)
 	l.check(t)
