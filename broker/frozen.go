@@ -65,8 +65,13 @@ func (b *Broker) unpinner(v int64) func() {
 			defer p.mu.Unlock()
 			if p.n[v]--; p.n[v] == 0 {
 				delete(p.n, v)
-				close(p.released)
-				p.released = make(chan struct{})
+				// Only the last pin of an older map can move Applied (a
+				// newer map signals through the table): the common case,
+				// pins of the current map, costs no wake-up.
+				if v < b.table.Load().Version() {
+					close(p.released)
+					p.released = make(chan struct{})
+				}
 			}
 		})
 	}
