@@ -93,8 +93,8 @@ func (b *Broker) Applied() int64 {
 	return v
 }
 
-// AppliedChanged returns a channel closed when Applied may have grown: an
-// operation finished or the map changed.
+// AppliedChanged returns a channel closed when Applied may have grown: the
+// last operation routed with an older map finished, or the map changed.
 func (b *Broker) AppliedChanged() <-chan struct{} {
 	p := b.pins
 	p.mu.Lock()
