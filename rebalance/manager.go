@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shardmq/shardmq/routing"
+	"github.com/shardmq/shardmq/shard"
 	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/topology"
 )
@@ -28,6 +29,7 @@ type Mover interface {
 	MoveDelete(ctx context.Context, table string, keys []store.MoveRow) (int64, error)
 	MoveBuckets(ctx context.Context, table string, vshards []uint16) (map[uint64]store.MoveBucket, error)
 	MoveBucketRows(ctx context.Context, table string, vshards []uint16, bucket uint64, keysOnly bool) ([]store.MoveRow, error)
+	VShardLoads(ctx context.Context, since time.Time) (map[uint16]store.VShardLoad, error)
 }
 
 var _ Mover = (*store.Store)(nil)
@@ -460,7 +462,7 @@ func (m *Manager) PlanRanges(ctx context.Context, addCluster, drain string) ([]R
 		if _, ok := known[addCluster]; !ok {
 			return nil, fmt.Errorf("%w: unknown cluster %q (add it to the topology first)", ErrInvalid, addCluster)
 		}
-		if out := PlanAdd(cur, addCluster); len(out) > 0 {
+		if out := PlanAdd(cur, addCluster, m.weights(ctx, cur)); len(out) > 0 {
 			return out, nil
 		}
 		return nil, fmt.Errorf("%w: cluster %s already owns its share", ErrInvalid, addCluster)
@@ -468,10 +470,31 @@ func (m *Manager) PlanRanges(ctx context.Context, addCluster, drain string) ([]R
 		if len(cur.VShards(drain)) == 0 {
 			return nil, fmt.Errorf("%w: cluster %q owns no vshards", ErrInvalid, drain)
 		}
-		if out := PlanDrain(cur, drain, nil); len(out) > 0 {
+		if out := PlanDrain(cur, drain, nil, m.weights(ctx, cur)); len(out) > 0 {
 			return out, nil
 		}
 		return nil, fmt.Errorf("%w: no other cluster owns vshards to take those of %s", ErrInvalid, drain)
 	}
 	return nil, nil
+}
+
+// weights weighs every vshard by what its owner holds: 1 + its messages +
+// its messages of the last hour (recent writes count twice). A cluster
+// that does not answer leaves its vshards at weight 1.
+func (m *Manager) weights(ctx context.Context, cur *routing.Map) Weights {
+	w := Weights{}
+	since := m.cfg.Now().Add(-time.Hour)
+	for name, c := range m.clusters() {
+		loads, err := c.VShardLoads(ctx, since)
+		if err != nil {
+			m.cfg.Log.Warn("reshard planner: cannot weigh the vshards of a cluster; counting them", "cluster", name, "err", err)
+			continue
+		}
+		for v, l := range loads {
+			if owner, _ := cur.Lookup(shard.ID(v)); owner == name {
+				w[v] = float64(1 + l.Messages + l.Recent)
+			}
+		}
+	}
+	return w
 }

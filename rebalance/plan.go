@@ -104,52 +104,70 @@ func Plan(ranges []Range, m *routing.Map, known map[string]bool, busy map[uint16
 	return moves, nil
 }
 
-// PlanAdd gives the cluster target an even share of the vshards (1024
-// divided by the owning clusters plus target) with the fewest moves: it
-// takes from the clusters owning the most, highest vshards first, so the
-// ranges stay contiguous. The answer is explicit ranges for Plan.
-func PlanAdd(m *routing.Map, target string) []Range {
-	count := map[string]int{}
-	for _, c := range m.Clusters() {
-		count[c] = len(m.VShards(c))
+// Weights tells the planner how heavy each vshard is (vshards absent
+// weigh 1). nil weighs every vshard 1: the plan balances vshard counts.
+type Weights map[uint16]float64
+
+func (w Weights) of(v shard.ID) float64 {
+	if x, ok := w[uint16(v)]; ok && x > 0 {
+		return x
 	}
-	n := len(count)
-	if _, ok := count[target]; !ok {
+	return 1
+}
+
+// PlanAdd gives the cluster target an even share of the weight (the total
+// divided by the owning clusters plus target) with the fewest moves: it
+// takes from the cluster that carries the most, its highest vshard first
+// (so the ranges stay contiguous), and stops before a vshard would
+// overshoot the share by more than half its weight. The answer is explicit
+// ranges for Plan.
+func PlanAdd(m *routing.Map, target string, w Weights) []Range {
+	load := map[string]float64{}
+	owned := map[string][]shard.ID{}
+	total := 0.0
+	for _, c := range m.Clusters() {
+		owned[c] = m.VShards(c)
+		for _, v := range owned[c] {
+			load[c] += w.of(v)
+		}
+		total += load[c]
+	}
+	n := len(load)
+	if _, ok := load[target]; !ok {
 		n++
 	}
-	want := shard.Count / n
-	take := want - count[target]
-	if take <= 0 {
-		return nil
-	}
+	share := total / float64(n)
 	var vs []int
-	owned := map[string][]shard.ID{}
-	for c := range count {
-		if c != target {
-			owned[c] = m.VShards(c)
-		}
-	}
-	for ; take > 0; take-- {
-		// the cluster that owns the most gives one vshard
-		big := ""
+	for {
+		donor := ""
 		for c := range owned {
-			if big == "" || len(owned[c]) > len(owned[big]) || (len(owned[c]) == len(owned[big]) && c < big) {
-				big = c
+			if c == target || len(owned[c]) == 0 {
+				continue
+			}
+			if donor == "" || load[c] > load[donor] || (load[c] == load[donor] && c < donor) {
+				donor = c
 			}
 		}
-		if big == "" || len(owned[big]) <= want {
+		if donor == "" {
 			break
 		}
-		last := owned[big][len(owned[big])-1]
-		owned[big] = owned[big][:len(owned[big])-1]
+		last := owned[donor][len(owned[donor])-1]
+		wt := w.of(last)
+		if load[target]+wt/2 > share || load[donor]-wt/2 < share {
+			break
+		}
+		owned[donor] = owned[donor][:len(owned[donor])-1]
+		load[donor] -= wt
+		load[target] += wt
 		vs = append(vs, int(last))
 	}
 	return toRanges(vs, target)
 }
 
 // PlanDrain moves every vshard of cluster from to the other owning
-// clusters (or targets, when given), spreading them evenly.
-func PlanDrain(m *routing.Map, from string, targets []string) []Range {
+// clusters (or targets, when given): its vshards in order, cut into one
+// contiguous part per target of about equal weight.
+func PlanDrain(m *routing.Map, from string, targets []string, w Weights) []Range {
 	if len(targets) == 0 {
 		for _, c := range m.Clusters() {
 			if c != from {
@@ -157,21 +175,23 @@ func PlanDrain(m *routing.Map, from string, targets []string) []Range {
 			}
 		}
 	}
-	if len(targets) == 0 {
+	vs := m.VShards(from)
+	if len(targets) == 0 || len(vs) == 0 {
 		return nil
 	}
-	vs := m.VShards(from)
-	per := (len(vs) + len(targets) - 1) / len(targets)
+	total := 0.0
+	for _, v := range vs {
+		total += w.of(v)
+	}
 	var out []Range
-	for i, t := range targets {
-		lo := i * per
-		hi := min(lo+per, len(vs))
-		if lo >= hi {
-			break
-		}
-		part := make([]int, 0, hi-lo)
-		for _, v := range vs[lo:hi] {
-			part = append(part, int(v))
+	i, acc := 0, 0.0
+	for k, t := range targets {
+		var part []int
+		limit := total * float64(k+1) / float64(len(targets))
+		for i < len(vs) && (k == len(targets)-1 || acc+w.of(vs[i])/2 <= limit || len(part) == 0) {
+			acc += w.of(vs[i])
+			part = append(part, int(vs[i]))
+			i++
 		}
 		out = append(out, toRanges(part, t)...)
 	}

@@ -72,7 +72,7 @@ func count(rs []Range) int {
 func TestPlanAddTakesAnEvenShareWithFewestMoves(t *testing.T) {
 	t.Parallel()
 	m := twoClusters(t)
-	rs := PlanAdd(m, "c3")
+	rs := PlanAdd(m, "c3", nil)
 	if got := count(rs); got != shard.Count/3 {
 		t.Fatalf("c3 takes %d vshards, want %d: %v", got, shard.Count/3, rs)
 	}
@@ -91,7 +91,7 @@ func TestPlanAddTakesAnEvenShareWithFewestMoves(t *testing.T) {
 		t.Fatalf("want one contiguous range from each cluster, got %v", rs)
 	}
 	// A cluster at its share already takes nothing.
-	if rs := PlanAdd(m, "c1"); len(rs) != 0 {
+	if rs := PlanAdd(m, "c1", nil); len(rs) != 0 {
 		t.Fatalf("c1 at its share: %v", rs)
 	}
 }
@@ -102,7 +102,7 @@ func TestPlanDrainGivesEverythingAway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := PlanDrain(m, "c2", nil)
+	rs := PlanDrain(m, "c2", nil, nil)
 	if count(rs) != 400 {
 		t.Fatalf("drained %d of 400: %v", count(rs), rs)
 	}
@@ -137,5 +137,52 @@ func TestFileStateCheckAndSet(t *testing.T) {
 	again, err := (&FileState{Path: st.Path}).Load(ctx)
 	if err != nil || again.Version != 1 || len(again.Jobs) != 1 || again.Jobs[0].ID != "rs-1" {
 		t.Fatalf("reloaded: %+v %v", again, err)
+	}
+}
+
+// Weighed by load, a new cluster takes fewer of the heavy vshards and more
+// of the light ones; a drain cuts by weight too.
+func TestPlansWeighVShards(t *testing.T) {
+	t.Parallel()
+	m := twoClusters(t)
+	w := Weights{}
+	for v := 412; v <= 511; v++ { // c1's top 100 vshards carry 10 each
+		w[uint16(v)] = 10
+	}
+	// c1 weighs 412 + 1000 = 1412, c2 512: 1924 in all, a third is 641.
+	rs := PlanAdd(m, "c3", w)
+	taken := map[string]float64{}
+	for _, r := range rs {
+		for v := r.From; v <= r.To; v++ {
+			owner, _ := m.Lookup(shard.ID(v))
+			taken[owner] += w.of(shard.ID(v))
+		}
+	}
+	got := taken["c1"] + taken["c2"]
+	if got < 600 || got > 680 {
+		t.Fatalf("c3 takes weight %v (%v), want about 641: %v", got, taken, rs)
+	}
+	if taken["c2"] != 0 {
+		t.Fatalf("c2, below its share already, gave %v", taken["c2"])
+	}
+	if len(rs) != 1 || rs[0].To != 511 {
+		t.Fatalf("want one range at c1's heavy top, got %v", rs)
+	}
+	// Drain c1 over c2 and c3 by weight: the heavy top goes to one side.
+	m3, err := routing.NewMap(2, []routing.Range{{From: 0, To: 511, Cluster: "c1"}, {From: 512, To: 767, Cluster: "c2"}, {From: 768, To: 1023, Cluster: "c3"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drained := PlanDrain(m3, "c1", nil, w)
+	per := map[string]float64{}
+	n := 0
+	for _, r := range drained {
+		for v := r.From; v <= r.To; v++ {
+			per[r.Target] += w.of(shard.ID(v))
+			n++
+		}
+	}
+	if n != 512 || per["c2"] < 650 || per["c2"] > 760 || per["c3"] < 650 || per["c3"] > 760 {
+		t.Fatalf("drain by weight: %d vshards, %v", n, per)
 	}
 }

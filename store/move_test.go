@@ -79,6 +79,13 @@ func TestMoveCopiesVerifiesAndDeletes(t *testing.T) {
 	if _, err := src.st.Ack(ctx, []Lease{lease(leased[0], "a")}, src.now); err != nil {
 		t.Fatal(err)
 	}
+	loads, err := src.st.VShardLoads(ctx, src.now.Add(-time.Hour))
+	if err != nil || loads[7] != (VShardLoad{25, 25}) || loads[8] != (VShardLoad{5, 5}) {
+		t.Fatalf("vshard loads %v (%v)", loads, err)
+	}
+	if later, _ := src.st.VShardLoads(ctx, src.now.Add(time.Hour)); later[7] != (VShardLoad{25, 0}) {
+		t.Fatalf("vshard 7 has recent messages from the future: %v", later[7])
+	}
 	moving := []uint16{7}
 	n := copyVShards(t, src.st, dst.st, moving, 7)
 	// 25 keys, 25 messages, 49 deliveries (one acked), 1 acked event.
