@@ -303,20 +303,40 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 			WantGTID:      dur == DurabilityReplicated,
 		}
 	}
+	// Replicated durability waits for a replica after dispatch, so that
+	// the wait holds no pin of the shard map (it writes nothing).
+	type replicaWait struct {
+		name string
+		idx  []int
+		gtid string
+	}
+	var mu sync.Mutex
+	var waits []replicaWait
 	errs := b.dispatch(ctx, vs, skip, func(name string, cs *clusterShard, idx []int, keep func() func()) {
-		b.produceOn(ctx, name, cs, topic, idx, items, results, dur, keep)
+		gtid := b.produceOn(ctx, cs, topic, idx, items, results, keep)
+		if dur == DurabilityReplicated {
+			mu.Lock()
+			waits = append(waits, replicaWait{name, idx, gtid})
+			mu.Unlock()
+		}
 	})
 	for i, err := range errs {
 		if err != nil {
 			results[i].Status, results[i].Err = "unavailable", err
 		}
 	}
+	var wg sync.WaitGroup
+	for _, w := range waits {
+		wg.Go(func() { b.confirmReplicated(ctx, w.name, w.gtid, w.idx, results) })
+	}
+	wg.Wait()
 	b.wake.signal(topic)
 	return results, nil
 }
 
-// produceOn commits one cluster's share of a request and fills its results.
-func (b *Broker) produceOn(ctx context.Context, name string, cs *clusterShard, topic string, idx []int, items []store.ProduceItem, results []ProduceResult, dur Durability, keep func() func()) {
+// produceOn commits one cluster's share of a request, fills its results
+// and returns the GTID to wait for under replicated durability.
+func (b *Broker) produceOn(ctx context.Context, cs *clusterShard, topic string, idx []int, items []store.ProduceItem, results []ProduceResult, keep func() func()) string {
 	batch := make([]store.ProduceItem, len(idx))
 	for j, i := range idx {
 		batch[j] = items[i]
@@ -353,9 +373,12 @@ func (b *Broker) produceOn(ctx context.Context, name string, cs *clusterShard, t
 			b.recent.Add(topic+"\x00"+results[i].Key, recentKey{id: r.ID, hash: h})
 		}
 	}
-	if dur != DurabilityReplicated {
-		return
-	}
+	return gtid
+}
+
+// confirmReplicated waits until a replica of cluster name has applied
+// gtid; the items idx that were stored become unavailable when none does.
+func (b *Broker) confirmReplicated(ctx context.Context, name, gtid string, idx []int, results []ProduceResult) {
 	err := errors.New("no replica can confirm it")
 	if b.replicas != nil && gtid != "" {
 		err = b.replicas.WaitReplicated(ctx, name, gtid, b.cfg.ReplicatedTimeout)
