@@ -27,6 +27,7 @@ type Mover interface {
 	MoveReadKeys(ctx context.Context, table string, vshards []uint16, after store.MoveCursor, limit int) ([]store.MoveRow, store.MoveCursor, error)
 	MoveWrite(ctx context.Context, table string, rows []store.MoveRow) error
 	MoveDelete(ctx context.Context, table string, keys []store.MoveRow) (int64, error)
+	MoveDeleteVShards(ctx context.Context, table string, vshards []uint16, limit int) (int64, error)
 	MoveBuckets(ctx context.Context, table string, vshards []uint16) (map[uint64]store.MoveBucket, error)
 	MoveBucketRows(ctx context.Context, table string, vshards []uint16, bucket uint64, keysOnly bool) ([]store.MoveRow, error)
 	VShardLoads(ctx context.Context, since time.Time) (map[uint16]store.VShardLoad, error)

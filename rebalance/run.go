@@ -687,10 +687,16 @@ func queueTable() string {
 }
 
 // deleteAll deletes table's rows of vs on cluster in batches, throttled
-// unless the vshards are frozen (the pause is running).
+// unless the vshards are frozen (the pause is running): then the
+// deliveries go by vshard, 10,000 per statement, without reading them
+// first.
 func (m *Manager) deleteAll(ctx context.Context, cluster string, table string, vs []uint16, throttled bool) error {
 	c, err := m.cluster(cluster)
 	if err != nil {
+		return err
+	}
+	if !throttled && table == queueTable() {
+		_, err := c.MoveDeleteVShards(ctx, table, vs, 10000)
 		return err
 	}
 	var cur store.MoveCursor

@@ -133,6 +133,17 @@ func TestMoveCopiesVerifiesAndDeletes(t *testing.T) {
 			t.Fatalf("claimed a delivery of excluded vshard %d", c.Message.VShard)
 		}
 	}
+	// Deliveries go by vshard, limit per statement, others untouched.
+	before8 := src.count(t, "SELECT COUNT(*) FROM message_queue WHERE vshard = 8")
+	if n, err := src.st.MoveDeleteVShards(ctx, "message_queue", moving, 7); err != nil || n < 7 {
+		t.Fatalf("delete deliveries by vshard: %d %v", n, err)
+	}
+	if left, _ := src.st.MoveCount(ctx, "message_queue", moving); left != 0 {
+		t.Fatalf("%d deliveries left", left)
+	}
+	if after8 := src.count(t, "SELECT COUNT(*) FROM message_queue WHERE vshard = 8"); after8 != before8 || after8 == 0 {
+		t.Fatalf("vshard 8 deliveries %d, before %d", after8, before8)
+	}
 	// Delete by key, page by page.
 	for _, tb := range MoveTables() {
 		var cur MoveCursor
