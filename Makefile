@@ -10,7 +10,7 @@ TOKENS      ?= $(VAR)/tokens.yaml
 CLUSTERS    ?= 2
 REPLICAS    ?= 1
 
-.PHONY: deps build run restart-router stop test vet fmt bench
+.PHONY: deps build run restart-router stop add-cluster test vet fmt bench
 
 # deps installs MariaDB from Debian's packages when its server binary is
 # missing (the test bed starts its own mariadbd processes).
@@ -53,6 +53,12 @@ restart-router: build
 	@$(stop_router)
 	@$(start_router)
 	@$(router_info)
+
+# add-cluster starts one more cluster beside the running sandbox and lists
+# it in its topology owning no vshards; move vshards onto it with
+# POST /v1/admin/reshard (docs/resharding.md).
+add-cluster: build
+	bin/sandbox add-cluster -dir $(SANDBOX_DIR) -replicas $(REPLICAS)
 
 stop:
 	@$(stop_router)

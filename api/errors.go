@@ -34,6 +34,12 @@ const (
 	CodeTooManyConnections   = "too_many_connections"
 	CodeTooManySubscriptions = "too_many_subscriptions"
 	CodeTooManyTopics        = "too_many_topics"
+	// CodeReshardConflict: another resharding job moves some of the
+	// vshards asked for.
+	CodeReshardConflict = "reshard_conflict"
+	// CodeReshardState: the job cannot do that in its state (abort after
+	// the flip, resume of a job that is not paused).
+	CodeReshardState = "reshard_state"
 )
 
 var statusOf = map[string]int{
@@ -61,6 +67,8 @@ var statusOf = map[string]int{
 	CodeTooManyConnections:   http.StatusServiceUnavailable,
 	CodeTooManySubscriptions: http.StatusConflict,
 	CodeTooManyTopics:        http.StatusConflict,
+	CodeReshardConflict:      http.StatusConflict,
+	CodeReshardState:         http.StatusConflict,
 }
 
 // apiError is an error answered to the client as a whole.

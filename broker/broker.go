@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/routing"
@@ -87,6 +86,9 @@ type Config struct {
 	// FrozenWait bounds how long a request for a frozen vshard (resharding
 	// cut-over) is held before it is answered unavailable. Defaults to 2s.
 	FrozenWait time.Duration
+	// FrozenMaxHeld caps the requests held on frozen vshards at once;
+	// more are answered unavailable at once. Defaults to 10,000.
+	FrozenMaxHeld int
 	// PollMin and PollMax bound the long-poll claim's re-poll interval,
 	// which doubles while claims come back empty. Default 20ms and 500ms.
 	PollMin, PollMax time.Duration
@@ -105,6 +107,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FrozenWait <= 0 {
 		c.FrozenWait = 2 * time.Second
+	}
+	if c.FrozenMaxHeld <= 0 {
+		c.FrozenMaxHeld = 10000
 	}
 	if c.PollMin <= 0 {
 		c.PollMin = 20 * time.Millisecond
@@ -134,6 +139,8 @@ type Broker struct {
 	// draining is closed by Drain: long-polls answer at once.
 	draining  chan struct{}
 	drainOnce sync.Once
+	pins      *pins          // operations in flight by map version (frozen.go)
+	frozen    frozenCounters // requests held on frozen vshards (frozen.go)
 }
 
 // clusterShard is a cluster's connection and its group committer.
@@ -159,7 +166,7 @@ func New(cfg Config, table *routing.Table, shards map[string]Shard, subs Subscri
 		log = slog.New(slog.DiscardHandler)
 	}
 	b := &Broker{cfg: cfg.withDefaults(), table: table, subs: subs, replicas: replicas, ids: ids, now: now, log: log, wake: newNotifier(),
-		claims: newClaimers(), draining: make(chan struct{})}
+		claims: newClaimers(), draining: make(chan struct{}), pins: newPins()}
 	if b.cfg.RecentKeys > 0 {
 		b.recent = expirable.NewLRU[string, recentKey](b.cfg.RecentKeys, nil, b.cfg.RecentKeysTTL)
 		b.rejected = newRejectedTrace(b)
@@ -217,30 +224,6 @@ func (b *Broker) Close() {
 	defer b.setMu.Unlock()
 	for _, cs := range *b.shards.Load() {
 		cs.commit.stop()
-	}
-}
-
-// route returns the shard serving v, holding the caller while v is frozen,
-// until deadline (one per request: a batch of frozen items waits FrozenWait
-// once, not once per item).
-func (b *Broker) route(ctx context.Context, v shard.ID, deadline time.Time) (string, *clusterShard, error) {
-	for {
-		name, state := b.table.Load().Lookup(v)
-		if state == routing.Serving {
-			s, ok := (*b.shards.Load())[name]
-			if !ok {
-				return name, nil, fmt.Errorf("%w: cluster %s has no connection", ErrUnavailable, name)
-			}
-			return name, s, nil
-		}
-		if time.Now().After(deadline) {
-			return name, nil, fmt.Errorf("%w: vshard %d is frozen for resharding", ErrUnavailable, v)
-		}
-		select {
-		case <-ctx.Done():
-			return name, nil, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
 	}
 }
 
@@ -308,11 +291,10 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 		return nil, fmt.Errorf("list subscriptions of %s: %w", topic, err)
 	}
 	now := b.now().UTC()
-	frozenUntil := time.Now().Add(b.cfg.FrozenWait)
 	results := make([]ProduceResult, len(msgs))
-	groups := map[string][]int{}
-	shards := map[string]*clusterShard{}
 	items := make([]store.ProduceItem, len(msgs))
+	vs := make([]shard.ID, len(msgs))
+	skip := make([]bool, len(msgs))
 	for i, m := range msgs {
 		key := m.Key
 		if key == "" {
@@ -320,6 +302,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 		}
 		v := shard.Of(shard.Key(m.OrderKey, key))
 		results[i] = ProduceResult{Key: key, VShard: v}
+		vs[i] = v
 		hash := PayloadHash(m.Payload)
 		if dur == DurabilityPrimary && b.recent != nil {
 			if rk, ok := b.recent.Get(topic + "\x00" + key); ok {
@@ -330,6 +313,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 				}
 				results[i].Status = status.String()
 				b.rejected.add(b.ids.Next(), status, rk, hash)
+				skip[i] = true
 				continue
 			}
 		}
@@ -350,34 +334,56 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 			Subscriptions: subs,
 			WantGTID:      dur == DurabilityReplicated,
 		}
-		name, s, err := b.route(ctx, v, frozenUntil)
+	}
+	// Replicated durability waits for a replica after dispatch, so that
+	// the wait holds no pin of the shard map (it writes nothing).
+	type replicaWait struct {
+		name string
+		idx  []int
+		gtid string
+	}
+	var mu sync.Mutex
+	var waits []replicaWait
+	errs := b.dispatch(ctx, vs, skip, func(name string, cs *clusterShard, idx []int, keep func() func()) {
+		gtid := b.produceOn(ctx, cs, topic, idx, items, results, keep)
+		if dur == DurabilityReplicated {
+			mu.Lock()
+			waits = append(waits, replicaWait{name, idx, gtid})
+			mu.Unlock()
+		}
+	})
+	for i, err := range errs {
 		if err != nil {
 			results[i].Status, results[i].Err = "unavailable", err
-			continue
 		}
-		groups[name] = append(groups[name], i)
-		shards[name] = s
 	}
 	var wg sync.WaitGroup
-	for name, idx := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b.produceOn(ctx, name, shards[name], topic, idx, items, results, dur)
-		}()
+	for _, w := range waits {
+		wg.Go(func() { b.confirmReplicated(ctx, w.name, w.gtid, w.idx, results) })
 	}
 	wg.Wait()
 	b.wake.signal(topic)
 	return results, nil
 }
 
-// produceOn commits one cluster's share of a request and fills its results.
-func (b *Broker) produceOn(ctx context.Context, name string, cs *clusterShard, topic string, idx []int, items []store.ProduceItem, results []ProduceResult, dur Durability) {
+// produceOn commits one cluster's share of a request, fills its results
+// and returns the GTID to wait for under replicated durability.
+func (b *Broker) produceOn(ctx context.Context, cs *clusterShard, topic string, idx []int, items []store.ProduceItem, results []ProduceResult, keep func() func()) string {
 	batch := make([]store.ProduceItem, len(idx))
 	for j, i := range idx {
 		batch[j] = items[i]
 	}
 	resp := cs.commit.submit(ctx, batch)
+	if resp.pending != nil {
+		// Given up while queued: the batch may still commit on this
+		// cluster, so the map it was routed with stays pinned until it
+		// did (the resharding barrier must not pass before).
+		release := keep()
+		go func() {
+			<-resp.pending
+			release()
+		}()
+	}
 	var gtid string
 	for j, i := range idx {
 		if err := resp.errs[j]; err != nil {
@@ -406,9 +412,12 @@ func (b *Broker) produceOn(ctx context.Context, name string, cs *clusterShard, t
 			b.recent.Add(topic+"\x00"+results[i].Key, recentKey{id: r.ID, vshard: v, hash: h})
 		}
 	}
-	if dur != DurabilityReplicated {
-		return
-	}
+	return gtid
+}
+
+// confirmReplicated waits until a replica of cluster name has applied
+// gtid; the items idx that were stored become unavailable when none does.
+func (b *Broker) confirmReplicated(ctx context.Context, name, gtid string, idx []int, results []ProduceResult) {
 	err := errors.New("no replica can confirm it")
 	if b.replicas != nil && gtid != "" {
 		err = b.replicas.WaitReplicated(ctx, name, gtid, b.cfg.ReplicatedTimeout)
@@ -548,22 +557,23 @@ func (b *Broker) release(req ClaimRequest, out []Delivery) {
 			receipts = append(receipts, r)
 		}
 	}
-	groups, shards, _ := b.byCluster(ctx, receipts)
-	for name, idx := range groups {
+	b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *clusterShard, idx []int, _ func() func()) {
 		leases := make([]store.Lease, len(idx))
 		for j, i := range idx {
 			leases[j] = receipts[i].Lease
 		}
-		if _, err := shards[name].Release(ctx, leases, !req.Dead, b.now().UTC()); err != nil {
+		if _, err := cs.Release(ctx, leases, !req.Dead, b.now().UTC()); err != nil {
 			b.log.Warn("leases of an abandoned claim not released; they become claimable when they expire",
 				"cluster", name, "topic", req.Topic, "subscription", req.Subscription, "leases", len(leases), "err", err)
 		}
-	}
+	})
 }
 
 func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscription.Subscription) ([]Delivery, error) {
 	ordered := sub.Ordered && !req.Dead
-	m := b.table.Load()
+	m, release := b.pin()
+	defer release()
+	exclude := m.FrozenVShards()
 	names := m.Clusters()
 	shards := *b.shards.Load()
 	start := int(b.rr.Add(1))
@@ -582,10 +592,11 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 			continue
 		}
 		token := rand.Uint64() | 1
-		key := claimKey{shard: s, topic: req.Topic, sub: req.Subscription, ordered: ordered, dead: req.Dead, errorCode: req.ErrorCode}
+		key := claimKey{shard: s, topic: req.Topic, sub: req.Subscription, ordered: ordered, dead: req.Dead, errorCode: req.ErrorCode,
+			mapVersion: m.Version()}
 		sreq := store.ClaimRequest{Topic: req.Topic, Subscription: req.Subscription, Consumer: req.Consumer,
 			Max: req.Max - len(out), Lease: req.Lease, Token: token, MaxAttempts: sub.Policy().MaxAttempts, Now: b.now().UTC(),
-			Ordered: ordered, Dead: req.Dead, ErrorCode: req.ErrorCode}
+			Ordered: ordered, Dead: req.Dead, ErrorCode: req.ErrorCode, ExcludeVShards: exclude}
 		if req.MaxBytes > 0 {
 			sreq.MaxBytes, sreq.AllowOversize = req.MaxBytes-bytes, len(out) == 0
 		}
@@ -616,25 +627,6 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 // payload, headers and keys as stored.
 func MessageBytes(m *store.Message) int {
 	return len(m.Payload) + len(m.Headers) + len(m.Key) + len(m.OrderKey) + len(m.TransactionID)
-}
-
-// byCluster groups receipts by the cluster serving their vshard; receipts
-// whose cluster cannot be reached get err set in errs.
-func (b *Broker) byCluster(ctx context.Context, receipts []Receipt) (map[string][]int, map[string]*clusterShard, []error) {
-	groups := map[string][]int{}
-	shards := map[string]*clusterShard{}
-	errs := make([]error, len(receipts))
-	frozenUntil := time.Now().Add(b.cfg.FrozenWait)
-	for i, r := range receipts {
-		name, s, err := b.route(ctx, r.VShard, frozenUntil)
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		groups[name] = append(groups[name], i)
-		shards[name] = s
-	}
-	return groups, shards, errs
 }
 
 // LeaseResult is one ack's or extend's outcome: ok | lease_lost |
@@ -675,34 +667,28 @@ func (b *Broker) Extend(ctx context.Context, receipts []Receipt, lease time.Dura
 
 func (b *Broker) leaseOp(ctx context.Context, receipts []Receipt, op func(Shard, []store.Lease) ([]store.LeaseStatus, time.Time, error)) []LeaseResult {
 	out := make([]LeaseResult, len(receipts))
-	groups, shards, errs := b.byCluster(ctx, receipts)
+	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *clusterShard, idx []int, _ func() func()) {
+		leases := make([]store.Lease, len(idx))
+		for j, i := range idx {
+			leases[j] = receipts[i].Lease
+		}
+		st, exp, err := op(cs, leases)
+		for j, i := range idx {
+			if err != nil {
+				out[i] = LeaseResult{Status: "unavailable", Err: fmt.Errorf("cluster %s: %w", name, err)}
+				continue
+			}
+			out[i] = LeaseResult{Status: st[j].String()}
+			if st[j] == store.LeaseOK {
+				out[i].Expires = exp
+			}
+		}
+	})
 	for i, err := range errs {
 		if err != nil {
 			out[i] = LeaseResult{Status: "unavailable", Err: err}
 		}
 	}
-	var g errgroup.Group
-	for name, idx := range groups {
-		g.Go(func() error {
-			leases := make([]store.Lease, len(idx))
-			for j, i := range idx {
-				leases[j] = receipts[i].Lease
-			}
-			st, exp, err := op(shards[name], leases)
-			for j, i := range idx {
-				if err != nil {
-					out[i] = LeaseResult{Status: "unavailable", Err: fmt.Errorf("cluster %s: %w", name, err)}
-					continue
-				}
-				out[i] = LeaseResult{Status: st[j].String()}
-				if st[j] == store.LeaseOK {
-					out[i].Expires = exp
-				}
-			}
-			return nil
-		})
-	}
-	g.Wait()
 	return out
 }
 
@@ -734,12 +720,6 @@ func (b *Broker) Nack(ctx context.Context, items []NackItem) []NackResult {
 		items[i].Receipt = receipts[i]
 	}
 	out := make([]NackResult, len(items))
-	groups, shards, errs := b.byCluster(ctx, receipts)
-	for i, err := range errs {
-		if err != nil {
-			out[i] = NackResult{Status: "unavailable", Err: err}
-		}
-	}
 	policy := func(topic, sub string) store.RetryPolicy {
 		s, ok, err := b.subs.Get(ctx, topic, sub)
 		if err != nil || !ok {
@@ -749,25 +729,33 @@ func (b *Broker) Nack(ctx context.Context, items []NackItem) []NackResult {
 		}
 		return s.Policy()
 	}
-	var g errgroup.Group
-	for name, idx := range groups {
-		g.Go(func() error {
-			batch := make([]store.NackItem, len(idx))
-			for j, i := range idx {
-				it := items[i]
-				batch[j] = store.NackItem{Lease: it.Receipt.Lease, ErrorCode: it.ErrorCode, Error: it.Error, RetryAfter: it.RetryAfter}
+	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *clusterShard, idx []int, _ func() func()) {
+		batch := make([]store.NackItem, len(idx))
+		for j, i := range idx {
+			it := items[i]
+			batch[j] = store.NackItem{Lease: it.Receipt.Lease, ErrorCode: it.ErrorCode, Error: it.Error, RetryAfter: it.RetryAfter}
+		}
+		res, err := cs.Nack(ctx, batch, policy, rand.Float64, b.now().UTC())
+		for j, i := range idx {
+			if err != nil {
+				out[i] = NackResult{Status: "unavailable", Err: fmt.Errorf("cluster %s: %w", name, err)}
+				continue
 			}
-			res, err := shards[name].Nack(ctx, batch, policy, rand.Float64, b.now().UTC())
-			for j, i := range idx {
-				if err != nil {
-					out[i] = NackResult{Status: "unavailable", Err: fmt.Errorf("cluster %s: %w", name, err)}
-					continue
-				}
-				out[i] = NackResult{Status: res[j].Status.String(), NextAttemptAt: res[j].NextAttemptAt}
-			}
-			return nil
-		})
+			out[i] = NackResult{Status: res[j].Status.String(), NextAttemptAt: res[j].NextAttemptAt}
+		}
+	})
+	for i, err := range errs {
+		if err != nil {
+			out[i] = NackResult{Status: "unavailable", Err: err}
+		}
 	}
-	g.Wait()
 	return out
+}
+
+func receiptVShards(receipts []Receipt) []shard.ID {
+	vs := make([]shard.ID, len(receipts))
+	for i, r := range receipts {
+		vs[i] = r.VShard
+	}
+	return vs
 }

@@ -28,6 +28,9 @@ type claimKey struct {
 	ordered   bool
 	dead      bool
 	errorCode string
+	// mapVersion keeps claims routed with different shard maps (other
+	// frozen vshards to exclude) out of one coalesced transaction.
+	mapVersion int64
 }
 
 type claimCall struct {

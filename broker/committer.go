@@ -89,6 +89,10 @@ type produceReq struct {
 type produceResp struct {
 	res  []store.ProduceResult
 	errs []error // per item; nil entries succeeded
+	// pending is set when the caller gave up (its ctx ended) on a
+	// request already queued: the batch may still commit, and this
+	// channel answers when it did.
+	pending <-chan produceResp
 }
 
 // committer group-commits the produce requests of one cluster.
@@ -189,7 +193,10 @@ func (c *committer) submit(ctx context.Context, items []store.ProduceItem) produ
 	case r := <-req.done:
 		return r
 	case <-ctx.Done():
-		return fail(ctx.Err())
+		// Queued: the batch may still commit. pending says when it did.
+		r := fail(ctx.Err())
+		r.pending = req.done
+		return r
 	}
 }
 

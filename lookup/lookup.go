@@ -261,8 +261,14 @@ func (s *Service) Transaction(ctx context.Context, txID string) (*TransactionRes
 		mu.Lock()
 		defer mu.Unlock()
 		out.Sources = append(out.Sources, src)
-		for _, m := range msgs {
-			out.Messages = append(out.Messages, Found{Message: m, Cluster: cluster})
+		m := s.table.Load()
+		for _, msg := range msgs {
+			// A resharding job's rows (copied before the flip, left until
+			// the cleanup after it) are answered by the owner only.
+			if owner, _ := m.Lookup(shard.ID(msg.VShard)); owner != cluster {
+				continue
+			}
+			out.Messages = append(out.Messages, Found{Message: msg, Cluster: cluster})
 		}
 		return nil
 	})

@@ -303,6 +303,9 @@ func (r *Runner) cluster(ctx context.Context, name string, vshards []uint16, req
 		var ids []uint64
 		seen := map[uint64]bool{}
 		for _, f := range found {
+			if !r.owns(name, f.VShard) {
+				continue
+			}
 			if repairable(f.Kind) && !req.DryRun {
 				if !seen[f.MessageID] {
 					seen[f.MessageID] = true
@@ -340,6 +343,9 @@ func (r *Runner) cluster(ctx context.Context, name string, vshards []uint16, req
 			return cr
 		}
 		for _, f := range found {
+			if !r.owns(name, f.VShard) {
+				continue
+			}
 			cr.Found[f.Kind]++
 			sample(f)
 		}
@@ -350,6 +356,15 @@ func (r *Runner) cluster(ctx context.Context, name string, vshards []uint16, req
 	}
 	sort.SliceStable(cr.Samples, func(i, j int) bool { return cr.Samples[i].Kind < cr.Samples[j].Kind })
 	return cr
+}
+
+// owns says whether cluster serves vshard v now. Rows of other vshards on
+// a cluster are a resharding job's (copied in before the flip, or left
+// until the cleanup after it): the job makes them exact, and a repair here
+// could create a claimable delivery on a cluster that does not serve it.
+func (r *Runner) owns(cluster string, v uint16) bool {
+	owner, st := r.table.Load().Lookup(shard.ID(v))
+	return owner == cluster && st == routing.Serving
 }
 
 // Start runs the job every Every in the background until ctx is done or

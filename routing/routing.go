@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/shardmq/shardmq/shard"
@@ -152,17 +153,68 @@ func (m *Map) Ranges() []Range {
 	return out
 }
 
+// FrozenVShards lists the vshards in a cut-over (state Frozen), ascending;
+// nil when none is.
+func (m *Map) FrozenVShards() []uint16 {
+	var out []uint16
+	for v := 0; v < shard.Count; v++ {
+		if m.state[v] == Frozen {
+			out = append(out, uint16(v))
+		}
+	}
+	return out
+}
+
+// With returns a copy of m at version: the vshards listed go to cluster
+// (when cluster is not empty) and take state.
+func (m *Map) With(version int64, vshards []shard.ID, cluster string, state State) (*Map, error) {
+	owner, st := m.owner, m.state
+	for _, v := range vshards {
+		if int(v) >= shard.Count {
+			return nil, &RangeError{-1, fmt.Sprintf("vshard %d outside 0-%d", v, shard.Count-1)}
+		}
+		if cluster != "" {
+			owner[v] = cluster
+		}
+		st[v] = state
+	}
+	n := &Map{version: version, owner: owner, state: st}
+	seen := map[string]bool{}
+	for _, c := range owner {
+		if !seen[c] {
+			seen[c] = true
+			n.clusters = append(n.clusters, c)
+		}
+	}
+	sort.Strings(n.clusters)
+	return n, nil
+}
+
 // Table holds the current map. Readers take a snapshot with Load and use it
 // for a whole request, so one request never sees two maps.
 type Table struct {
 	cur atomic.Pointer[Map]
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced when the map changes
 }
 
 // NewTable returns a table holding m.
 func NewTable(m *Map) *Table {
-	t := &Table{}
+	t := &Table{changed: make(chan struct{})}
 	t.cur.Store(m)
 	return t
+}
+
+// Changed returns a channel closed at the next change of the map: a
+// request held on a frozen vshard waits on it instead of polling.
+func (t *Table) Changed() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.changed == nil { // a zero Table
+		t.changed = make(chan struct{})
+	}
+	return t.changed
 }
 
 // Load returns the current map.
@@ -177,6 +229,14 @@ func (t *Table) Store(m *Map) bool {
 			return false
 		}
 		if t.cur.CompareAndSwap(old, m) {
+			if old != m {
+				t.mu.Lock()
+				if t.changed != nil {
+					close(t.changed)
+				}
+				t.changed = make(chan struct{})
+				t.mu.Unlock()
+			}
 			return true
 		}
 	}

@@ -92,3 +92,47 @@ func TestTableRefusesOlderVersion(t *testing.T) {
 		t.Fatalf("cluster = %s", c)
 	}
 }
+
+// Changed is closed by the next Store of a map, not by a refused stale one.
+func TestTableChangedSignalsNewMaps(t *testing.T) {
+	t.Parallel()
+	one := func(v int64, frozen bool) *Map {
+		m, err := NewMap(v, []Range{{From: 0, To: 1023, Cluster: "c1", Frozen: frozen}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	tb := NewTable(one(2, false))
+	ch := tb.Changed()
+	if tb.Store(one(1, true)) {
+		t.Fatal("a stale map was stored")
+	}
+	select {
+	case <-ch:
+		t.Fatal("a refused map signalled a change")
+	default:
+	}
+	if !tb.Store(one(3, true)) {
+		t.Fatal("a newer map was refused")
+	}
+	select {
+	case <-ch:
+	default:
+		t.Fatal("a stored map did not signal")
+	}
+	if got := tb.Load().FrozenVShards(); len(got) != 1024 {
+		t.Fatalf("frozen vshards %d, want 1024", len(got))
+	}
+	moved, err := tb.Load().With(4, []shard.ID{0, 1023}, "c2", Serving)
+	if err != nil || moved.Version() != 4 || len(moved.VShards("c2")) != 2 || len(moved.FrozenVShards()) != 1022 {
+		t.Fatalf("With: %v, c2 owns %v", err, moved.VShards("c2"))
+	}
+	if c := moved.Clusters(); len(c) != 2 || c[0] != "c1" || c[1] != "c2" {
+		t.Fatalf("clusters after With: %v", c)
+	}
+	var zero Table // usable without NewTable
+	zch := zero.Changed()
+	zero.Store(one(1, false))
+	<-zch
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/shardmq/shardmq/deadletter"
 	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/observe"
+	"github.com/shardmq/shardmq/rebalance"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/subscription"
@@ -84,6 +85,17 @@ type Config struct {
 	// Observe tunes metrics: the cap on topic and subscription label
 	// values, the queue-health interval, disk paths (see observe.Config).
 	Observe observe.Config
+	// Backend is the topology backend resharding jobs coordinate through
+	// (shard-map check-and-set, the barrier on every live router).
+	// Defaults to the static file when Source is that file; nil otherwise
+	// disables resharding.
+	Backend topology.Backend
+	// ReshardState is where resharding jobs are recorded. Defaults, on
+	// the static file, to a file beside it (TopologyFile + ".reshard.json").
+	ReshardState rebalance.StateStore
+	// Reshard tunes resharding jobs (see rebalance.Config for each
+	// default); its Leader defaults to Leader.
+	Reshard rebalance.Config
 	// Log defaults to discarding.
 	Log *slog.Logger
 	// Now is the clock. Defaults to time.Now.
@@ -140,6 +152,7 @@ type Router struct {
 	ownRetries bool
 
 	listener atomic.Pointer[connLimit] // while Run serves with a connection cap
+	reshard  *reshard                  // resharding jobs and the barrier registration (reshard.go)
 }
 
 // replicaDSNs lists a cluster's replicas in the topology in use.
@@ -217,10 +230,15 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		r.Close()
 		return nil, err
 	}
+	if err := r.setupReshard(ctx); err != nil {
+		r.Close()
+		return nil, err
+	}
 	r.startJobs()
 	r.record = startMapRecorder(r)
 	r.obs.start(r)
 	r.record.now(ctx, top.Map)
+	r.reshard.start()
 	return r, nil
 }
 
@@ -407,6 +425,7 @@ func (r *Router) Close() {
 	if r.record != nil {
 		r.record.stop()
 	}
+	r.reshard.stop()
 	r.jobs.stop()
 	r.sec.stop()
 	r.obs.stop()

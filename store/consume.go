@@ -30,6 +30,9 @@ type ClaimRequest struct {
 	// alone exceeds the cap, so that a big message cannot get stuck.
 	MaxBytes      int
 	AllowOversize bool
+	// ExcludeVShards are not claimed: the vshards frozen for a resharding
+	// cut-over (empty otherwise).
+	ExcludeVShards []uint16
 }
 
 // Claimed is one leased delivery with its message.
@@ -75,7 +78,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 			leased[i] = leased[i][:0]
 		}
 		nExpired, nDied = 0, 0
-		cands, err := claimCandidates(ctx, tx, req.Topic, req.Subscription, req.Now, total, req.Dead, req.ErrorCode)
+		cands, err := claimCandidates(ctx, tx, req.Topic, req.Subscription, req.Now, total, req.Dead, req.ErrorCode, req.ExcludeVShards)
 		if err != nil || len(cands) == 0 {
 			return err
 		}

@@ -38,3 +38,12 @@ func insertArchived(ctx context.Context, tx *sql.Tx, topic string, ds []DeadLett
 	}
 	return nil
 }
+
+// deadLetterArchiveMove moves archived dead letters with their vshard (see
+// move.go).
+var deadLetterArchiveMove = moveTable{
+	name:  "dead_letter_archive",
+	cols:  []string{"message_id", "subscription", "topic", "vshard", "order_key", "attempts", "error_code", "last_error", "dead_at", "archived_at"},
+	pk:    []string{"message_id", "subscription"},
+	idCol: "message_id",
+}

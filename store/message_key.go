@@ -161,3 +161,12 @@ func selectKeyHolders(ctx context.Context, q queryer, msgs []*Message) (map[[2]s
 	}
 	return out, rows.Err()
 }
+
+// messageKeyMove moves dedup keys with their vshard (see move.go): a key
+// re-sent after the move is found on the new cluster.
+var messageKeyMove = moveTable{
+	name:  "message_key",
+	cols:  []string{"topic", "msg_key", "vshard", "message_id", "payload_hash", "created_at"},
+	pk:    []string{"topic", "msg_key"},
+	idCol: "message_id",
+}

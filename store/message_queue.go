@@ -93,25 +93,33 @@ func insertDeliveries(ctx context.Context, tx *sql.Tx, msgs []*Message, subs []s
 // claimers hold.
 // claimQuery is the claim's statement; byErrorCode adds the dead-letter
 // channel's error_code filter.
-func claimQuery(byErrorCode bool) string {
+func claimQuery(byErrorCode bool, exclude int) string {
 	q := `SELECT message_id, vshard, attempts, COALESCE(locked_by, ''), claim_token, COALESCE(order_key, ''), COALESCE(error_code, '')
 FROM message_queue FORCE INDEX (idx_claim)
 WHERE topic = ? AND subscription = ? AND is_dead = ? AND parked = 0 AND available_at <= ?`
 	if byErrorCode {
 		q += " AND error_code = ?"
 	}
+	if exclude > 0 {
+		// Frozen vshards (resharding cut-over): their deliveries are
+		// being copied to another cluster and must not change here.
+		q += " AND vshard NOT IN (" + strings.TrimSuffix(strings.Repeat("?,", exclude), ",") + ")"
+	}
 	return q + "\nORDER BY priority DESC, message_id\nLIMIT ? FOR UPDATE SKIP LOCKED"
 }
 
 // With dead set it claims dead letters instead (the dead-letter channel),
 // optionally only those of one error code.
-func claimCandidates(ctx context.Context, tx *sql.Tx, topic, sub string, now time.Time, max int, dead bool, errorCode string) ([]delivery, error) {
+func claimCandidates(ctx context.Context, tx *sql.Tx, topic, sub string, now time.Time, max int, dead bool, errorCode string, exclude []uint16) ([]delivery, error) {
 	args := []any{topic, sub, dead, now}
 	if errorCode != "" {
 		args = append(args, errorCode)
 	}
+	for _, v := range exclude {
+		args = append(args, v)
+	}
 	args = append(args, max)
-	rows, err := tx.QueryContext(ctx, claimQuery(errorCode != ""), args...)
+	rows, err := tx.QueryContext(ctx, claimQuery(errorCode != "", len(exclude)), args...)
 	if err != nil {
 		return nil, fmt.Errorf("select claimable message_queue: %w", err)
 	}
@@ -654,4 +662,16 @@ func queueStats(ctx context.Context, q queryer, now time.Time) ([]QueueStats, er
 		out = append(out, s)
 	}
 	return out, rows.Err()
+}
+
+// messageQueueMove moves deliveries, leases included (claim tokens and
+// all), with their vshard (see move.go). Only while the vshards are frozen:
+// a delivery on the target before the flip could be claimed there.
+var messageQueueMove = moveTable{
+	name: "message_queue",
+	cols: []string{"message_id", "subscription", "topic", "vshard", "priority", "order_key", "available_at", "attempts",
+		"locked_by", "claim_token", "claimed_at", "is_dead", "parked", "dead_at", "error_code", "last_error"},
+	pk:         []string{"message_id", "subscription"},
+	idCol:      "message_id",
+	frozenOnly: true,
 }

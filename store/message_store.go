@@ -316,3 +316,41 @@ func setStatus(ctx context.Context, tx *sql.Tx, m *Message, from, to int, now ti
 	n, _ := res.RowsAffected()
 	return n == 1, nil
 }
+
+// messageStoreMove moves messages with their vshard (see move.go).
+var messageStoreMove = moveTable{
+	name:  "message_store",
+	cols:  []string{"id", "created_at", "vshard", "topic", "msg_key", "order_key", "transaction_id", "priority", "headers", "payload_json", "payload", "msg_status", "status_at"},
+	pk:    []string{"id", "created_at"},
+	idCol: "id",
+}
+
+// VShardLoad is how much one vshard holds on a cluster.
+type VShardLoad struct {
+	Messages int64 // messages stored
+	Recent   int64 // of them, created since the time asked
+}
+
+// VShardLoads counts the messages of every vshard on this cluster, and
+// those created since since: what the resharding planner weighs vshards
+// by. It scans message_store.
+func (s *Store) VShardLoads(ctx context.Context, since time.Time) (map[uint16]VShardLoad, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT vshard, COUNT(*), COALESCE(SUM(created_at >= ?), 0) FROM message_store GROUP BY vshard`, since.UTC())
+	if err != nil {
+		return nil, fmt.Errorf("count messages by vshard: %w", translate(err))
+	}
+	defer rows.Close()
+	out := map[uint16]VShardLoad{}
+	for rows.Next() {
+		var v uint16
+		var l VShardLoad
+		if err := rows.Scan(&v, &l.Messages, &l.Recent); err != nil {
+			return nil, fmt.Errorf("count messages by vshard: %w", err)
+		}
+		out[v] = l
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count messages by vshard: %w", translate(err))
+	}
+	return out, nil
+}

@@ -122,11 +122,12 @@ func TestClaimPlansWith100kReady(t *testing.T) {
 		args  []any
 		index string
 	}{
-		{"unordered", claimQuery(false), []any{"t", "plain", false, now, max}, "idx_claim"},
-		{"ordered candidates", claimQuery(false), []any{"t", "ordered", false, now, max}, "idx_claim"},
-		{"delayed rows hidden", claimQuery(false), []any{"t", "plain", false, f.now.Add(-time.Hour), max}, "idx_claim"},
-		{"dead-letter channel", claimQuery(false), []any{"t", "plain", true, now, max}, "idx_claim"},
-		{"dead-letter channel by error code", claimQuery(true), []any{"t", "plain", true, now, "E_A", max}, "idx_claim"},
+		{"unordered", claimQuery(false, 0), []any{"t", "plain", false, now, max}, "idx_claim"},
+		{"ordered candidates", claimQuery(false, 0), []any{"t", "ordered", false, now, max}, "idx_claim"},
+		{"delayed rows hidden", claimQuery(false, 0), []any{"t", "plain", false, f.now.Add(-time.Hour), max}, "idx_claim"},
+		{"dead-letter channel", claimQuery(false, 0), []any{"t", "plain", true, now, max}, "idx_claim"},
+		{"dead-letter channel by error code", claimQuery(true, 0), []any{"t", "plain", true, now, "E_A", max}, "idx_claim"},
+		{"frozen vshards excluded", claimQuery(false, 2), []any{"t", "plain", false, now, 1, 2, max}, "idx_claim"},
 	}
 	var heads []any
 	for i := 0; i < max; i++ {

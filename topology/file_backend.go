@@ -31,6 +31,7 @@ type FileBackend struct {
 	regs    map[*fileRegistration]AppliedMap
 	changed chan struct{} // closed and replaced when a registration changes
 	loaded  []byte        // the file as Load last read it
+	written chan struct{} // buffered 1: UpdateShardMap wrote the file; Watch reads it at once
 }
 
 var _ Backend = (*FileBackend)(nil)
@@ -44,6 +45,7 @@ func NewFileBackend(path string, every time.Duration, log *slog.Logger) *FileBac
 		Log:     log,
 		regs:    map[*fileRegistration]AppliedMap{},
 		changed: make(chan struct{}),
+		written: make(chan struct{}, 1),
 	}
 }
 
@@ -79,7 +81,7 @@ func (f *FileBackend) Watch(ctx context.Context, apply func(*Topology)) {
 	f.mu.Lock()
 	last := f.loaded
 	f.mu.Unlock()
-	WatchFile(ctx, f.Path, every, log, last, apply)
+	watchFile(ctx, f.Path, every, log, last, apply, f.written)
 }
 
 // ShardMap implements Backend.
@@ -141,6 +143,10 @@ func (f *FileBackend) UpdateShardMap(_ context.Context, prev int64, next *routin
 	}
 	if err := os.Rename(tmp.Name(), f.Path); err != nil {
 		return fmt.Errorf("write topology: %w", err)
+	}
+	select {
+	case f.written <- struct{}{}:
+	default:
 	}
 	return nil
 }

@@ -124,6 +124,12 @@ func lineIndex(root *yaml.Node) map[string]int {
 // and ignored: the router keeps the last good one. It returns when ctx is
 // done.
 func WatchFile(ctx context.Context, path string, every time.Duration, log *slog.Logger, from []byte, apply func(*Topology)) {
+	watchFile(ctx, path, every, log, from, apply, nil)
+}
+
+// watchFile is WatchFile that also reads the file at once when poke
+// fires (a write by this process).
+func watchFile(ctx context.Context, path string, every time.Duration, log *slog.Logger, from []byte, apply func(*Topology), poke <-chan struct{}) {
 	last := from
 	if last == nil {
 		last, _ = os.ReadFile(path)
@@ -135,6 +141,7 @@ func WatchFile(ctx context.Context, path string, every time.Duration, log *slog.
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-poke:
 		}
 		data, err := os.ReadFile(path)
 		if err != nil {

@@ -84,7 +84,7 @@ func (o *consulOptions) setup(ctx context.Context, cfg *server.Config, listen st
 	c := &onConsul{reg: reg, leader: src.Leader(id)}
 	cfg.Source = topology.Publishing(src, reg, func() *routing.Map {
 		if r := c.router.Load(); r != nil {
-			return r.ShardMap()
+			return r.AppliedShardMap()
 		}
 		return nil
 	})
@@ -92,6 +92,8 @@ func (o *consulOptions) setup(ctx context.Context, cfg *server.Config, listen st
 	cfg.CheckMapRecords = true
 	cfg.MirrorSubscriptions = true
 	cfg.Leader = c.leader
+	cfg.Backend = src
+	cfg.ReshardState = src.ReshardState()
 	cfg.Log.Info("router on consul", "consul", o.addr, "prefix", src.Prefix(), "service", o.service, "router_id", id)
 	return c, nil
 }
@@ -103,7 +105,7 @@ func (c *onConsul) serving(ctx context.Context, r *server.Router) {
 		return
 	}
 	c.router.Store(r)
-	topology.PublishMap(c.reg, r.ShardMap())
+	topology.PublishMap(c.reg, r.AppliedShardMap())
 	c.leader.Start(ctx)
 }
 

@@ -3,6 +3,7 @@
 //
 //	sandbox up   -dir ./var/sandbox [-clusters 2] [-replicas 1]  start a detached bed, write topology.yaml
 //	sandbox up   -reuse -dir ./var/sandbox …                     the same, or reuse the bed there: start only its servers that are down, keep all data
+//	sandbox add-cluster -dir ./var/sandbox [-replicas 1]          start one more cluster, owning no vshards yet
 //	sandbox down -dir ./var/sandbox                              stop it and remove its data
 //	sandbox exec [-clusters 2] [-replicas 1] -- CMD ARGS…        run CMD against a bed for its lifetime
 //
@@ -27,6 +28,7 @@ func main() {
 
 const usage = `usage:
   sandbox up   -dir DIR [-clusters N] [-replicas N] [-reuse] [-v]
+  sandbox add-cluster -dir DIR [-replicas N] [-v]
   sandbox down -dir DIR
   sandbox exec [-clusters N] [-replicas N] [-v] -- CMD [ARGS…]
 `
@@ -41,7 +43,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	dir := fs.String("dir", "./var/sandbox", "directory for the bed's data (up, down)")
 	clusters := fs.Int("clusters", 2, "number of clusters (up, exec)")
-	replicas := fs.Int("replicas", 1, "replicas per cluster, 0 for none (up, exec)")
+	replicas := fs.Int("replicas", 1, "replicas per cluster, 0 for none (up, exec, add-cluster)")
 	verbose := fs.Bool("v", false, "log start-up progress to stderr")
 	reuse := fs.Bool("reuse", false, "up: reuse a sandbox already in -dir, starting only its servers that are not running (its data is kept)")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -61,6 +63,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		} else {
 			_, err = testbed.SandboxUp(ctx, *dir, spec, stdout)
 		}
+	case "add-cluster":
+		_, err = testbed.SandboxAddCluster(ctx, *dir, spec, stdout)
 	case "down":
 		err = testbed.SandboxDown(ctx, *dir)
 	case "exec":

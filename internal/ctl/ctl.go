@@ -1,6 +1,6 @@
 // Package ctl is the operator's command line over a router's HTTP API:
 // topology, shard map, stats, trace, transactions, reconciliation,
-// subscriptions and dead letters. It only speaks HTTP, so it works against
+// subscriptions, dead letters and resharding. It only speaks HTTP, so it works against
 // any router.
 package ctl
 
@@ -29,6 +29,10 @@ const usage = `usage: shardmqctl [-router URL] COMMAND [ARGS]
   dlq list TOPIC SUB [-error-code E] [-limit N] [-cursor C]
   dlq redrive TOPIC SUB (-ids ID,ID,… | -error-code E | -all)
   dlq purge TOPIC SUB [-error-code E]
+  reshard move FROM-TO:TARGET[,…] [-dry-run]   move vshard ranges to clusters
+  reshard add-cluster NAME [-dry-run]          give a cluster an even share of the vshards
+  reshard drain NAME [-dry-run]                move every vshard off a cluster
+  reshard status|pause|resume|abort JOB
 
   token new -name N [-produce|-consume|-admin PATTERNS] [-tokens FILE] [-out FILE]
                                         make an API token (its hash into the router's token file)
@@ -103,6 +107,8 @@ func (c *cmd) dispatch(args []string) error {
 		return c.sub(rest)
 	case "dlq":
 		return c.dlq(rest)
+	case "reshard":
+		return c.reshard(rest)
 	}
 	return usageError("unknown command " + name)
 }
@@ -253,4 +259,50 @@ func (c *cmd) call(method, path string, body any) error {
 	}
 	_, err = c.out.Write(data)
 	return err
+}
+
+func (c *cmd) reshard(args []string) error {
+	pos, rest, err := positional(args, 2)
+	if err != nil {
+		return usageError("reshard takes move|add-cluster|drain|status|pause|resume|abort and an argument")
+	}
+	fs := newFlags("reshard " + pos[0])
+	dry := fs.Bool("dry-run", false, "show the plan, start nothing")
+	if err := fs.Parse(rest); err != nil {
+		return usageError(err.Error())
+	}
+	job := "/v1/admin/reshard/" + url.PathEscape(pos[1])
+	switch pos[0] {
+	case "move":
+		var ranges []any
+		for _, part := range strings.Split(pos[1], ",") {
+			var from, to int
+			var target string
+			span, target, ok := strings.Cut(part, ":")
+			if !ok || target == "" {
+				return usageError(fmt.Sprintf("reshard move: %q is not FROM-TO:TARGET", part))
+			}
+			lo, hi, isRange := strings.Cut(span, "-")
+			if !isRange {
+				hi = lo
+			}
+			if _, err := fmt.Sscan(lo, &from); err != nil {
+				return usageError(fmt.Sprintf("reshard move: %q: from is not a number", part))
+			}
+			if _, err := fmt.Sscan(hi, &to); err != nil {
+				return usageError(fmt.Sprintf("reshard move: %q: to is not a number", part))
+			}
+			ranges = append(ranges, map[string]any{"from": from, "to": to, "target": target})
+		}
+		return c.call("POST", "/v1/admin/reshard", map[string]any{"ranges": ranges, "dry_run": *dry})
+	case "add-cluster":
+		return c.call("POST", "/v1/admin/reshard", map[string]any{"add_cluster": pos[1], "dry_run": *dry})
+	case "drain":
+		return c.call("POST", "/v1/admin/reshard", map[string]any{"drain": pos[1], "dry_run": *dry})
+	case "status":
+		return c.call("GET", job, nil)
+	case "pause", "resume", "abort":
+		return c.call("POST", job+"/"+pos[0], nil)
+	}
+	return usageError("reshard takes move, add-cluster, drain, status, pause, resume or abort")
 }

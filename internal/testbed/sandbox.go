@@ -128,7 +128,8 @@ func removeSandboxFiles(b *Bed, dir string) error {
 			os.Remove(inst.Socket)
 		}
 	}
-	for _, f := range []string{DescriptionFile, TopologyFile} {
+	// The router records resharding jobs beside the topology file.
+	for _, f := range []string{DescriptionFile, TopologyFile, TopologyFile + ".reshard.json"} {
 		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/topology"
 )
 
 func TestSplitVShards(t *testing.T) {
@@ -116,4 +117,44 @@ func TestSandboxExec(t *testing.T) {
 	if _, err := os.Stat(strings.TrimSpace(string(desc))); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("bed description still there after exec: %v", err)
 	}
+}
+
+// add-cluster starts one more cluster beside a running sandbox, lists it in
+// the topology owning no vshards (the file stays valid), and down stops it
+// with the others.
+func TestSandboxAddCluster(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	dir := filepath.Join(t.TempDir(), "sandbox")
+	t.Cleanup(func() { testbed.SandboxDown(context.Background(), dir) })
+	spec := testbed.Spec{Clusters: 1, NoReplicas: true}
+	var out bytes.Buffer
+	if _, err := testbed.SandboxUp(ctx, dir, spec, &out); err != nil {
+		t.Fatal(err)
+	}
+	c, err := testbed.SandboxAddCluster(ctx, dir, spec, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Name != "c2" {
+		t.Fatalf("added cluster %s, want c2", c.Name)
+	}
+	if err := open(t, c.Primary, testbed.SandboxDatabase).PingContext(ctx); err != nil {
+		t.Fatalf("database on the added cluster: %v", err)
+	}
+	top, err := topology.LoadFile(filepath.Join(dir, testbed.TopologyFile))
+	if err != nil {
+		t.Fatalf("topology after add-cluster: %v", err)
+	}
+	if _, ok := top.Clusters["c2"]; !ok || len(top.Map.VShards("c2")) != 0 || len(top.Map.VShards("c1")) != 1024 {
+		t.Fatalf("topology after add-cluster: clusters %v, c2 owns %d vshards", top.Clusters, len(top.Map.VShards("c2")))
+	}
+	b, err := testbed.Attach(filepath.Join(dir, testbed.DescriptionFile))
+	if err != nil || len(b.Clusters) != 2 {
+		t.Fatalf("description after add-cluster: %v", err)
+	}
+	if err := testbed.SandboxDown(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "added cluster's server stops", func() bool { return !alive(c.Primary.PID) })
 }

@@ -113,6 +113,13 @@ type Spec struct {
 	// ServerArgs are extra mariadbd flags for every instance (e.g. the
 	// --ssl-* flags of a TLS test).
 	ServerArgs []string
+
+	// firstCluster numbers the first cluster (1 when zero); an added
+	// cluster continues a running bed's numbering.
+	firstCluster int
+	// replPassword, when set, is the replication password (an added
+	// cluster shares its bed's).
+	replPassword string
 }
 
 func (s Spec) withDefaults() (Spec, error) {
@@ -222,7 +229,10 @@ func Start(ctx context.Context, spec Spec) (*Bed, error) {
 		ctx, cancel = context.WithTimeout(ctx, defaultStartTimeout)
 		defer cancel()
 	}
-	b := &Bed{spec: spec, bins: bins, log: spec.Logger, ownerPID: os.Getpid(), replPassword: randomHex(12)}
+	b := &Bed{spec: spec, bins: bins, log: spec.Logger, ownerPID: os.Getpid(), replPassword: spec.replPassword}
+	if b.replPassword == "" {
+		b.replPassword = randomHex(12)
+	}
 	if spec.Dir == "" {
 		reapStaleDirs(b.log)
 		dir, err := os.MkdirTemp("", tempPrefix+"*")
@@ -272,7 +282,8 @@ func Start(ctx context.Context, spec Spec) (*Bed, error) {
 
 // layout names the instances and places their files under b.Dir.
 func (b *Bed) layout() {
-	for ci := 1; ci <= b.spec.Clusters; ci++ {
+	first := max(b.spec.firstCluster, 1)
+	for ci := first; ci < first+b.spec.Clusters; ci++ {
 		c := &Cluster{Name: "c" + strconv.Itoa(ci)}
 		c.Primary = b.newInstance(c.Name, RolePrimary, c.Name+"-primary", ci*100+1)
 		for r := 1; r <= b.spec.Replicas; r++ {

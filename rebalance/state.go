@@ -1,0 +1,202 @@
+package rebalance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/shardmq/shardmq/store"
+)
+
+// Job states, in the order a job goes through them. A job ends in done,
+// aborted or failed.
+const (
+	StatePending    = "pending"     // recorded, not started
+	StateCopying    = "copying"     // bulk copy of the vshards' rows
+	StateCatchingUp = "catching_up" // re-sync of the rows changed since
+	StateFreezing   = "freezing"    // frozen map written, waiting for every router
+	StateFrozen     = "frozen"      // final sync and verification under freeze
+	StateCutover    = "cutover"     // past the point of no return: flipping the map
+	StateCleanup    = "cleanup"     // deleting the source rows
+	StatePaused     = "paused"      // held by an operator (before the freeze)
+	StateAborting   = "aborting"    // removing the target rows, unfreezing
+	StateDone       = "done"
+	StateAborted    = "aborted"
+	StateFailed     = "failed"
+)
+
+// Terminal says whether a job in state s is finished.
+func Terminal(s string) bool { return s == StateDone || s == StateAborted || s == StateFailed }
+
+// Job is one resharding job as recorded in the state store. The fields
+// with JSON names of the HTTP contract are its public view (View); the
+// others are the runner's bookkeeping, recorded so that a new runner
+// resumes where the last one stopped.
+type Job struct {
+	ID         string     `json:"job"`
+	State      string     `json:"state"`
+	Ranges     []Range    `json:"ranges"`
+	RowsCopied int64      `json:"rows_copied"`
+	RowsTotal  int64      `json:"rows_total"`
+	MaxPauseMS int64      `json:"max_pause_ms"`
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+	Error      string     `json:"error"`
+
+	Moves []Move `json:"moves"`
+	// Cursors is the copy's position per "source/target/table".
+	Cursors map[string]store.MoveCursor `json:"cursors,omitempty"`
+	// Resume is the state a paused job goes back to.
+	Resume string `json:"resume,omitempty"`
+	// AbortRequested is set by an operator; the runner acts on it.
+	AbortRequested bool `json:"abort_requested,omitempty"`
+	// FrozenAt is when the frozen map was written (the pause's start, an
+	// upper bound).
+	FrozenAt *time.Time `json:"frozen_at,omitempty"`
+	// ReverseRequested: aborted after the flip; the job ends by
+	// submitting ReversedBy, the move back.
+	ReverseRequested bool   `json:"reverse_requested,omitempty"`
+	ReversedBy       string `json:"reversed_by,omitempty"`
+	// Verified is each table's row count of the vshards, equal on source
+	// and target when the final sync verified them.
+	Verified map[string]int64 `json:"verified,omitempty"`
+	// FreezeAttempts counts freezes given up (the final sync did not
+	// converge in the budget) and retried.
+	FreezeAttempts int `json:"freeze_attempts,omitempty"`
+}
+
+// View is the job as the HTTP API shows it.
+type View struct {
+	Job        string     `json:"job"`
+	State      string     `json:"state"`
+	Ranges     []Range    `json:"ranges"`
+	RowsCopied int64      `json:"rows_copied"`
+	RowsTotal  int64      `json:"rows_total"`
+	MaxPauseMS int64      `json:"max_pause_ms"`
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+	Error      string     `json:"error"`
+}
+
+// View returns the public view of j.
+func (j *Job) View() View {
+	return View{Job: j.ID, State: j.State, Ranges: j.Ranges, RowsCopied: j.RowsCopied, RowsTotal: j.RowsTotal,
+		MaxPauseMS: j.MaxPauseMS, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt, Error: j.Error}
+}
+
+func (j *Job) clone() *Job {
+	data, _ := json.Marshal(j)
+	var c Job
+	json.Unmarshal(data, &c)
+	return &c
+}
+
+// vshards lists every vshard of the job.
+func (j *Job) vshards() map[uint16]bool {
+	out := map[uint16]bool{}
+	for _, m := range j.Moves {
+		for _, v := range m.VShards {
+			out[v] = true
+		}
+	}
+	return out
+}
+
+// Jobs is the state store's document: every job, with a version that
+// grows on every write (the check-and-set token).
+type Jobs struct {
+	Version int64  `json:"version"`
+	Jobs    []*Job `json:"jobs"`
+}
+
+// StateStore keeps the jobs durably where every router can read them:
+// a file beside the static topology, or Consul KV.
+type StateStore interface {
+	// Load returns the stored jobs (an empty document when none).
+	Load(ctx context.Context) (*Jobs, error)
+	// Save replaces the document read at version prev by next (whose
+	// Version the store sets to prev+1); ErrConflict when it changed.
+	Save(ctx context.Context, prev int64, next *Jobs) error
+}
+
+// ErrConflict marks a state write refused because the document changed.
+var ErrConflict = errors.New("reshard state changed concurrently")
+
+// FileState is the state store of the static topology: a JSON file
+// (conventionally the topology file's path + ".reshard.json"), replaced
+// atomically through a temporary file and a rename.
+type FileState struct {
+	Path string
+	mu   sync.Mutex
+}
+
+var _ StateStore = (*FileState)(nil)
+
+// Load implements StateStore.
+func (f *FileState) Load(context.Context) (*Jobs, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.load()
+}
+
+func (f *FileState) load() (*Jobs, error) {
+	data, err := os.ReadFile(f.Path)
+	if errors.Is(err, os.ErrNotExist) {
+		return &Jobs{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read reshard state: %w", err)
+	}
+	var js Jobs
+	if err := json.Unmarshal(data, &js); err != nil {
+		return nil, fmt.Errorf("read reshard state %s: %w", f.Path, err)
+	}
+	return &js, nil
+}
+
+// Save implements StateStore.
+func (f *FileState) Save(_ context.Context, prev int64, next *Jobs) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur, err := f.load()
+	if err != nil {
+		return err
+	}
+	if cur.Version != prev {
+		return fmt.Errorf("%w: expected version %d, stored %d", ErrConflict, prev, cur.Version)
+	}
+	next.Version = prev + 1
+	data, err := json.MarshalIndent(next, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write reshard state: %w", err)
+	}
+	return writeFileAtomic(f.Path, data)
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
