@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/shardmq/shardmq/auth"
+	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/circuit"
 	"github.com/shardmq/shardmq/lookup"
 )
@@ -38,7 +39,10 @@ func (s *Server) hider(r *http.Request) func(code string, err error) *apiError {
 
 func publicMessage(code string, err error, id string) string {
 	var msg string
+	var notRepl *broker.NotReplicatedError
 	switch {
+	case errors.As(err, &notRepl):
+		msg = notRepl.Public()
 	case errors.Is(err, circuit.ErrOpen):
 		msg = "a cluster this request needs is failing and refused for a while; retry later"
 	case errors.Is(err, context.DeadlineExceeded):

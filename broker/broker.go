@@ -427,11 +427,29 @@ func (b *Broker) confirmReplicated(ctx context.Context, name, gtid string, idx [
 	}
 	for _, i := range idx {
 		if results[i].Status == "created" || results[i].Status == "duplicate" {
-			results[i].Err = fmt.Errorf("%s: %w", notReplicatedText(name), err)
+			results[i].Err = &NotReplicatedError{Cluster: name, Err: err}
 			results[i].Status = "unavailable"
 		}
 	}
 }
+
+// NotReplicatedError is an item's error under replicated durability when
+// the message is committed on the primary but no replica confirmed it in
+// time. Its Public text carries no address or driver detail, so the API
+// may answer it as it is: it tells the client what a retry will answer.
+type NotReplicatedError struct {
+	Cluster string
+	Err     error
+}
+
+func (e *NotReplicatedError) Error() string {
+	return notReplicatedText(e.Cluster) + ": " + e.Err.Error()
+}
+
+func (e *NotReplicatedError) Unwrap() error { return e.Err }
+
+// Public is the text a client may see.
+func (e *NotReplicatedError) Public() string { return notReplicatedText(e.Cluster) }
 
 // notReplicatedText is what an item answered unavailable under replicated
 // durability says about its state and about a retry. A duplicate answer

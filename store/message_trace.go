@@ -169,7 +169,7 @@ func eventsOf(ctx context.Context, q queryer, ids []uint64, types ...string) ([]
 // messageTraceMove moves trace events with their vshard (see move.go).
 var messageTraceMove = moveTable{
 	name:  "message_trace",
-	cols:  []string{"id", "created_at", "message_id", "vshard", "subscription", "event", "consumer", "attempt", "claimed_at", "error_code", "error"},
+	cols:  []string{"id", "created_at", "message_id", "vshard", "subscription", "event", "consumer", "attempt", "claimed_at", "error_code", "error", "request_id"},
 	pk:    []string{"id", "created_at"},
 	idCol: "id",
 }
