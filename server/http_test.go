@@ -47,7 +47,7 @@ func serve(t *testing.T, tune func(*Config)) *served {
 func rawRequest(t *testing.T, c net.Conn, br *bufio.Reader, method, path, body string) (*http.Response, map[string]any) {
 	t.Helper()
 	c.SetDeadline(time.Now().Add(30 * time.Second)) // a guard against a hung test, not an assertion
-	fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", method, path, len(body), body)
+	fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", method, path, len(body), body)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
@@ -70,7 +70,7 @@ func TestSlowBodyIsCut(t *testing.T) {
 	}
 	defer c.Close()
 	const size = 2000 // at one byte per 10ms, 20s to send it whole
-	fmt.Fprintf(c, "POST /v1/topics/slow/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", size)
+	fmt.Fprintf(c, "POST /v1/topics/slow/messages HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", size)
 	var sent atomic.Int64
 	go func() {
 		for i := 0; i < size; i++ {
