@@ -136,6 +136,7 @@ type Broker struct {
 	setMu    sync.Mutex
 	claims   *claimers
 	rejected *rejectedTrace
+	closed   bool // set by Close under setMu: SetShards does nothing after it
 	// draining is closed by Drain: long-polls answer at once.
 	draining  chan struct{}
 	drainOnce sync.Once
@@ -183,6 +184,9 @@ func New(cfg Config, table *routing.Table, shards map[string]Shard, subs Subscri
 func (b *Broker) SetShards(shards map[string]Shard) {
 	b.setMu.Lock()
 	defer b.setMu.Unlock()
+	if b.closed {
+		return // a topology applied during shutdown starts no committer that nobody stops
+	}
 	old := *b.shards.Load()
 	m := make(map[string]*clusterShard, len(shards))
 	for name, s := range shards {
@@ -222,6 +226,7 @@ func (b *Broker) Close() {
 	}
 	b.setMu.Lock()
 	defer b.setMu.Unlock()
+	b.closed = true
 	for _, cs := range *b.shards.Load() {
 		cs.commit.stop()
 	}

@@ -127,7 +127,10 @@ collect:
 // flush writes batch, one statement per cluster, concurrently. It returns
 // the events of frozen vshards to try again on the next flush.
 func (t *rejectedTrace) flush(batch []store.Event, held map[uint64]int) []store.Event {
-	table := t.b.table.Load()
+	// Pinned like every write, so the resharding barrier waits for these
+	// events before the final sync of their vshards.
+	table, release := t.b.pin()
+	defer release()
 	shards := *t.b.shards.Load()
 	byCluster := map[string][]store.Event{}
 	var again []store.Event

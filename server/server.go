@@ -466,7 +466,11 @@ func (r *Router) Run(ctx context.Context, ln net.Listener) error {
 	}
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	go r.cfg.Source.Watch(wctx, func(t *topology.Topology) { r.apply(wctx, t) })
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		r.cfg.Source.Watch(wctx, func(t *topology.Topology) { r.apply(wctx, t) })
+	}()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(api.JSONErrorListener(ln)) }() // net/http's own early answers in the JSON shape too
 	select {
@@ -474,6 +478,15 @@ func (r *Router) Run(ctx context.Context, ln net.Listener) error {
 		r.Close()
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
+	}
+	// No topology is applied while the router closes (it would open pools
+	// and committers after Close stopped them); a watch stuck in I/O is
+	// not waited for past a few seconds.
+	stopWatch()
+	select {
+	case <-watched:
+	case <-time.After(5 * time.Second):
+		r.cfg.Log.Warn("topology watch did not stop within 5s; shutting down anyway")
 	}
 	return r.shutdown(srv)
 }

@@ -77,7 +77,11 @@ func (o *consulOptions) setup(ctx context.Context, cfg *server.Config, listen st
 	if id == "" {
 		id = host + "-" + cfg.Listen
 	}
-	reg, err := src.Register(ctx, id)
+	// The registration must outlive the signal that stops the router: the
+	// resharding barrier counts this router only while it is registered,
+	// and it still commits queued and in-flight writes after SIGTERM. The
+	// deferred stop, after the router closed, removes it.
+	reg, err := src.Register(context.WithoutCancel(ctx), id)
 	if err != nil {
 		return nil, err
 	}
