@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"strings"
 
 	"github.com/shardmq/shardmq/shard"
 	"github.com/shardmq/shardmq/store"
@@ -46,6 +47,11 @@ func (r Receipt) Encode() string {
 
 // DecodeReceipt parses a receipt's text form.
 func DecodeReceipt(s string) (Receipt, error) {
+	// Go's base64 decoders skip CR and LF even when strict: refuse them, so
+	// that one receipt has exactly one text form.
+	if strings.ContainsAny(s, "\r\n") {
+		return Receipt{}, ErrBadReceipt
+	}
 	b, err := receiptEncoding.DecodeString(s)
 	if err != nil || len(b) < 22 || b[0] != receiptVersion || b[1]&^flagOrdered != 0 {
 		return Receipt{}, ErrBadReceipt
