@@ -72,7 +72,7 @@ func TestFrozenVShardHoldsThenAnswersUnavailable(t *testing.T) {
 		_, _, body := e.post(t, "/v1/topics/fz/messages", map[string]any{"messages": []any{msg(key, 1)}})
 		done <- results(t, body)[0]
 	}()
-	time.Sleep(50 * time.Millisecond) // let it be held
+	waitFor(t, 10*time.Second, func() bool { return e.r.broker.FrozenStats().Held == 1 }) // it is held now
 	setMap("3", false)
 	if r := <-done; r["status"] != "created" {
 		t.Fatalf("request held across the unfreeze: %v", r)
