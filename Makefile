@@ -150,7 +150,7 @@ FAULT_AT        ?= 20s
 FAULT_DOWN      ?= 5s
 LOADTEST_FLAGS   = -sandbox $(SANDBOX_DIR) $(if $(LOADTEST_ROUTER),-router $(LOADTEST_ROUTER),-router-bin bin/router)
 
-.PHONY: loadtest bench-produce bench-consume loadtest-build
+.PHONY: loadtest bench-produce bench-consume bench-peers loadtest-build
 
 loadtest-build:
 	@mkdir -p bin
@@ -180,3 +180,14 @@ bench-produce: deps loadtest-build
 # router/baseline: R.
 bench-consume: deps loadtest-build
 	bin/loadtest -scenario bench-consume $(LOADTEST_FLAGS) -out $(LOADTEST_OUT)/bench-consume $(LOADTEST_ARGS)
+
+# bench-peers (issue 15): the router against a real peer, Watermill-SQL's
+# MySQL queue schema with delete on ack, on the same sandbox primary in
+# the same run: the peer publishes (100 per call) and consumes (batch 100)
+# before and after one round of bench-produce and of bench-consume. Its
+# own Go module (loadtest/peers) keeps Watermill out of the product's
+# go.mod. Last lines: consume ratio router/peer: R, produce ratio
+# router/peer: R.
+bench-peers: deps loadtest-build
+	cd loadtest/peers && $(GO) build -o ../../bin/bench-peers .
+	bin/bench-peers -sandbox $(SANDBOX_DIR) -loadtest bin/loadtest -router-bin bin/router -out $(LOADTEST_OUT)/bench-peers $(if $(LOADTEST_ARGS),-loadtest-args '$(LOADTEST_ARGS)')

@@ -19,6 +19,9 @@ type Report struct {
 	ElapsedS float64       `json:"elapsed_s"`
 	Host     Host          `json:"host"`
 	Settings Settings      `json:"settings"`
+	// Servers is the MariaDB sizing of the clusters' servers (read from
+	// the first primary), when the run knew the topology.
+	Servers string `json:"servers,omitempty"`
 	Phases   []PhaseReport `json:"phases"`
 	Results  []Result      `json:"results"`
 	// Ratios: produce (router/baseline, batched), consume (router/
@@ -319,6 +322,9 @@ func (r *Report) Markdown() string {
 		w("- router: %s\n", r.Router)
 	}
 	w("- host: %d CPUs, GOMAXPROCS %d, %s, load average at start %s\n", r.Host.CPUs, r.Host.GOMAXPROCS, r.Host.Go, r.Host.Load1)
+	if r.Servers != "" {
+		w("- servers: %s\n", r.Servers)
+	}
 	st := r.Settings
 	w("- producers %d × batch %d, consumers %d × claim %d, payload %s bytes, keys %s, %d topic(s) × %d subscription(s), durability %s\n",
 		st.Producers, st.Batch, st.Consumers, st.ClaimMax, st.Payload, st.Keys, st.Topics, st.Subscriptions, orDefault(st.Durability, "primary"))

@@ -61,6 +61,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		defer r.direct.Close()
 		r.report.Settings.SandboxCluster = len(cfg.Topology.Clusters)
+		for _, st := range r.direct.stores {
+			if r.report.Servers, err = ServerSettingsOf(ctx, st.DB()); err != nil {
+				return nil, err
+			}
+			break
+		}
 	}
 
 	switch cfg.Scenario {
@@ -454,6 +460,9 @@ func (rep *Report) SummaryLines() []string {
 	var out []string
 	sm := rep.Summary
 	verdict := fmt.Sprintf("lost: %d, duplicated: %d, produced/s: %.0f, consumed/s: %.0f", sm.Lost, sm.Duplicated, sm.ProducedPerSec, sm.ConsumedPerSec)
+	if rep.Servers != "" {
+		out = append(out, "servers: "+rep.Servers)
+	}
 	for _, res := range rep.Results {
 		out = append(out, fmt.Sprintf("%s %s: %.0f messages/s (%d in %.1f s)", res.Target, res.Name, res.PerSecond, res.Messages, res.Seconds))
 	}

@@ -39,6 +39,7 @@ func SandboxAddCluster(ctx context.Context, dir string, spec Spec, out io.Writer
 		}
 	}
 	spec.Clusters, spec.Dir, spec.Detach = 1, dir, true
+	spec = sandboxSized(spec)
 	spec.firstCluster, spec.replPassword = next, old.replPassword
 	b, err := Start(ctx, spec)
 	if err != nil {

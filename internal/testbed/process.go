@@ -65,10 +65,8 @@ func (b *Bed) serverArgs(inst *Instance) []string {
 		"--binlog-format=ROW",
 		"--server-id=" + strconv.Itoa(inst.ServerID),
 		"--gtid-strict-mode=1",
-		"--innodb-buffer-pool-size=" + b.spec.BufferPoolSize,
 		"--innodb-flush-log-at-trx-commit=1",
 		"--sync-binlog=1",
-		"--max-connections=1000",
 		"--skip-name-resolve",
 		"--log-slave-updates",
 		"--slave-parallel-threads=4",
@@ -76,6 +74,7 @@ func (b *Bed) serverArgs(inst *Instance) []string {
 		"--character-set-server=utf8mb4",
 		"--collation-server=utf8mb4_general_ci",
 	}
+	args = append(args, b.spec.Server.args()...)
 	if os.Geteuid() == 0 {
 		args = append(args, "--user=root")
 	}

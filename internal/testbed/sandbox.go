@@ -59,6 +59,7 @@ func SandboxUp(ctx context.Context, dir string, spec Spec, out io.Writer) (*Bed,
 	}
 
 	spec.Dir, spec.Detach = dir, true
+	spec = sandboxSized(spec)
 	begin := time.Now()
 	b, err := Start(ctx, spec)
 	if err != nil {
@@ -273,4 +274,13 @@ func TopologyYAML(b *Bed, database string) []byte {
 		fmt.Fprintf(&w, "    - {from: %d, to: %d, cluster: %s}\n", r.From, r.To, r.Cluster)
 	}
 	return w.Bytes()
+}
+
+// sandboxSized gives a sandbox's spec the deployment's server settings
+// unless it names its own.
+func sandboxSized(spec Spec) Spec {
+	if spec.Server == (ServerSettings{}) {
+		spec.Server = DeploymentSettings()
+	}
+	return spec
 }

@@ -39,7 +39,7 @@ func SandboxEnsure(ctx context.Context, dir string, spec Spec, out io.Writer) (b
 		ctx, cancel = context.WithTimeout(ctx, defaultRestartTimeout)
 		defer cancel()
 	}
-	spec, err = spec.withDefaults()
+	spec, err = sandboxSized(spec).withDefaults()
 	if err != nil {
 		return nil, false, nil, err
 	}
@@ -58,7 +58,7 @@ func SandboxEnsure(ctx context.Context, dir string, spec Spec, out io.Writer) (b
 		if err != nil {
 			return nil, false, nil, err
 		}
-		b.bins, b.spec.BufferPoolSize, b.spec.Detach, b.log = bins, spec.BufferPoolSize, true, spec.Logger
+		b.bins, b.spec.Server, b.spec.Detach, b.log = bins, spec.Server, true, spec.Logger
 		// Primaries first, so that restarted replicas find them.
 		for _, primaries := range []bool{true, false} {
 			err := parallel(missing, func(inst *Instance) error {

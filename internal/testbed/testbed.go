@@ -69,7 +69,6 @@ var (
 const (
 	defaultClusters       = 2
 	defaultReplicas       = 1
-	defaultBufferPoolSize = "128M"
 	maxReplicas           = 98 // server_id is cluster*100 + member, members 1…99
 
 	defaultStartTimeout   = 2 * time.Minute  // a whole Start without a ctx deadline
@@ -100,8 +99,11 @@ type Spec struct {
 	// fresh directory under os.TempDir that Stop removes; a Dir given here is
 	// left in place by Stop.
 	Dir string
-	// BufferPoolSize is each server's innodb_buffer_pool_size. Defaults to
-	// "128M".
+	// Server sizes each server (buffer pool, redo log, connections).
+	// Defaults to TestSettings; the sandbox's commands use
+	// DeploymentSettings.
+	Server ServerSettings
+	// BufferPoolSize, when set, overrides Server.BufferPool.
 	BufferPoolSize string
 	// Detach makes the servers outlive the process that starts them (for
 	// `make run`): they get their own session and no parent-death signal.
@@ -139,8 +141,11 @@ func (s Spec) withDefaults() (Spec, error) {
 	if s.Replicas == 0 && !s.NoReplicas {
 		s.Replicas = defaultReplicas
 	}
-	if s.BufferPoolSize == "" {
-		s.BufferPoolSize = defaultBufferPoolSize
+	if s.Server == (ServerSettings{}) {
+		s.Server = TestSettings()
+	}
+	if s.BufferPoolSize != "" {
+		s.Server.BufferPool = s.BufferPoolSize
 	}
 	if s.Logger == nil {
 		s.Logger = slog.New(slog.DiscardHandler)
