@@ -675,3 +675,48 @@ var messageQueueMove = moveTable{
 	idCol:      "message_id",
 	frozenOnly: true,
 }
+
+// ackRow is one lease of a batched ack (AckMany): the delivery, the claim
+// token its receipt holds, the id of its acked trace event and the
+// request that acked it.
+type ackRow struct {
+	messageID uint64
+	sub       string
+	token     uint64
+	eventID   uint64
+	requestID string
+}
+
+// leasesTableSQL is a derived table of ack rows (mid, sub, tok, ev, rid)
+// that the batched ack's statements join to message_queue by its primary
+// key, the claim token compared in SQL: a UNION ALL of one-row SELECTs,
+// valid on MariaDB and MySQL alike (their VALUES constructors differ).
+func leasesTableSQL(rows []ackRow) (string, []any) {
+	var b strings.Builder
+	args := make([]any, 0, 5*len(rows))
+	b.WriteString("(SELECT ? AS mid, ? AS sub, ? AS tok, ? AS ev, ? AS rid")
+	for i, r := range rows {
+		if i > 0 {
+			b.WriteString(" UNION ALL SELECT ?, ?, ?, ?, ?")
+		}
+		args = append(args, r.messageID, r.sub, r.token, r.eventID, r.requestID)
+	}
+	b.WriteString(")")
+	return b.String(), args
+}
+
+// lockAckedSQL locks the deliveries whose lease the rows still hold (a
+// plain SELECT … FOR UPDATE, so that the trace copy and the delete that
+// follow take no lock of their own to upgrade).
+func lockAckedSQL(rows []ackRow) (string, []any) {
+	lt, args := leasesTableSQL(rows)
+	return "SELECT q.message_id FROM " + lt + ` l JOIN message_queue q ON q.message_id = l.mid AND q.subscription = l.sub
+WHERE q.claim_token = l.tok AND l.tok <> 0 FOR UPDATE`, args
+}
+
+// deleteAckedSQL deletes the deliveries whose lease the rows still hold.
+func deleteAckedSQL(rows []ackRow) (string, []any) {
+	lt, args := leasesTableSQL(rows)
+	return "DELETE q FROM message_queue q JOIN " + lt + ` l ON q.message_id = l.mid AND q.subscription = l.sub
+WHERE q.claim_token = l.tok AND l.tok <> 0`, args
+}

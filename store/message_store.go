@@ -166,15 +166,21 @@ func messageSizes(ctx context.Context, q queryer, ids []uint64) (map[uint64]int,
 // message_queue: every subscription has acked (a dead letter acked on the
 // dead-letter channel counts as handled).
 func markConsumed(ctx context.Context, tx *sql.Tx, ids []uint64, now time.Time) error {
+	q, args := markConsumedSQL(ids, now)
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return fmt.Errorf("mark message_store consumed: %w", err)
+	}
+	return nil
+}
+
+// markConsumedSQL is markConsumed's statement (the batched ack sends it
+// in its multi-statement).
+func markConsumedSQL(ids []uint64, now time.Time) (string, []any) {
 	var b strings.Builder
 	b.WriteString("UPDATE message_store SET msg_status = ?, status_at = ? WHERE ")
 	args := idList(&b, []any{StatusConsumed, now}, ids)
 	b.WriteString(" AND msg_status <> ? AND NOT EXISTS (SELECT 1 FROM message_queue q WHERE q.message_id = message_store.id)")
-	args = append(args, StatusConsumed)
-	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
-		return fmt.Errorf("mark message_store consumed: %w", err)
-	}
-	return nil
+	return b.String(), append(args, StatusConsumed)
 }
 
 // markRevived sets pending on dead messages of ids that have no dead
