@@ -11,19 +11,19 @@ import (
 
 // Report is what a run writes as report.json and report.md.
 type Report struct {
-	RunID    string        `json:"run_id"`
-	Scenario string        `json:"scenario"`
-	Command  string        `json:"command"`
-	Router   string        `json:"router,omitempty"`
-	Started  time.Time     `json:"started"`
-	ElapsedS float64       `json:"elapsed_s"`
-	Host     Host          `json:"host"`
-	Settings Settings      `json:"settings"`
+	RunID    string    `json:"run_id"`
+	Scenario string    `json:"scenario"`
+	Command  string    `json:"command"`
+	Router   string    `json:"router,omitempty"`
+	Started  time.Time `json:"started"`
+	ElapsedS float64   `json:"elapsed_s"`
+	Host     Host      `json:"host"`
+	Settings Settings  `json:"settings"`
 	// Servers is the MariaDB sizing of the clusters' servers (read from
 	// the first primary), when the run knew the topology.
-	Servers string `json:"servers,omitempty"`
-	Phases   []PhaseReport `json:"phases"`
-	Results  []Result      `json:"results"`
+	Servers string        `json:"servers,omitempty"`
+	Phases  []PhaseReport `json:"phases"`
+	Results []Result      `json:"results"`
 	// Ratios: produce (router/baseline, batched), consume (router/
 	// baseline), single_vs_batched_baseline (one message per request
 	// through the router against the batched baseline).

@@ -67,9 +67,9 @@ var (
 )
 
 const (
-	defaultClusters       = 2
-	defaultReplicas       = 1
-	maxReplicas           = 98 // server_id is cluster*100 + member, members 1…99
+	defaultClusters = 2
+	defaultReplicas = 1
+	maxReplicas     = 98 // server_id is cluster*100 + member, members 1…99
 
 	defaultStartTimeout   = 2 * time.Minute  // a whole Start without a ctx deadline
 	defaultRestartTimeout = time.Minute      // a Restart without a ctx deadline

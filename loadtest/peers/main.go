@@ -46,9 +46,9 @@ func main() {
 
 type options struct {
 	sandbox, loadtestBin, routerBin, out string
-	preload, publishers, batch, subs    int
-	duration, warmup                    time.Duration
-	loadtestArgs                        string
+	preload, publishers, batch, subs     int
+	duration, warmup                     time.Duration
+	loadtestArgs                         string
 }
 
 func run(args []string, stdout io.Writer) int {
