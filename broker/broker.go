@@ -31,6 +31,9 @@ type Shard interface {
 	Claim(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, error)
 	ClaimMany(ctx context.Context, reqs []store.ClaimRequest) ([][]store.Claimed, error)
 	Ack(ctx context.Context, leases []store.Lease, now time.Time) ([]store.LeaseStatus, error)
+	// AckMany acks several requests' leases together (the acker's
+	// coalesced transaction), a result per group.
+	AckMany(ctx context.Context, groups []store.AckGroup, now time.Time) []store.AckResult
 	Nack(ctx context.Context, items []store.NackItem, policy func(topic, sub string) store.RetryPolicy, rnd func() float64, now time.Time) ([]store.NackResult, error)
 	Extend(ctx context.Context, leases []store.Lease, lease time.Duration, now time.Time) ([]store.LeaseStatus, time.Time, error)
 	// Release gives back leases a claim took but could not hand over.
@@ -148,6 +151,7 @@ type Broker struct {
 type clusterShard struct {
 	Shard
 	commit *committer
+	ack    *acker
 }
 
 // recentKey is what the recent-keys cache remembers of a registered key.
@@ -194,7 +198,7 @@ func (b *Broker) SetShards(shards map[string]Shard) {
 			m[name] = cs
 			continue
 		}
-		m[name] = &clusterShard{Shard: s, commit: newCommitter(name, s, b.cfg.Commit)}
+		m[name] = &clusterShard{Shard: s, commit: newCommitter(name, s, b.cfg.Commit), ack: newAcker(s)}
 	}
 	b.shards.Store(&m)
 	for name, cs := range old {
@@ -672,23 +676,24 @@ func (b *Broker) orderedNow(ctx context.Context, receipts []Receipt) {
 	}
 }
 
-// Ack completes deliveries, one transaction per cluster.
+// Ack completes deliveries, one transaction per cluster, shared with the
+// other acks that reach the cluster meanwhile (acker.go).
 func (b *Broker) Ack(ctx context.Context, receipts []Receipt) []LeaseResult {
 	b.orderedNow(ctx, receipts)
-	return b.leaseOp(ctx, receipts, func(s Shard, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
-		st, err := s.Ack(ctx, leases, b.now().UTC())
+	return b.leaseOp(ctx, receipts, func(cs *clusterShard, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
+		st, err := cs.ack.ack(ctx, leases, b.now().UTC())
 		return st, time.Time{}, err
 	})
 }
 
 // Extend moves the leases' expiry to now + lease.
 func (b *Broker) Extend(ctx context.Context, receipts []Receipt, lease time.Duration) []LeaseResult {
-	return b.leaseOp(ctx, receipts, func(s Shard, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
-		return s.Extend(ctx, leases, lease, b.now().UTC())
+	return b.leaseOp(ctx, receipts, func(cs *clusterShard, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
+		return cs.Extend(ctx, leases, lease, b.now().UTC())
 	})
 }
 
-func (b *Broker) leaseOp(ctx context.Context, receipts []Receipt, op func(Shard, []store.Lease) ([]store.LeaseStatus, time.Time, error)) []LeaseResult {
+func (b *Broker) leaseOp(ctx context.Context, receipts []Receipt, op func(*clusterShard, []store.Lease) ([]store.LeaseStatus, time.Time, error)) []LeaseResult {
 	out := make([]LeaseResult, len(receipts))
 	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *clusterShard, idx []int, _ func() func()) {
 		leases := make([]store.Lease, len(idx))

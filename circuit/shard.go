@@ -119,6 +119,27 @@ func (s *Shard) Ack(ctx context.Context, leases []store.Lease, now time.Time) (o
 	return out, err
 }
 
+// AckMany implements broker.Shard. The breaker sees the first group's
+// error (a batch fails as a whole when the cluster is down).
+func (s *Shard) AckMany(ctx context.Context, groups []store.AckGroup, now time.Time) (out []store.AckResult) {
+	err := s.call(ctx, false, func(ctx context.Context, sh broker.Shard) error {
+		out = sh.AckMany(ctx, groups, now)
+		for _, r := range out {
+			if r.Err != nil {
+				return r.Err
+			}
+		}
+		return nil
+	})
+	if out == nil {
+		out = make([]store.AckResult, len(groups))
+		for i := range out {
+			out[i].Err = err
+		}
+	}
+	return out
+}
+
 // Nack implements broker.Shard.
 func (s *Shard) Nack(ctx context.Context, items []store.NackItem, policy func(topic, sub string) store.RetryPolicy, rnd func() float64, now time.Time) (out []store.NackResult, err error) {
 	err = s.call(ctx, false, func(ctx context.Context, sh broker.Shard) (err error) {

@@ -126,6 +126,21 @@ func (sh *Shard) Ack(ctx context.Context, leases []store.Lease, now time.Time) (
 	return out, err
 }
 
+// AckMany implements broker.Shard.
+func (sh *Shard) AckMany(ctx context.Context, groups []store.AckGroup, now time.Time) []store.AckResult {
+	start := time.Now()
+	out := sh.Shard.AckMany(ctx, groups, now)
+	var err error
+	for _, r := range out {
+		if r.Err != nil {
+			err = r.Err
+			break
+		}
+	}
+	sh.observe("ack", start, err)
+	return out
+}
+
 // Nack implements broker.Shard.
 func (sh *Shard) Nack(ctx context.Context, items []store.NackItem, policy func(topic, sub string) store.RetryPolicy, rnd func() float64, now time.Time) ([]store.NackResult, error) {
 	start := time.Now()

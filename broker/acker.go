@@ -1,0 +1,97 @@
+package broker
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardmq/shardmq/internal/reqid"
+	"github.com/shardmq/shardmq/store"
+)
+
+// Ack coalescing, the consume side's group commit. The acks that reach
+// one cluster while its previous ack transaction runs wait and then go
+// together, as one transaction (store.AckMany: two round trips, one
+// commit), instead of one transaction each: a commit costs the servers
+// far more than the rows it carries (docs/performance.md). An ack alone
+// on an idle cluster starts at once; nothing lingers.
+
+// maxAckBatch caps the leases one coalesced ack transaction carries.
+const maxAckBatch = 1000
+
+// ackTimeout bounds one coalesced ack transaction (its callers wait for
+// it whatever their own deadlines: the ack may commit).
+const ackTimeout = 10 * time.Second
+
+type ackCall struct {
+	group store.AckGroup
+	now   time.Time
+	done  chan store.AckResult // buffered 1
+}
+
+// acker queues one cluster's acks; a worker goroutine runs while any are
+// queued and exits when none is, so an idle cluster holds no goroutine.
+type acker struct {
+	s Shard
+
+	mu      sync.Mutex
+	queue   []*ackCall
+	running bool
+
+	transactions, leases atomic.Int64 // what ran (tests, stats)
+}
+
+func newAcker(s Shard) *acker { return &acker{s: s} }
+
+// ack queues leases and waits for their statuses.
+func (a *acker) ack(ctx context.Context, leases []store.Lease, now time.Time) ([]store.LeaseStatus, error) {
+	call := &ackCall{group: store.AckGroup{Leases: leases, RequestID: reqid.From(ctx)}, now: now, done: make(chan store.AckResult, 1)}
+	a.mu.Lock()
+	a.queue = append(a.queue, call)
+	if !a.running {
+		a.running = true
+		go a.work()
+	}
+	a.mu.Unlock()
+	r := <-call.done
+	return r.Statuses, r.Err
+}
+
+// work runs coalesced transactions until the queue is empty.
+func (a *acker) work() {
+	for {
+		a.mu.Lock()
+		if len(a.queue) == 0 {
+			a.running = false
+			a.mu.Unlock()
+			return
+		}
+		n, take := 0, 0
+		for take < len(a.queue) && (take == 0 || n+len(a.queue[take].group.Leases) <= maxAckBatch) {
+			n += len(a.queue[take].group.Leases)
+			take++
+		}
+		batch := a.queue[:take:take]
+		a.queue = a.queue[take:]
+		a.mu.Unlock()
+		a.run(batch)
+	}
+}
+
+func (a *acker) run(batch []*ackCall) {
+	groups := make([]store.AckGroup, len(batch))
+	n := 0
+	for i, c := range batch {
+		groups[i] = c.group
+		n += len(c.group.Leases)
+	}
+	ctx, cancel := context.WithTimeout(reqid.With(context.Background(), groups[0].RequestID), ackTimeout)
+	defer cancel()
+	res := a.s.AckMany(ctx, groups, batch[0].now)
+	a.transactions.Add(1)
+	a.leases.Add(int64(n))
+	for i, c := range batch {
+		c.done <- res[i]
+	}
+}
