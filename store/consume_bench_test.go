@@ -1,0 +1,85 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardmq/shardmq/internal/procstat"
+)
+
+// BenchmarkConsume drains a backlog with claim 100 + ack 100, one
+// consumer, and splits the primary's CPU between the claims and the acks
+// (from /proc; the server does nothing else meanwhile), with InnoDB's
+// rows read per message. ack=many is the coalesced path (AckMany: two
+// round trips), ack=one the per-request Ack.
+func BenchmarkConsume(b *testing.B) {
+	f := setup(b)
+	pid := bed.Clusters[0].Primary.PID
+	payload := `{"order":"` + strings.Repeat("x", 180) + `"}`
+	ctx := context.Background()
+	status := func(name string) int64 {
+		var k string
+		var v int64
+		if err := f.db.QueryRow("SHOW GLOBAL STATUS LIKE '"+name+"'").Scan(&k, &v); err != nil {
+			b.Fatal(err)
+		}
+		return v
+	}
+	for _, many := range []bool{true, false} {
+		b.Run(fmt.Sprintf("ack=%s", map[bool]string{true: "many", false: "one"}[many]), func(b *testing.B) {
+			topic := fmt.Sprintf("c%d", f.ids.Next())
+			// The backlog: b.N claims of 100.
+			for i := 0; i < b.N; i++ {
+				items := make([]ProduceItem, 100)
+				for j := range items {
+					items[j] = f.item(topic, fmt.Sprintf("k%d-%d", i, j), payload)
+				}
+				if _, err := f.st.Produce(ctx, items); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var claimCPU, ackCPU time.Duration
+			var claimT, ackT time.Duration
+			read0 := status("Handler_read_next")
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				c0, _ := procstat.Process(pid)
+				t0 := time.Now()
+				got, err := f.st.Claim(ctx, ClaimRequest{Topic: topic, Subscription: "default", Consumer: "w", Max: 100,
+					Lease: time.Minute, Token: f.ids.Next(), MaxAttempts: 5, Now: time.Now().UTC(), MaxBytes: 1 << 20, AllowOversize: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				c1, _ := procstat.Process(pid)
+				t1 := time.Now()
+				leases := make([]Lease, len(got))
+				for j, c := range got {
+					leases[j] = lease(c, "default")
+				}
+				if many {
+					for _, r := range f.st.AckMany(ctx, []AckGroup{{Leases: leases}}, time.Now().UTC()) {
+						if r.Err != nil {
+							b.Fatal(r.Err)
+						}
+					}
+				} else if _, err := f.st.Ack(ctx, leases, time.Now().UTC()); err != nil {
+					b.Fatal(err)
+				}
+				c2, _ := procstat.Process(pid)
+				claimCPU += c1 - c0
+				ackCPU += c2 - c1
+				claimT += t1.Sub(t0)
+				ackT += time.Since(t1)
+			}
+			msgs := float64(b.N * 100)
+			b.ReportMetric(float64(claimCPU.Microseconds())/msgs, "claim-server-µs/msg")
+			b.ReportMetric(float64(ackCPU.Microseconds())/msgs, "ack-server-µs/msg")
+			b.ReportMetric(float64(claimT.Microseconds())/msgs, "claim-wall-µs/msg")
+			b.ReportMetric(float64(ackT.Microseconds())/msgs, "ack-wall-µs/msg")
+			b.ReportMetric(float64(status("Handler_read_next")-read0)/msgs, "index-reads/msg")
+		})
+	}
+}
