@@ -138,30 +138,6 @@ func selectMessages(ctx context.Context, q queryer, ids []uint64) (map[uint64]*M
 	return out, rows.Err()
 }
 
-// messageSizes reads how many bytes each message's payload, headers and
-// keys take, without reading them (the claim's byte cap).
-func messageSizes(ctx context.Context, q queryer, ids []uint64) (map[uint64]int, error) {
-	var b strings.Builder
-	b.WriteString(`SELECT id, LENGTH(payload) + COALESCE(LENGTH(headers), 0) + LENGTH(msg_key) + COALESCE(LENGTH(order_key), 0) +
-  COALESCE(LENGTH(transaction_id), 0) FROM message_store WHERE `)
-	args := idList(&b, nil, ids)
-	rows, err := q.QueryContext(ctx, b.String(), args...)
-	if err != nil {
-		return nil, fmt.Errorf("select message_store sizes: %w", err)
-	}
-	defer rows.Close()
-	out := make(map[uint64]int, len(ids))
-	for rows.Next() {
-		var id uint64
-		var n int
-		if err := rows.Scan(&id, &n); err != nil {
-			return nil, fmt.Errorf("select message_store sizes: %w", err)
-		}
-		out[id] = n
-	}
-	return out, rows.Err()
-}
-
 // markConsumed sets consumed on those of ids that have no delivery left in
 // message_queue: every subscription has acked (a dead letter acked on the
 // dead-letter channel counts as handled).
