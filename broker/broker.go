@@ -138,6 +138,7 @@ type Broker struct {
 	recent   *expirable.LRU[string, recentKey]
 	setMu    sync.Mutex
 	claims   *claimers
+	polls    *pollGate // shared long-poll re-polls (longpoll.go)
 	rejected *rejectedTrace
 	closed   bool // set by Close under setMu: SetShards does nothing after it
 	// draining is closed by Drain: long-polls answer at once.
@@ -171,7 +172,7 @@ func New(cfg Config, table *routing.Table, shards map[string]Shard, subs Subscri
 		log = slog.New(slog.DiscardHandler)
 	}
 	b := &Broker{cfg: cfg.withDefaults(), table: table, subs: subs, replicas: replicas, ids: ids, now: now, log: log, wake: newNotifier(),
-		claims: newClaimers(), draining: make(chan struct{}), pins: newPins()}
+		claims: newClaimers(), draining: make(chan struct{}), pins: newPins(), polls: newPollGate()}
 	if b.cfg.RecentKeys > 0 {
 		b.recent = expirable.NewLRU[string, recentKey](b.cfg.RecentKeys, nil, b.cfg.RecentKeysTTL)
 		b.rejected = newRejectedTrace(b)
@@ -521,12 +522,18 @@ func (b *Broker) Claim(ctx context.Context, req ClaimRequest) ([]Delivery, error
 	implicit := sub.Implicit()
 	deadline := time.Now().Add(req.Wait)
 	poll := b.cfg.PollMin
-	readDB := true
+	pk := pollKey{topic: req.Topic, sub: req.Subscription, dead: req.Dead, errorCode: req.ErrorCode}
+	// A claim that may wait skips its first poll when another found the
+	// subscription empty within PollMin (longpoll.go).
+	readDB := req.Wait <= 0 || !b.polls.fresh(pk, time.Now(), b.cfg.PollMin)
 	for {
 		woken, release := b.wake.wait(req.Topic)
 		var out []Delivery
 		if readDB {
 			out, err = b.claimOnce(ctx, req, sub)
+			if err == nil {
+				b.polls.polled(pk, time.Now(), len(out) > 0, b.cfg.PollMax)
+			}
 		}
 		if len(out) > 0 && ctx.Err() != nil {
 			release()
@@ -559,8 +566,10 @@ func (b *Broker) Claim(ctx context.Context, req ClaimRequest) ([]Delivery, error
 			poll = b.cfg.PollMin
 			readDB = true
 		case <-timer.C:
+			// Another waiting claim's poll within this interval stands
+			// for this one's.
+			readDB = !implicit && !b.polls.fresh(pk, time.Now(), poll)
 			poll = min(2*poll, b.cfg.PollMax)
-			readDB = !implicit
 		}
 		release()
 		if implicit {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardmq/shardmq/internal/reqid"
@@ -50,6 +51,7 @@ type claimAnswer struct {
 // Claims queued while a worker's transaction runs are coalesced into its
 // next one.
 type claimers struct {
+	runs    atomic.Int64 // coalesced claim transactions run
 	mu      sync.Mutex
 	workers map[claimKey]*claimWorker
 	stopped bool
@@ -177,6 +179,7 @@ func (c *claimers) run(k claimKey, calls []*claimCall) {
 	ctx, cancel := context.WithTimeout(reqid.With(context.Background(), calls[0].rid), 10*time.Second)
 	defer cancel()
 	got, err := k.shard.ClaimMany(ctx, reqs)
+	c.runs.Add(1)
 	for i, call := range calls {
 		if err != nil {
 			call.done <- claimAnswer{err: err}
@@ -185,6 +188,10 @@ func (c *claimers) run(k claimKey, calls []*claimCall) {
 		call.done <- claimAnswer{got: got[i]}
 	}
 }
+
+// ClaimTransactions is how many claim transactions (one per cluster,
+// coalesced) the broker ran: what waiting claims cost the databases.
+func (b *Broker) ClaimTransactions() int64 { return b.claims.runs.Load() }
 
 // Waiting reports what long-polls and claims hold right now: the topics
 // with a waiting claim and the claim workers. Both fall back to zero once
