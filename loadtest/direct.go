@@ -202,7 +202,9 @@ func (d *Direct) byCluster(receipts []Receipt) map[string][]int {
 	return g
 }
 
-// Ack implements Target: one store transaction per cluster, concurrently.
+// Ack implements Target: one store transaction per cluster, concurrently,
+// by the router's statements (store.AckMany, one group: the baseline does
+// not coalesce requests).
 func (d *Direct) Ack(ctx context.Context, receipts []Receipt) ([]string, error) {
 	out := make([]string, len(receipts))
 	var g errgroup.Group
@@ -212,7 +214,8 @@ func (d *Direct) Ack(ctx context.Context, receipts []Receipt) ([]string, error) 
 			for j, i := range idx {
 				leases[j] = receipts[i].lease
 			}
-			st, err := d.stores[name].Ack(ctx, leases, time.Now().UTC())
+			res := d.stores[name].AckMany(ctx, []store.AckGroup{{Leases: leases}}, time.Now().UTC())[0]
+			st, err := res.Statuses, res.Err
 			for j, i := range idx {
 				if err != nil {
 					out[i] = "unavailable"
