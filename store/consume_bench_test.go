@@ -43,7 +43,7 @@ func BenchmarkConsume(b *testing.B) {
 			}
 			var claimCPU, ackCPU time.Duration
 			var claimT, ackT time.Duration
-			read0 := status("Handler_read_next")
+			read0, binlog0 := status("Handler_read_next"), status("Binlog_bytes_written")
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				c0, _ := procstat.Process(pid)
@@ -80,6 +80,7 @@ func BenchmarkConsume(b *testing.B) {
 			b.ReportMetric(float64(claimT.Microseconds())/msgs, "claim-wall-µs/msg")
 			b.ReportMetric(float64(ackT.Microseconds())/msgs, "ack-wall-µs/msg")
 			b.ReportMetric(float64(status("Handler_read_next")-read0)/msgs, "index-reads/msg")
+			b.ReportMetric(float64(status("Binlog_bytes_written")-binlog0)/msgs, "binlog-bytes/msg")
 		})
 	}
 }
