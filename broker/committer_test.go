@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 	os.Exit(testbed.Main(m, testbed.Spec{Clusters: 1}, func(b *testbed.Bed) { bed = b }))
 }
 
-func openStore(t *testing.T) *store.Store {
+func openStore(t testing.TB) *store.Store {
 	t.Helper()
 	ctx := context.Background()
 	name := testbed.TestDatabase(t, bed, "t_broker_")

@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// TestAckManyOneTransactionAndFallback: groups whose receipts all hold
-// their leases are acked together (deleted, traced with their own request
-// id, claim time and consumer, message marked consumed); a batch with a
-// lost lease, a repeated receipt or an ordered lease falls back to Ack per
-// group and tells each status apart.
-func TestAckManyOneTransactionAndFallback(t *testing.T) {
+// TestAckManyKeepsEachRequestsOutcome: several requests' acks in one
+// transaction are deleted, traced with their own request id, claim time
+// and consumer, and their messages marked consumed; a lost lease, a
+// receipt repeated by a later group and one acked before each get their
+// own status, as if the requests had run one after the other.
+func TestAckManyKeepsEachRequestsOutcome(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -41,34 +41,22 @@ func TestAckManyOneTransactionAndFallback(t *testing.T) {
 	ordered.Ordered = true
 	tests := []struct {
 		name   string
-		fast   bool // the one-transaction path takes the whole batch
 		groups []AckGroup
 		want   [][]LeaseStatus
 	}{
-		{"all held: one transaction", true, []AckGroup{
+		{"all held", []AckGroup{
 			{Leases: leases(ca[:4], "a"), RequestID: "r1"},
 			{Leases: append(leases(ca[4:], "a"), leases(cb[:2], "b")...), RequestID: "r2"},
 		}, [][]LeaseStatus{{0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}}},
-		{"a lost lease and a repeat: per group", false, []AckGroup{
+		{"a lost lease, a repeat across groups, one acked before", []AckGroup{
 			{Leases: []Lease{lease(cb[2], "b"), lost}, RequestID: "r3"},
 			{Leases: []Lease{lease(cb[2], "b"), lease(cb[0], "b")}, RequestID: "r4"},
 		}, [][]LeaseStatus{{LeaseOK, LeaseLost}, {LeaseNotFound, LeaseNotFound}}},
-		{"ordered: per group", false, []AckGroup{
+		{"ordered", []AckGroup{
 			{Leases: []Lease{ordered, lease(cb[3], "b")}, RequestID: "r5"},
 		}, [][]LeaseStatus{{LeaseOK, LeaseOK}}},
 	}
 	for _, tc := range tests {
-		if f.st.ackFastEligible(tc.groups) {
-			ok, err := f.st.ackFast(ctx, tc.groups, f.now)
-			if err != nil || ok != tc.fast {
-				t.Fatalf("%s: one-transaction path: ok %v, %v; want ok %v", tc.name, ok, err, tc.fast)
-			}
-			if ok {
-				continue // acked; AckMany would find them gone
-			}
-		} else if tc.fast {
-			t.Fatalf("%s: not eligible for the one-transaction path", tc.name)
-		}
 		res := f.st.AckMany(ctx, tc.groups, f.now)
 		for i, r := range res {
 			if r.Err != nil {

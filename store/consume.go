@@ -367,54 +367,64 @@ func lockLeases(ctx context.Context, tx *sql.Tx, leases []Lease) (map[Lease]deli
 func (s *Store) Ack(ctx context.Context, leases []Lease, now time.Time) ([]LeaseStatus, error) {
 	out := make([]LeaseStatus, len(leases))
 	err := s.inTx(ctx, 5, s.retryHook("ack"), func(tx *sql.Tx) error {
-		rows, found, err := lockLeases(ctx, tx, leases)
-		if err != nil {
-			return err
-		}
-		bySub := map[string][]uint64{}
-		var events []Event
-		var acked []uint64
-		var unpark []delivery
-		done := map[Lease]bool{}
-		for i, l := range leases {
-			out[i] = holds(rows[l], found[l], l)
-			if out[i] != LeaseOK || done[l] {
-				if done[l] {
-					out[i] = LeaseNotFound // the same receipt twice in one request
-				}
-				continue
-			}
-			done[l] = true
-			d := rows[l]
-			bySub[l.Subscription] = append(bySub[l.Subscription], l.MessageID)
-			acked = append(acked, l.MessageID)
-			ev := s.event(now, d, EventAcked, d.lockedBy, d.attempts, "", "")
-			ev.ClaimedAt = d.claimedAt
-			events = append(events, ev)
-			if d.orderKey != "" && !d.isDead && l.Ordered {
-				unpark = append(unpark, d)
-			}
-		}
-		if len(acked) == 0 {
-			return nil
-		}
-		for sub, ids := range bySub {
-			if err := deleteDeliveries(ctx, tx, sub, ids); err != nil {
-				return err
-			}
-		}
-		if err := s.unparkNext(ctx, tx, unpark, now); err != nil {
-			return err
-		}
-		if err := insertEvents(ctx, tx, events); err != nil {
-			return err
-		}
-		return markConsumed(ctx, tx, acked, now)
+		return s.ackIn(ctx, tx, leases, nil, now, out)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// ackIn is Ack's work inside tx, the statuses written to out; rids, when
+// set, gives each lease's request id for its trace event (AckMany's
+// leases come from several requests).
+func (s *Store) ackIn(ctx context.Context, tx *sql.Tx, leases []Lease, rids []string, now time.Time, out []LeaseStatus) error {
+	rows, found, err := lockLeases(ctx, tx, leases)
+	if err != nil {
+		return err
+	}
+	bySub := map[string][]uint64{}
+	var events []Event
+	var acked []uint64
+	var unpark []delivery
+	done := map[Lease]bool{}
+	for i, l := range leases {
+		out[i] = holds(rows[l], found[l], l)
+		if out[i] != LeaseOK || done[l] {
+			if done[l] {
+				out[i] = LeaseNotFound // the same receipt twice in one request
+			}
+			continue
+		}
+		done[l] = true
+		d := rows[l]
+		bySub[l.Subscription] = append(bySub[l.Subscription], l.MessageID)
+		acked = append(acked, l.MessageID)
+		ev := s.event(now, d, EventAcked, d.lockedBy, d.attempts, "", "")
+		ev.ClaimedAt = d.claimedAt
+		if rids != nil {
+			ev.RequestID = rids[i]
+		}
+		events = append(events, ev)
+		if d.orderKey != "" && !d.isDead && l.Ordered {
+			unpark = append(unpark, d)
+		}
+	}
+	if len(acked) == 0 {
+		return nil
+	}
+	for sub, ids := range bySub {
+		if err := deleteDeliveries(ctx, tx, sub, ids); err != nil {
+			return err
+		}
+	}
+	if err := s.unparkNext(ctx, tx, unpark, now); err != nil {
+		return err
+	}
+	if err := insertEvents(ctx, tx, events); err != nil {
+		return err
+	}
+	return markConsumed(ctx, tx, acked, now)
 }
 
 // NackItem is one failed delivery.

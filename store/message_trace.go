@@ -173,15 +173,3 @@ var messageTraceMove = moveTable{
 	pk:    []string{"id", "created_at"},
 	idCol: "id",
 }
-
-// insertAckedSQL traces acked every delivery whose lease the rows still
-// hold, copying consumer, attempt and claim time from its message_queue
-// row in the same statement (the batched ack's; before the delete).
-func insertAckedSQL(rows []ackRow, at time.Time) (string, []any) {
-	lt, largs := leasesTableSQL(rows)
-	args := append([]any{at, EventAcked}, largs...)
-	return `INSERT INTO message_trace (id, created_at, message_id, vshard, subscription, event, consumer, attempt, claimed_at, request_id)
-SELECT l.ev, ?, q.message_id, q.vshard, q.subscription, ?, q.locked_by, q.attempts, q.claimed_at, NULLIF(l.rid, '')
-FROM ` + lt + ` l JOIN message_queue q ON q.message_id = l.mid AND q.subscription = l.sub
-WHERE q.claim_token = l.tok AND l.tok <> 0`, args
-}
