@@ -525,13 +525,15 @@ func (b *Broker) Claim(ctx context.Context, req ClaimRequest) ([]Delivery, error
 	pk := pollKey{topic: req.Topic, sub: req.Subscription, dead: req.Dead, errorCode: req.ErrorCode}
 	// A claim that may wait skips its first poll when another found the
 	// subscription empty within PollMin (longpoll.go).
-	readDB := req.Wait <= 0 || !b.polls.fresh(pk, time.Now(), b.cfg.PollMin)
+	// Implicit subscriptions (made-up topic names) are not remembered:
+	// they never re-poll on a timer, and their names must leave nothing.
+	readDB := req.Wait <= 0 || implicit || !b.polls.fresh(pk, time.Now(), b.cfg.PollMin)
 	for {
 		woken, release := b.wake.wait(req.Topic)
 		var out []Delivery
 		if readDB {
 			out, err = b.claimOnce(ctx, req, sub)
-			if err == nil {
+			if err == nil && !implicit {
 				b.polls.polled(pk, time.Now(), len(out) > 0, b.cfg.PollMax)
 			}
 		}
