@@ -210,6 +210,15 @@ func TestBenchConsumeRatioLine(t *testing.T) {
 	if last := lines[len(lines)-1]; !regexp.MustCompile(`^consume ratio router/baseline: \d+\.\d\d$`).MatchString(last) {
 		t.Fatalf("last line %q", last)
 	}
+	// The report says how the servers were sized, read from them.
+	servers := regexp.MustCompile(`^servers: MariaDB .*innodb_buffer_pool_size \d+ [MG]iB, innodb_log_file_size \d+ [MG]iB, max_connections \d+`)
+	found := false
+	for _, l := range lines {
+		found = found || servers.MatchString(l)
+	}
+	if !found || !strings.Contains(rep.Markdown(), "- servers: MariaDB") {
+		t.Fatalf("no servers line in %q", lines)
+	}
 }
 
 // Killing a primary mid-run loses no acknowledged message: its items are
