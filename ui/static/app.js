@@ -76,7 +76,7 @@ async function tick() {
     const [map, top, jobs] = await Promise.all([
       api("GET", "/v1/admin/shardmap"), api("GET", "/v1/admin/topology"), api("GET", "/v1/admin/reshard").catch(() => ({ jobs: [] })),
     ]);
-    drawMap(map, jobs.jobs || []);
+    drawMap(map, jobs.jobs || [], (top.clusters || []).map((c) => c.name));
     drawClusters(top);
     drawJobs(jobs.jobs || []);
     $("status").textContent = "live · refreshed " + new Date().toLocaleTimeString();
@@ -94,7 +94,7 @@ function colour(cluster) {
 
 const active = (s) => !["done", "aborted", "failed"].includes(s);
 
-function drawMap(map, jobs) {
+function drawMap(map, jobs, names) {
   const grid = $("grid");
   if (grid.children.length !== 1024) {
     grid.replaceChildren();
@@ -119,7 +119,7 @@ function drawMap(map, jobs) {
   }
   const legend = $("legend");
   legend.replaceChildren();
-  for (const c of (map.clusters || []).concat(Object.keys(counts)).filter((c, i, a) => a.indexOf(c) === i)) {
+  for (const c of names.concat(map.clusters || [], Object.keys(counts)).filter((c, i, a) => a.indexOf(c) === i)) {
     const s = el("span", { "data-cluster": c }, c + " (" + (counts[c] || 0) + ")");
     s.style.setProperty("--c", colour(c));
     legend.append(s);
