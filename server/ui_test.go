@@ -219,7 +219,9 @@ func TestUIEndpoints(t *testing.T) {
 		}
 	}
 
-	codes := func() string { return mustJSON(e.must(t, "GET", "/v1/topics/orders/subscriptions/billing/dead-letters/codes", nil)) }
+	codes := func() string {
+		return mustJSON(e.must(t, "GET", "/v1/topics/orders/subscriptions/billing/dead-letters/codes", nil))
+	}
 	want := `{"codes":[{"count":3,"error_code":"E_STOCK"},{"count":2,"error_code":"E_PAY"}],"total":5}`
 	if got := codes(); got != want {
 		t.Fatalf("codes: %s, want %s", got, want)
