@@ -767,7 +767,7 @@ func TestReshardCLI(t *testing.T) {
 	e := setupReshard(t, nil)
 	run := func(args ...string) (int, map[string]any) {
 		var stdout, stderr bytes.Buffer
-		code := ctl.Run(args, e.url, &stdout, &stderr, testClient)
+		code := ctl.Run(append([]string{"-json"}, args...), e.url, &stdout, &stderr, testClient)
 		var body map[string]any
 		json.Unmarshal(stdout.Bytes(), &body)
 		return code, body

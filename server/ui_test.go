@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/shardmq/shardmq/auth"
 	"github.com/shardmq/shardmq/internal/cdp"
+	"github.com/shardmq/shardmq/internal/ctl"
 	"github.com/shardmq/shardmq/ui"
 )
 
@@ -399,5 +401,81 @@ func TestUIBrowser(t *testing.T) {
 	defer mu.Unlock()
 	if len(problems) > 0 {
 		t.Fatalf("the page logged problems:\n%s", strings.Join(problems, "\n"))
+	}
+}
+
+// The operator follows a reshard to its end from the command line: plan
+// (a table, nothing started), start -follow (a progress bar to done), the
+// heat map before and after, status tables, a redrive's dry run, and the
+// bash completion script; -json gives the router's answers.
+func TestOperatorCLIReshardFollow(t *testing.T) {
+	t.Parallel()
+	e := setupUI(t)
+	seedUI(t, e)
+	client := ctl.WithToken(testClient, e.token)
+	run := func(args ...string) (int, string, string) {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		code := ctl.Run(args, e.url, &stdout, &stderr, client)
+		return code, stdout.String(), stderr.String()
+	}
+	heat := func() string {
+		t.Helper()
+		code, out, errs := run("shardmap", "-heat")
+		if code != 0 {
+			t.Fatalf("shardmap -heat: %d %s", code, errs)
+		}
+		return out
+	}
+	before := heat()
+	if !strings.Contains(before, "\n   0 "+strings.Repeat("A", 64)+"\n") || !strings.Contains(before, "\n 960 "+strings.Repeat("B", 64)+"\n") ||
+		!strings.Contains(before, "A c1 (512 vshards)") {
+		t.Fatalf("heat map before:\n%s", before)
+	}
+	code, out, errs := run("reshard", "plan", "add-cluster", "c3")
+	if code != 0 || !strings.Contains(out, "SOURCE") || !strings.Contains(out, "c3") || !strings.Contains(out, "nothing started") {
+		t.Fatalf("plan: %d %q %s", code, out, errs)
+	}
+	if code, out, _ := run("reshard", "status"); code != 0 || strings.Count(out, "\n") != 1 {
+		t.Fatalf("the plan started a job: %d\n%s", code, out)
+	}
+	code, out, errs = run("reshard", "start", "add-cluster", "c3", "-follow")
+	if code != 0 || !strings.HasPrefix(out, "started rs-") || !strings.Contains(out, "done        ["+strings.Repeat("#", 30)+"] 100%") ||
+		!strings.Contains(out, " done: ") {
+		t.Fatalf("start -follow: %d\n%s\n%s", code, out, errs)
+	}
+	id := strings.Fields(out)[1]
+	if code, out, _ := run("reshard", "status", id); code != 0 || !strings.Contains(out, id+"  done  ") {
+		t.Fatalf("status: %d\n%s", code, out)
+	}
+	if code, out, _ := run("-json", "reshard", "status", id); code != 0 || !strings.Contains(out, `"state": "done"`) {
+		t.Fatalf("status -json: %d\n%s", code, out)
+	}
+	if after := heat(); !strings.Contains(after, "C c3 (") || strings.Contains(after, "C c3 (0 ") {
+		t.Fatalf("heat map after:\n%s", after)
+	}
+	if code, _, errs := run("reshard", "pause", id); code != 1 || !strings.Contains(errs, "reshard") {
+		t.Fatalf("pause of a finished job: %d %s", code, errs)
+	}
+	code, out, _ = run("dlq", "redrive", "orders", "billing", "-error-code", "E_STOCK", "-dry-run")
+	if code != 0 || out != "dry run: 3 dead letters would be redriven (E_STOCK 3); nothing changed\n" {
+		t.Fatalf("redrive -dry-run: %d %q", code, out)
+	}
+	if code, out, _ := run("dlq", "codes", "orders", "billing"); code != 0 || !strings.Contains(out, "E_STOCK     3") || !strings.Contains(out, "(total)     5") {
+		t.Fatalf("codes after the dry run: %d\n%s", code, out)
+	}
+	if code, out, _ := run("stats"); code != 0 || !strings.Contains(out, "orders    billing       11     11     0        4          0       5\n") {
+		t.Fatalf("stats: %d\n%s", code, out)
+	}
+	code, out, _ = run("completion", "bash")
+	if code != 0 || !strings.Contains(out, "complete -F _shardmqctl shardmqctl") {
+		t.Fatalf("completion: %d %q", code, out)
+	}
+	if bash, err := exec.LookPath("bash"); err == nil {
+		cmd := exec.Command(bash, "-n")
+		cmd.Stdin = strings.NewReader(out)
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("the completion script does not parse: %v %s", err, msg)
+		}
 	}
 }
