@@ -30,7 +30,7 @@ type uiEnv struct {
 	token string
 }
 
-func setupUI(t *testing.T) *uiEnv {
+func setupUI(t *testing.T, tune func(*Config)) *uiEnv {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "tokens.yaml")
 	secret := "secret-ui-admin"
@@ -38,11 +38,14 @@ func setupUI(t *testing.T) *uiEnv {
 		Scopes: map[auth.Scope][]string{auth.Admin: {"*"}, auth.Produce: {"*"}, auth.Consume: {"*"}}}); err != nil {
 		t.Fatal(err)
 	}
-	e := setupReshard(t, func(c *Config) {
+	e := setupReshardOn(t, func(c *Config) {
 		c.Security.TokensFile = path
 		c.Observe.QueueEvery = 100 * time.Millisecond
 		c.UI.SampleEvery = time.Second
-	})
+		if tune != nil {
+			tune(c)
+		}
+	}, true)
 	return &uiEnv{env: e, token: secret}
 }
 
@@ -154,7 +157,7 @@ func (e *uiEnv) waitQueues(t *testing.T, want map[string][3]float64) map[string]
 // origin passes the Origin check, another does not.
 func TestUIEndpoints(t *testing.T) {
 	t.Parallel()
-	e := setupUI(t)
+	e := setupUI(t, nil)
 	seedUI(t, e)
 
 	resp, err := testClient.Get(e.url + "/ui/")
@@ -267,6 +270,14 @@ func TestUIEndpoints(t *testing.T) {
 	}
 }
 
+func list(v any) []map[string]any {
+	var out []map[string]any
+	for _, x := range v.([]any) {
+		out = append(out, x.(map[string]any))
+	}
+	return out
+}
+
 // uiArtifacts is where the browser test keeps its screenshot.
 func uiArtifacts() string {
 	if d := os.Getenv("SHARDMQ_UI_ARTIFACTS"); d != "" {
@@ -286,7 +297,9 @@ func TestUIBrowser(t *testing.T) {
 		t.Skip("chromium is not installed (apt-get install -y chromium; make test installs it): skipping the browser test of /ui")
 	}
 	t.Parallel()
-	e := setupUI(t)
+	// A slow copy (10 rows a second, 5 a batch), so that the job can be
+	// paused from the page while it copies.
+	e := setupUI(t, func(c *Config) { c.Reshard.RowsPerSecond, c.Reshard.BatchRows = 10, 5 })
 	seedUI(t, e)
 
 	var mu sync.Mutex
@@ -334,7 +347,8 @@ func TestUIBrowser(t *testing.T) {
 			t.Fatalf("legend %s: %q, want %q", c, got, want)
 		}
 	}
-	step("the clusters", p.WaitFor(ctx, `document.querySelectorAll("#clusters tbody tr[data-cluster]").length === 3`))
+	step("the clusters, each with its replica", p.WaitFor(ctx, `new Set([...document.querySelectorAll("#clusters tbody tr[data-cluster]")].map((r) => r.dataset.cluster)).size === 3 &&
+		document.querySelectorAll("#clusters tbody tr[data-cluster]").length === 6`))
 	// The queues, once sampled: the seeded counts.
 	row := `#queues tr[data-topic="orders"][data-sub="billing"]`
 	step("the queue counts", p.WaitFor(ctx, `(() => { const r = document.querySelector('`+row+`');
@@ -373,6 +387,20 @@ func TestUIBrowser(t *testing.T) {
 	}
 	step("start", p.Eval(ctx, `document.getElementById("rsstart").click()`, nil))
 	step("the job row", p.WaitFor(ctx, `document.querySelectorAll("#jobs tr[data-job]").length === 1`))
+	// Pause it while it copies: the map shows the moving vshards, the row
+	// a resume button; the screenshot of that moment is ui-paused.png.
+	step("the pause button", p.WaitFor(ctx, `document.querySelector('#jobs tr[data-job] button[data-act="pause"]') !== null`))
+	step("pause", p.Eval(ctx, `document.querySelector('#jobs tr[data-job] button[data-act="pause"]').click()`, nil))
+	step("paused", p.WaitFor(ctx, `document.querySelector("#jobs tr[data-job] td.state").textContent === "paused" &&
+		document.querySelector('#jobs tr[data-job] button[data-act="resume"]') !== null && document.querySelectorAll("#grid div.moving").length > 0`))
+	if jobs := e.must(t, "GET", "/v1/admin/reshard", nil); list(jobs["jobs"])[0]["state"] != "paused" {
+		t.Fatalf("the router's job after the page paused it: %v", jobs)
+	}
+	if png, err := p.Screenshot(ctx); err == nil {
+		os.MkdirAll(uiArtifacts(), 0o755)
+		os.WriteFile(filepath.Join(uiArtifacts(), "ui-paused.png"), png, 0o644)
+	}
+	step("resume", p.Eval(ctx, `document.querySelector('#jobs tr[data-job] button[data-act="resume"]').click()`, nil))
 	step("the job ends done", p.WaitFor(ctx, `document.querySelector("#jobs tr[data-job] td.state").textContent === "done"`))
 	sm := e.must(t, "GET", "/v1/admin/shardmap", nil)
 	own := map[string]int{}
@@ -410,7 +438,7 @@ func TestUIBrowser(t *testing.T) {
 // bash completion script; -json gives the router's answers.
 func TestOperatorCLIReshardFollow(t *testing.T) {
 	t.Parallel()
-	e := setupUI(t)
+	e := setupUI(t, nil)
 	seedUI(t, e)
 	client := ctl.WithToken(testClient, e.token)
 	run := func(args ...string) (int, string, string) {

@@ -112,7 +112,7 @@ function drawMap(map, jobs, names) {
       let title = "vshard " + v + " · " + r.cluster + " · " + r.state;
       if (moving.has(v)) { cls += " moving"; title += " · moving to " + moving.get(v); }
       d.className = cls.trim();
-      d.style.background = colour(r.cluster);
+      d.style.backgroundColor = colour(r.cluster);
       d.title = title;
       counts[r.cluster] = (counts[r.cluster] || 0) + 1;
     }
