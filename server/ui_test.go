@@ -472,6 +472,7 @@ func TestOperatorCLIReshardFollow(t *testing.T) {
 		!strings.Contains(out, " done: ") {
 		t.Fatalf("start -follow: %d\n%s\n%s", code, out, errs)
 	}
+	t.Logf("reshard start add-cluster c3 -follow:\n%s", out)
 	id := strings.Fields(out)[1]
 	if code, out, _ := run("reshard", "status", id); code != 0 || !strings.Contains(out, id+"  done  ") {
 		t.Fatalf("status: %d\n%s", code, out)
@@ -479,9 +480,11 @@ func TestOperatorCLIReshardFollow(t *testing.T) {
 	if code, out, _ := run("-json", "reshard", "status", id); code != 0 || !strings.Contains(out, `"state": "done"`) {
 		t.Fatalf("status -json: %d\n%s", code, out)
 	}
-	if after := heat(); !strings.Contains(after, "C c3 (") || strings.Contains(after, "C c3 (0 ") {
+	after := heat()
+	if !strings.Contains(after, "C c3 (") || strings.Contains(after, "C c3 (0 ") {
 		t.Fatalf("heat map after:\n%s", after)
 	}
+	t.Logf("shardmap -heat after:\n%s", after)
 	if code, _, errs := run("reshard", "pause", id); code != 1 || !strings.Contains(errs, "reshard") {
 		t.Fatalf("pause of a finished job: %d %s", code, errs)
 	}

@@ -256,9 +256,11 @@ func (c *cmd) heatMap() error {
 		}
 		b.WriteByte('\n')
 	}
+	var legend []string
 	for _, n := range names {
-		fmt.Fprintf(&b, "%c %s (%d vshards)  ", letter[n], n, count[n])
+		legend = append(legend, fmt.Sprintf("%c %s (%d vshards)", letter[n], n, count[n]))
 	}
+	b.WriteString(strings.Join(legend, "  "))
 	b.WriteString("\nlowercase: moving (a running job); *: frozen (writes held)\n")
 	_, err = c.out.Write([]byte(b.String()))
 	return err
