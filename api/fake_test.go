@@ -111,6 +111,7 @@ func (b *recordingBroker) PurgeDead(_ context.Context, topic, sub, errorCode str
 }
 
 func (b *recordingBroker) DeadByCode(_ context.Context, topic, sub string, ids []uint64, errorCode string) (map[string]int64, error) {
+	b.record("dead_by_code", topic, sub, ids, errorCode)
 	return map[string]int64{}, nil
 }
 
