@@ -296,7 +296,8 @@ func TestUIBrowser(t *testing.T) {
 	if path == "" {
 		t.Skip("chromium is not installed (apt-get install -y chromium; make test installs it): skipping the browser test of /ui")
 	}
-	t.Parallel()
+	// Not parallel: the browser's CPU would slow the timing-sensitive
+	// tests that run beside it on a small machine.
 	// A slow copy (10 rows a second, 5 a batch), so that the job can be
 	// paused from the page while it copies.
 	e := setupUI(t, func(c *Config) { c.Reshard.RowsPerSecond, c.Reshard.BatchRows = 10, 5 })
