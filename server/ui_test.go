@@ -475,8 +475,17 @@ func TestOperatorCLIReshardFollow(t *testing.T) {
 	}
 	t.Logf("reshard start add-cluster c3 -follow:\n%s", out)
 	id := strings.Fields(out)[1]
+	startOut := out
 	if code, out, _ := run("reshard", "status", id); code != 0 || !strings.Contains(out, id+"  done  ") {
 		t.Fatalf("status: %d\n%s", code, out)
+	}
+	lastLine := func(s string) string { ls := strings.Split(strings.TrimSpace(s), "\n"); return ls[len(ls)-1] }
+	followed := lastLine(startOut)
+	if code, out, _ := run("reshard", "status", id, "-watch"); code != 0 || lastLine(out) != followed || !strings.Contains(out, "100%") {
+		t.Fatalf("status -watch of a finished job: %d\n%s\nwant the last line %q", code, out, followed)
+	}
+	if code, out, _ := run("dlq", "list", "orders", "billing", "-error-code", "E_PAY"); code != 0 || strings.Count(out, "E_PAY") != 2 || !strings.HasPrefix(out, "ID ") {
+		t.Fatalf("dlq list: %d\n%s", code, out)
 	}
 	if code, out, _ := run("-json", "reshard", "status", id); code != 0 || !strings.Contains(out, `"state": "done"`) {
 		t.Fatalf("status -json: %d\n%s", code, out)
