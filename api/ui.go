@@ -21,6 +21,11 @@ var _ QueueHistory = (*ui.History)(nil)
 // maxQueuesLimit bounds one page of GET /v1/admin/queues.
 const maxQueuesLimit = 500
 
+// staleQueues: samples whose newest count is older than this (or than
+// two steps) are not served; the router stopped counting (it no longer
+// leads), and the answer is counted for the request instead.
+const staleQueues = 5 * time.Minute
+
 // RouteUI serves the operators' page at /ui (its files carry no data: the
 // route is open) and GET /v1/admin/queues, the paged queue table with
 // sparkline samples that the page reads (docs/ui.md). hist may be nil:
@@ -59,15 +64,17 @@ func (s *Server) queues(w http.ResponseWriter, r *http.Request, hist QueueHistor
 	}
 	var p ui.Page
 	live := hist == nil
-	if !live {
-		p = hist.Page(q)
-		live = p.At.IsZero() // no count yet (not the leading router, or just started)
-	}
-	var missing []string
 	step := time.Minute
 	if hist != nil {
 		step = hist.Step()
 	}
+	if !live {
+		p = hist.Page(q)
+		// No count yet (not the leading router, or just started), or none
+		// for a while (it stopped leading): count for this answer.
+		live = p.At.IsZero() || time.Since(p.At) > max(2*step, staleQueues)
+	}
+	var missing []string
 	if live {
 		st := s.b.Stats(r.Context())
 		h := ui.NewHistory(step, 2)
