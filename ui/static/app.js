@@ -335,7 +335,7 @@ async function trace() {
     if (tx) data = await api("GET", "/v1/transactions/" + encodeURIComponent(tx));
     else if (key && topic) data = await api("GET", "/v1/messages/" + encodeURIComponent(key) + "/trace?" + new URLSearchParams({ topic }));
     else throw new Error("give a key and its topic, or a transaction id");
-    if (data.events) {
+    if (data.events && data.message) {
       const t = el("table", {}, el("thead", {}, el("tr", {}, ...["at", "event", "subscription", "consumer", "attempt", "error"].map((h) => el("th", {}, h)))));
       const tb = el("tbody");
       for (const ev of data.events) {
@@ -345,7 +345,17 @@ async function trace() {
       t.append(tb);
       out.append(el("p", {}, "status: " + (data.message ? data.message.status : "?") + " · read from " + data.read_from), t);
     }
-    out.append(el("pre", {}, JSON.stringify(data, null, 2)));
+    if (data.messages) {
+      const t = el("table", {}, el("thead", {}, el("tr", {}, ...["key", "topic", "id", "vshard", "cluster", "status", "produced"].map((h) => el("th", {}, h)))));
+      const tb = el("tbody");
+      for (const m of data.messages) {
+        tb.append(el("tr", {}, el("td", {}, m.key), el("td", {}, m.topic), el("td", {}, m.id), el("td", { class: "num" }, m.vshard),
+          el("td", {}, m.cluster || ""), el("td", {}, m.status || ""), el("td", {}, m.produced_at || "")));
+      }
+      t.append(tb);
+      out.append(el("p", {}, data.messages.length + " messages" + (data.complete === false ? " (some clusters did not answer)" : "")), t);
+    }
+    out.append(el("details", {}, el("summary", {}, "the answer as JSON"), el("pre", {}, JSON.stringify(data, null, 2))));
   } catch (e) { out.append(el("p", { class: "err" }, e.message)); }
 }
 
