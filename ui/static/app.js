@@ -367,7 +367,8 @@ document.addEventListener("DOMContentLoaded", () => {
   $("rsstart").addEventListener("click", startJob);
   $("rsmode").addEventListener("change", () => { $("rsstart").disabled = true; state.plan = null; });
   $("rsarg").addEventListener("input", () => { $("rsstart").disabled = true; state.plan = null; });
-  $("qfilter").addEventListener("input", () => { state.qOffset = 0; queues(); });
+  let typing = null; // one request once typing pauses, not one per key
+  $("qfilter").addEventListener("input", () => { clearTimeout(typing); typing = setTimeout(() => { state.qOffset = 0; queues(); }, 250); });
   $("qsort").addEventListener("change", () => { state.qOffset = 0; queues(); });
   $("qprev").addEventListener("click", () => { state.qOffset = Math.max(0, state.qOffset - state.qLimit); queues(); });
   $("qnext").addEventListener("click", () => { state.qOffset += state.qLimit; queues(); });
