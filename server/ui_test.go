@@ -357,6 +357,15 @@ func TestUIBrowser(t *testing.T) {
 	if got := text("#qpage"); got != " 1-3 of 3 " {
 		t.Fatalf("queue paging %q", got)
 	}
+	// The filter (answered by the server) narrows the table, and clearing
+	// it brings every row back.
+	filter := func(v string) string {
+		return `(() => { const f = document.getElementById("qfilter"); f.value = ` + strconv.Quote(v) + `; f.dispatchEvent(new Event("input")); })()`
+	}
+	step("filter", p.Eval(ctx, filter("payments"), nil))
+	step("filtered", p.WaitFor(ctx, `document.getElementById("qpage").textContent === " 1-1 of 1 " && document.querySelectorAll("#queues tbody tr").length === 1`))
+	step("unfilter", p.Eval(ctx, filter(""), nil))
+	step("unfiltered", p.WaitFor(ctx, `document.getElementById("qpage").textContent === " 1-3 of 3 "`))
 	// Dead letters: pick the queue, dry run, then redrive for real.
 	step("pick billing", p.Eval(ctx, `document.querySelector('`+row+`').click()`, nil))
 	step("the codes", p.WaitFor(ctx, `document.querySelectorAll("#codes tr[data-code]").length === 2`))
