@@ -66,6 +66,11 @@ type Settings struct {
 	FaultDownS     float64 `json:"fault_down_s,omitempty"`
 	BaselineIncl   bool    `json:"baseline"`
 	SandboxCluster int     `json:"clusters,omitempty"`
+	// Routers driven as one fleet and how requests were spread over them;
+	// Workers: generator processes that shared the run (coordinator mode).
+	Routers int    `json:"routers,omitempty"`
+	Routing string `json:"routing,omitempty"`
+	Workers int    `json:"workers,omitempty"`
 }
 
 // Result is one measured figure, summed over the rounds that measured it.
