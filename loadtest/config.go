@@ -70,8 +70,11 @@ type Config struct {
 	// called with its URL once it listens (to start local workers).
 	// ShareToken hands Token to the workers in their plan (only for a
 	// token made for this run).
-	Workers       int
-	Listen        string
+	Workers int
+	Listen  string
+	// Capacity is the load and hosts the report's capacity model sizes a
+	// fleet for (defaults: 100k produced/s + 50k consumed/s).
+	Capacity      CapacityTarget
 	OnCoordinator func(url string) error
 	ShareToken    bool
 	// Token is the API token sent with every request to the router; ""

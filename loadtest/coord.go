@@ -135,14 +135,15 @@ func parseRecord(b []byte) record {
 		k: keyID(binary.LittleEndian.Uint64(b[8:])), id: binary.LittleEndian.Uint64(b[16:])}
 }
 
-// keyed reports whether the record is about one key (and must be applied
-// in order with the key's other records).
-func (r record) keyed() bool {
+// consumed reports whether the record is a consumer's (a delivery, an
+// ack or a nack of a key): those of one key are applied in order, after
+// the key's Sent record, which comes from the worker that produced it.
+func (r record) consumed() bool {
 	switch r.kind {
-	case recDupFresh, recConflict, recCorrupt, recUnexpected:
-		return false
+	case recReceived, recAcked, recNacked:
+		return true
 	}
-	return true
+	return false
 }
 
 // remoteBooks are a worker's books: records buffered for the coordinator.
@@ -222,13 +223,14 @@ type coordinator struct {
 
 // apply applies records in order. A delivery of a key whose Sent record
 // has not arrived yet (another worker produced it and has not streamed it)
-// waits in limbo with the key's later records until it has.
+// waits in limbo with the key's later consumer records until it has; the
+// producer's records are applied as they come.
 func (c *coordinator) apply(data []byte) {
 	for len(data) >= recLen {
 		r := parseRecord(data[:recLen])
 		data = data[recLen:]
 		c.records++
-		if r.keyed() {
+		if r.consumed() {
 			if _, parked := c.limbo[r.k]; parked {
 				c.limbo[r.k] = append(c.limbo[r.k], r)
 				continue

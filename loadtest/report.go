@@ -27,6 +27,9 @@ type Report struct {
 	Ratios       map[string]float64 `json:"ratios,omitempty"`
 	Verification []Verification     `json:"verification"`
 	Summary      Summary            `json:"summary"`
+	// Capacity is the fleet the CPU per message of this run asks for at
+	// the capacity target, and what limited the run (capacity.go).
+	Capacity *Capacity `json:"capacity,omitempty"`
 }
 
 // Host describes the machine the numbers come from.
@@ -391,6 +394,7 @@ func (r *Report) Markdown() string {
 	}
 
 	r.writeCPU(w)
+	r.writeCapacity(w)
 
 	w("\n## Verification\n\n| workload | mode | acknowledged | expected deliveries | consumed | dead (asked) | ack unknown | lost | pending | duplicated | redelivered after nack | after lease expiry | unexpected | corrupt |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, v := range r.Verification {

@@ -443,6 +443,13 @@ func (r *runner) finish() {
 		sm.Problems = append(sm.Problems, fmt.Sprintf("the fault on %s was never injected (fault-at %s is past the phase)", r.cfg.Fault.Name(), r.cfg.FaultAt))
 	}
 	sm.Passed = len(sm.Problems) == 0
+	replicas := 0
+	if t := r.cfg.Topology; t != nil {
+		for _, c := range t.Clusters {
+			replicas = max(replicas, len(c.Replicas))
+		}
+	}
+	rep.Capacity = capacity(rep, r.cfg.Capacity, replicas)
 	// The headline rates: the router's (the baseline's when it ran alone).
 	want := "router"
 	if r.cfg.Scenario == ScenarioBaseline {

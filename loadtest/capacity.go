@@ -1,0 +1,204 @@
+package loadtest
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// CapacityTarget is the load a fleet must carry, and the hosts it is
+// built of; the capacity model sizes it from the CPU per message a run
+// measured (docs/capacity.md).
+type CapacityTarget struct {
+	// Produce and Consume in messages/s. Default 100,000 and 50,000 (the
+	// quarterly target).
+	Produce, Consume float64
+	// Utilization is the share of each host's cores the fleet may use at
+	// the target, leaving the rest as headroom. Default 0.7.
+	Utilization float64
+	// Cores of a database host (primary or replica), a router host and a
+	// load-generator host. Defaults 16, 8 and 8.
+	DBCores, RouterCores, GeneratorCores int
+}
+
+func (c CapacityTarget) withDefaults() CapacityTarget {
+	if c.Produce <= 0 && c.Consume <= 0 {
+		c.Produce, c.Consume = 100000, 50000
+	}
+	if c.Utilization <= 0 || c.Utilization > 1 {
+		c.Utilization = 0.7
+	}
+	if c.DBCores <= 0 {
+		c.DBCores = 16
+	}
+	if c.RouterCores <= 0 {
+		c.RouterCores = 8
+	}
+	if c.GeneratorCores <= 0 {
+		c.GeneratorCores = 8
+	}
+	return c
+}
+
+// Capacity is the model's answer for one run.
+type Capacity struct {
+	Target CapacityTarget `json:"target"`
+	// Phase the inputs come from, and its mix: messages produced and
+	// consumed (the model charges each the same CPU, so the mix of the
+	// run should be near the target's).
+	Phase    string `json:"phase"`
+	Produced int64  `json:"produced"`
+	Consumed int64  `json:"consumed"`
+	// Measured CPU per message moved, µs, and the throughput per
+	// CPU-second of each part (messages moved per second of its CPU).
+	Inputs []CapacityPart `json:"inputs"`
+	// Clusters, routers and generator hosts needed; ReplicasPerCluster as
+	// in the run.
+	Clusters           int `json:"clusters"`
+	ReplicasPerCluster int `json:"replicas_per_cluster"`
+	Routers            int `json:"routers"`
+	Generators         int `json:"generators"`
+	// Limit says what held the run below its target: "none" (reached),
+	// "generator", "machine" (every core busy, mostly the system under
+	// test) or "system" (the system under test, with cores idle: bound
+	// by latency — commits, fsyncs, locks — not by CPU). LimitText says
+	// it in a sentence.
+	Limit     string `json:"limit"`
+	LimitText string `json:"limit_text"`
+}
+
+// CapacityPart is one part of the system in the model.
+type CapacityPart struct {
+	Name         string  `json:"name"` // router, primary, replica, generator
+	PerMessageUS float64 `json:"us_per_message"`
+	PerCPUSecond float64 `json:"messages_per_cpu_s"`
+	// Cores needed at the target at the measured efficiency, with the
+	// headroom (divided by Utilization).
+	Cores float64 `json:"cores_needed"`
+	Hosts int     `json:"hosts"`
+}
+
+// capacity applies the model to the first router phase that produced and
+// consumed with its CPU measured; nil when there is none.
+func capacity(rep *Report, target CapacityTarget, replicasPerCluster int) *Capacity {
+	t := target.withDefaults()
+	var p *PhaseReport
+	for i := range rep.Phases {
+		ph := &rep.Phases[i]
+		if ph.Target == "router" && !ph.Preload && ph.Kind == "mixed" && len(ph.CPU) > 0 {
+			p = ph
+			break
+		}
+	}
+	if p == nil {
+		return nil
+	}
+	by := map[string]CPUUse{}
+	for _, u := range p.CPU {
+		by[u.Name] = u
+	}
+	c := &Capacity{Target: t, Phase: p.Name, ReplicasPerCluster: replicasPerCluster}
+	for _, pt := range p.Timeline {
+		c.Produced += pt.Produced
+		c.Consumed += pt.Consumed
+	}
+	moved := float64(c.Produced + c.Consumed)
+	if moved == 0 {
+		return nil
+	}
+	rate := t.Produce + t.Consume
+	part := func(name string, secs float64, hostCores int) CapacityPart {
+		cp := CapacityPart{Name: name, PerMessageUS: secs * 1e6 / moved}
+		if secs > 0 {
+			cp.PerCPUSecond = moved / secs
+		}
+		cp.Cores = rate * secs / moved / t.Utilization
+		cp.Hosts = int(math.Ceil(cp.Cores / float64(hostCores)))
+		return cp
+	}
+	gen := by["loadtest"].Seconds + by["coordinator"].Seconds
+	router := part("router", by["router"].Seconds, t.RouterCores)
+	primary := part("primary", by["primary"].Seconds, t.DBCores)
+	replica := part("replica", by["replica"].Seconds, t.DBCores)
+	generator := part("generator", gen, t.GeneratorCores)
+	c.Clusters = max(primary.Hosts, 1)
+	if replicasPerCluster > 0 {
+		// Each cluster's replicas apply that cluster's writes: as many
+		// replica hosts per cluster as in the run, each with its share.
+		replica.Hosts = c.Clusters * replicasPerCluster
+	}
+	c.Routers = max(router.Hosts, 1)
+	c.Generators = max(generator.Hosts, 1)
+	c.Inputs = []CapacityPart{router, primary}
+	if _, ok := by["replica"]; ok {
+		c.Inputs = append(c.Inputs, replica)
+	}
+	c.Inputs = append(c.Inputs, generator)
+	c.Limit, c.LimitText = limitOf(p, by, gen, rep.Host.CPUs)
+	return c
+}
+
+// limitOf says what held a phase below its targets.
+func limitOf(p *PhaseReport, by map[string]CPUUse, genSecs float64, cpus int) (string, string) {
+	reached := func(f *Flow) bool { return f == nil || f.Target <= 0 || f.PerSecond >= 0.95*f.Target }
+	if reached(p.Produce) && reached(p.Consume) {
+		return "none", "The targets were reached: neither the generator nor the system under test was the limit."
+	}
+	m := by["machine"]
+	wall := p.ElapsedS
+	genCores := 0.0
+	if wall > 0 {
+		genCores = genSecs / wall
+	}
+	share := 0.0
+	if m.Seconds > 0 {
+		share = genSecs / m.Seconds
+	}
+	busy := float64(cpus) > 0 && m.Cores >= 0.9*float64(cpus)
+	switch {
+	case float64(cpus) > 0 && genCores >= 0.9*float64(cpus):
+		return "generator", fmt.Sprintf("The generator was the limit, not the system under test: it kept %.2f of %d cores busy by itself.", genCores, cpus)
+	case busy && share >= 0.25:
+		return "generator", fmt.Sprintf("The generator was the limit, not the system under test: every core was busy (%.2f of %d) and the generator took %.0f %% of them; run it on other machines (-workers).", m.Cores, cpus, 100*share)
+	case busy:
+		return "machine", fmt.Sprintf("The system under test was the limit: every core of this machine was busy (%.2f of %d), and the generator took only %.0f %% of them.", m.Cores, cpus, 100*share)
+	}
+	return "system", fmt.Sprintf("The system under test was the limit without using every core (%.2f of %d busy; the generator %.0f %%): bound by latency (commits, fsyncs, locks), not CPU.", m.Cores, cpus, 100*share)
+}
+
+// writeCapacity renders the model.
+func (r *Report) writeCapacity(w func(string, ...any)) {
+	c := r.Capacity
+	if c == nil {
+		return
+	}
+	t := c.Target
+	w("\n## Capacity\n\n")
+	w("%s\n\n", c.LimitText)
+	w("Measured in %q: %d produced and %d consumed (a message moved is one of either). "+
+		"For %s produced/s + %s consumed/s at %.0f %% of each host's cores (the model, its checks and its limits: docs/capacity.md):\n\n",
+		c.Phase, c.Produced, c.Consumed, human(t.Produce), human(t.Consume), 100*t.Utilization)
+	w("| part | CPU µs per message | messages per CPU-second | cores needed | hosts |\n|---|---:|---:|---:|---|\n")
+	for _, p := range c.Inputs {
+		hosts := ""
+		switch p.Name {
+		case "router":
+			hosts = fmt.Sprintf("%d routers of %d cores", c.Routers, t.RouterCores)
+		case "primary":
+			hosts = fmt.Sprintf("%d clusters (primaries of %d cores)", c.Clusters, t.DBCores)
+		case "replica":
+			hosts = fmt.Sprintf("%d replicas of %d cores (%d per cluster)", p.Hosts, t.DBCores, c.ReplicasPerCluster)
+		case "generator":
+			hosts = fmt.Sprintf("%d generator machines of %d cores", c.Generators, t.GeneratorCores)
+		}
+		w("| %s | %.1f | %s | %.1f | %s |\n", p.Name, p.PerMessageUS, human(p.PerCPUSecond), p.Cores, hosts)
+	}
+	var parts []string
+	for _, p := range c.Inputs {
+		if p.Name != "generator" {
+			parts = append(parts, fmt.Sprintf("%.1f %s", p.Cores, p.Name))
+		}
+	}
+	w("\nFleet: **%d clusters, %d routers** (%s cores), plus %d generator machines to drive it. The figures come from one shared machine (other processes ran beside this one) and hold only as long as the cost per message stays flat as the fleet grows.\n",
+		c.Clusters, c.Routers, strings.Join(parts, " + "), c.Generators)
+}
