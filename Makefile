@@ -151,7 +151,8 @@ FAULT_DOWN      ?= 5s
 ROUTERS         ?= 1
 WORKERS         ?= 1
 LOADTEST_FLAGS   = -sandbox $(SANDBOX_DIR) $(if $(LOADTEST_ROUTER),-router $(LOADTEST_ROUTER),-router-bin bin/router) \
-	$(if $(filter-out 1,$(ROUTERS)),-routers $(ROUTERS)) $(if $(filter-out 1,$(WORKERS)),-workers $(WORKERS))
+	$(if $(filter-out 1,$(ROUTERS)),-routers $(ROUTERS)) $(if $(filter-out 1,$(WORKERS)),-workers $(WORKERS)) \
+	$(if $(filter-out 2,$(CLUSTERS)),-sandbox-clusters $(CLUSTERS)) $(if $(filter-out 1,$(REPLICAS)),-sandbox-replicas $(REPLICAS))
 
 .PHONY: loadtest bench-produce bench-consume loadtest-build
 

@@ -60,8 +60,10 @@ type Capacity struct {
 	Generators         int `json:"generators"`
 	// Limit says what held the run below its target: "none" (reached),
 	// "generator", "machine" (every core busy, mostly the system under
-	// test) or "system" (the system under test, with cores idle: bound
-	// by latency — commits, fsyncs, locks — not by CPU). LimitText says
+	// test), "shared" (every core busy, a quarter or more by processes
+	// that are neither: a shared machine) or "system" (the system under
+	// test, with cores idle: bound by latency — commits, fsyncs, locks —
+	// not by CPU). LimitText says
 	// it in a sentence.
 	Limit     string `json:"limit"`
 	LimitText string `json:"limit_text"`
@@ -155,11 +157,23 @@ func limitOf(p *PhaseReport, by map[string]CPUUse, genSecs float64, cpus int) (s
 		share = genSecs / m.Seconds
 	}
 	busy := float64(cpus) > 0 && m.Cores >= 0.9*float64(cpus)
+	// What neither the generator nor the system under test (the routers
+	// and servers this run watched) used: other processes on the machine.
+	sut := by["router"].Seconds + by["mariadbd"].Seconds
+	if _, ok := by["mariadbd"]; !ok {
+		sut += by["primary"].Seconds + by["replica"].Seconds
+	}
+	others := 0.0
+	if m.Seconds > 0 && sut > 0 {
+		others = max(0, m.Seconds-sut-genSecs) / m.Seconds
+	}
 	switch {
 	case float64(cpus) > 0 && genCores >= 0.9*float64(cpus):
 		return "generator", fmt.Sprintf("The generator was the limit, not the system under test: it kept %.2f of %d cores busy by itself.", genCores, cpus)
 	case busy && share >= 0.25:
 		return "generator", fmt.Sprintf("The generator was the limit, not the system under test: every core was busy (%.2f of %d) and the generator took %.0f %% of them; run it on other machines (-workers).", m.Cores, cpus, 100*share)
+	case busy && others >= 0.25:
+		return "shared", fmt.Sprintf("The machine was the limit, and not this run's alone: every core was busy (%.2f of %d), the generator took %.0f %% of them and other processes %.0f %%; the system under test got the rest.", m.Cores, cpus, 100*share, 100*others)
 	case busy:
 		return "machine", fmt.Sprintf("The system under test was the limit: every core of this machine was busy (%.2f of %d), and the generator took only %.0f %% of them.", m.Cores, cpus, 100*share)
 	}
@@ -183,13 +197,13 @@ func (r *Report) writeCapacity(w func(string, ...any)) {
 		hosts := ""
 		switch p.Name {
 		case "router":
-			hosts = fmt.Sprintf("%d routers of %d cores", c.Routers, t.RouterCores)
+			hosts = fmt.Sprintf("%s of %d cores", plural(c.Routers, "router"), t.RouterCores)
 		case "primary":
-			hosts = fmt.Sprintf("%d clusters (primaries of %d cores)", c.Clusters, t.DBCores)
+			hosts = fmt.Sprintf("%s (primaries of %d cores)", plural(c.Clusters, "cluster"), t.DBCores)
 		case "replica":
-			hosts = fmt.Sprintf("%d replicas of %d cores (%d per cluster)", p.Hosts, t.DBCores, c.ReplicasPerCluster)
+			hosts = fmt.Sprintf("%s of %d cores (%d per cluster)", plural(p.Hosts, "replica"), t.DBCores, c.ReplicasPerCluster)
 		case "generator":
-			hosts = fmt.Sprintf("%d generator machines of %d cores", c.Generators, t.GeneratorCores)
+			hosts = fmt.Sprintf("%s of %d cores", plural(c.Generators, "generator machine"), t.GeneratorCores)
 		}
 		w("| %s | %.1f | %s | %.1f | %s |\n", p.Name, p.PerMessageUS, human(p.PerCPUSecond), p.Cores, hosts)
 	}
@@ -199,6 +213,13 @@ func (r *Report) writeCapacity(w func(string, ...any)) {
 			parts = append(parts, fmt.Sprintf("%.1f %s", p.Cores, p.Name))
 		}
 	}
-	w("\nFleet: **%d clusters, %d routers** (%s cores), plus %d generator machines to drive it. The figures come from one shared machine (other processes ran beside this one) and hold only as long as the cost per message stays flat as the fleet grows.\n",
-		c.Clusters, c.Routers, strings.Join(parts, " + "), c.Generators)
+	w("\nFleet: **%s, %s** (%s cores), plus %s to drive it. CPU only: a cluster's commit rate (fsyncs, replication) and the headroom for failover are not in these figures, and they hold only as long as the cost per message stays flat as the fleet grows (docs/capacity.md). On a machine shared with other work the CPU per message is inflated by contention.\n",
+		plural(c.Clusters, "cluster"), plural(c.Routers, "router"), strings.Join(parts, " + "), plural(c.Generators, "generator machine"))
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }

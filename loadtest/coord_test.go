@@ -56,7 +56,7 @@ func TestCapacityModel(t *testing.T) {
 		Produce: &Flow{PerSecond: 8000, Target: 100000}, Consume: &Flow{PerSecond: 3000, Target: 50000},
 		Timeline: []Point{{Produced: 600000, Consumed: 400000}},
 		CPU: []CPUUse{{Name: "machine", Seconds: 195, Cores: 1.95}, {Name: "loadtest", Seconds: 10}, {Name: "router", Seconds: 40},
-			{Name: "primary", Seconds: 100}, {Name: "replica", Seconds: 30}}}}}
+			{Name: "mariadbd", Seconds: 130}, {Name: "primary", Seconds: 100}, {Name: "replica", Seconds: 30}}}}}
 	c := capacity(rep, CapacityTarget{}, 1)
 	// 1M messages moved: router 40 µs, primary 100 µs, replica 30 µs,
 	// generator 10 µs each; 150k/s at 70 %.
@@ -81,13 +81,14 @@ func TestCapacityModel(t *testing.T) {
 		{"reached", 10, 1.95, 100000, "none"},
 		{"cores busy, system took them", 10, 1.95, 8000, "machine"},
 		{"cores busy, generator took a quarter", 60, 1.95, 8000, "generator"},
+		{"cores busy, others took a quarter", 10, 1.95 * 1.5, 8000, "shared"},
 		{"cores idle", 10, 1.0, 8000, "system"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := rep.Phases[0]
 			p.Produce = &Flow{PerSecond: tc.produced, Target: 100000}
 			p.Consume = &Flow{PerSecond: tc.produced / 2, Target: 50000}
-			by := map[string]CPUUse{"machine": {Seconds: tc.machine * 100, Cores: tc.machine}}
+			by := map[string]CPUUse{"machine": {Seconds: tc.machine * 100, Cores: min(tc.machine, 2)}, "router": {Seconds: 40}, "mariadbd": {Seconds: 130}}
 			if got, text := limitOf(&p, by, tc.gen, 2); got != tc.want {
 				t.Fatalf("limit %s (%s), want %s", got, text, tc.want)
 			}

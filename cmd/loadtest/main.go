@@ -55,6 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	tokenFile := fs.String("token-file", "", "file holding the API token for -router (default "+ctl.DefaultTokenFile+" when it exists)")
 	routerLog := fs.String("router-log", "", "log file of the child router (default OUT/router.log)")
 	sandbox := fs.String("sandbox", "", "sandbox directory (var/sandbox): use the one running there or start one as `make run` does; gives -topology and the instances for -fault")
+	sbClusters := fs.Int("sandbox-clusters", 2, "clusters of a sandbox -sandbox starts (one that runs is used as it is)")
+	sbReplicas := fs.Int("sandbox-replicas", 1, "replicas per cluster of a sandbox -sandbox starts")
 	topoPath := fs.String("topology", "", "static topology file: the clusters for the baseline, per-cluster figures and key lookups")
 	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run the workload straight into MySQL and report router/baseline ratios")
 	fs.DurationVar(&cfg.Duration, "duration", 0, "each measured phase (default 60s; 12s per phase for bench-*)")
@@ -136,7 +138,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var bed *testbed.Bed
 	if *sandbox != "" {
 		var started bool
-		bed, started, err = loadtest.EnsureSandbox(ctx, *sandbox, 2, 1, stdout)
+		bed, started, err = loadtest.EnsureSandbox(ctx, *sandbox, *sbClusters, *sbReplicas, stdout)
 		if err != nil {
 			return fail("sandbox: %v", err)
 		}
