@@ -19,6 +19,11 @@ type CapacityTarget struct {
 	// Cores of a database host (primary or replica), a router host and a
 	// load-generator host. Defaults 16, 8 and 8.
 	DBCores, RouterCores, GeneratorCores int
+	// ClusterRate, when set, is the most messages moved per second one
+	// cluster carries whatever its cores (its commit rate: fsyncs,
+	// replication), measured on the production hardware; the clusters
+	// are then at least the target over it. 0: CPU only.
+	ClusterRate float64
 }
 
 func (c CapacityTarget) withDefaults() CapacityTarget {
@@ -54,7 +59,10 @@ type Capacity struct {
 	Inputs []CapacityPart `json:"inputs"`
 	// Clusters, routers and generator hosts needed; ReplicasPerCluster as
 	// in the run.
-	Clusters           int `json:"clusters"`
+	Clusters int `json:"clusters"`
+	// ByCommitRate is the clusters Target.ClusterRate asks for (0 when
+	// not given).
+	ByCommitRate       int `json:"clusters_by_commit_rate,omitempty"`
 	ReplicasPerCluster int `json:"replicas_per_cluster"`
 	Routers            int `json:"routers"`
 	Generators         int `json:"generators"`
@@ -124,6 +132,10 @@ func capacity(rep *Report, target CapacityTarget, replicasPerCluster int) *Capac
 	replica := part("replica", by["replica"].Seconds, t.DBCores)
 	generator := part("generator", gen, t.GeneratorCores)
 	c.Clusters = max(primary.Hosts, 1)
+	if t.ClusterRate > 0 {
+		c.ByCommitRate = int(math.Ceil(rate / t.ClusterRate))
+		c.Clusters = max(c.Clusters, c.ByCommitRate)
+	}
 	if replicasPerCluster > 0 {
 		// Each cluster's replicas apply that cluster's writes: as many
 		// replica hosts per cluster as in the run, each with its share.
@@ -213,8 +225,12 @@ func (r *Report) writeCapacity(w func(string, ...any)) {
 			parts = append(parts, fmt.Sprintf("%.1f %s", p.Cores, p.Name))
 		}
 	}
-	w("\nFleet: **%s, %s** (%s cores), plus %s to drive it. CPU only: a cluster's commit rate (fsyncs, replication) and the headroom for failover are not in these figures, and they hold only as long as the cost per message stays flat as the fleet grows (docs/capacity.md). On a machine shared with other work the CPU per message is inflated by contention.\n",
-		plural(c.Clusters, "cluster"), plural(c.Routers, "router"), strings.Join(parts, " + "), plural(c.Generators, "generator machine"))
+	limit := "CPU only: a cluster's commit rate (fsyncs, replication) is not in these figures unless -capacity-cluster-rate gives it"
+	if c.ByCommitRate > 0 {
+		limit = fmt.Sprintf("%s by the commit rate of %s messages/s per cluster (-capacity-cluster-rate)", plural(c.ByCommitRate, "cluster"), human(t.ClusterRate))
+	}
+	w("\nFleet: **%s, %s** (%s cores), plus %s to drive it. %s; the headroom for failover is not either, and the figures hold only as long as the cost per message stays flat as the fleet grows (docs/capacity.md). On a machine shared with other work the CPU per message is inflated by contention.\n",
+		plural(c.Clusters, "cluster"), plural(c.Routers, "router"), strings.Join(parts, " + "), plural(c.Generators, "generator machine"), limit)
 }
 
 func plural(n int, what string) string {

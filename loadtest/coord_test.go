@@ -71,6 +71,10 @@ func TestCapacityModel(t *testing.T) {
 	if c.Clusters != 2 || c.Routers != 2 || c.Generators != 1 || c.Limit != "machine" {
 		t.Fatalf("fleet %+v", c)
 	}
+	// A commit rate of 40k moved/s per cluster asks for 4 clusters.
+	if c := capacity(rep, CapacityTarget{ClusterRate: 40000}, 1); c.Clusters != 4 || c.ByCommitRate != 4 {
+		t.Fatalf("with a cluster rate: %+v", c)
+	}
 	for _, tc := range []struct {
 		name     string
 		gen      float64

@@ -94,6 +94,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&cfg.Capacity.Utilization, "capacity-utilization", 0.7, "capacity model: share of each host's cores used at the target (the rest is headroom)")
 	fs.IntVar(&cfg.Capacity.DBCores, "capacity-db-cores", 16, "capacity model: cores of a database host (primary or replica)")
 	fs.IntVar(&cfg.Capacity.RouterCores, "capacity-router-cores", 8, "capacity model: cores of a router host")
+	fs.Float64Var(&cfg.Capacity.ClusterRate, "capacity-cluster-rate", 0, "capacity model: messages moved/s one cluster carries at most (its commit rate, from production hardware); 0 sizes clusters by CPU only")
 	fs.IntVar(&cfg.Capacity.GeneratorCores, "capacity-generator-cores", 8, "capacity model: cores of a load-generator machine")
 	out := fs.String("out", "", "report directory (default var/loadtest/SCENARIO)")
 	cpuProfile := fs.String("cpuprofile", "", "write the generator's own CPU profile to this file (to see what the load tester costs)")
