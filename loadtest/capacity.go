@@ -179,6 +179,13 @@ func limitOf(p *PhaseReport, by map[string]CPUUse, genSecs float64, cpus int) (s
 	if m.Seconds > 0 && sut > 0 {
 		others = max(0, m.Seconds-sut-genSecs) / m.Seconds
 	}
+	for _, g := range p.Generators {
+		// A worker on a machine of its own: its process, or its machine
+		// with the process taking a quarter of it.
+		if c := float64(g.CPUs); c > 0 && (g.Cores >= 0.9*c || (g.MachineCores >= 0.9*c && g.Cores >= 0.25*g.MachineCores)) {
+			return "generator", fmt.Sprintf("The generator was the limit, not the system under test: worker %d kept %.2f of its machine's %d cores busy by itself (%.2f busy in all).", g.Worker, g.Cores, g.CPUs, g.MachineCores)
+		}
+	}
 	switch {
 	case float64(cpus) > 0 && genCores >= 0.9*float64(cpus):
 		return "generator", fmt.Sprintf("The generator was the limit, not the system under test: it kept %.2f of %d cores busy by itself.", genCores, cpus)

@@ -3,13 +3,16 @@ package loadtest
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -35,7 +38,8 @@ import (
 // drains. The workers may run on other machines: everything they need is
 // in the plan, over plain HTTP.
 //
-// Routes of the coordinator: GET /v1/plan (blocks until every worker has
+// Routes of the coordinator, under a random path that its URL carries:
+// GET /v1/plan (blocks until every worker has
 // joined), POST /v1/events?worker=N&done=0|1 (records; answers whether the
 // fleet is settled), POST /v1/result?worker=N (the worker's phase report).
 
@@ -78,6 +82,7 @@ type Plan struct {
 // histograms to merge, and its traffic per vshard.
 type WorkerResult struct {
 	Worker   int                               `json:"worker"`
+	CPUs     int                               `json:"cpus"`
 	Phase    PhaseReport                       `json:"phase"`
 	Hist     map[string]*hdrhistogram.Snapshot `json:"histograms"`
 	Produced []int64                           `json:"produced_per_vshard"`
@@ -407,11 +412,16 @@ func (r *runner) coordinate(ctx context.Context) error {
 	}
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
-	srv := &http.Server{Handler: c.handler(sctx), ReadHeaderTimeout: 10 * time.Second}
+	// The coordinator's routes live under a random path: only whoever was
+	// given the URL joins (the plan may carry the run's token).
+	var secret [12]byte
+	rand.Read(secret[:])
+	prefix := "/" + hex.EncodeToString(secret[:])
+	url := "http://" + ln.Addr().String() + prefix
+	srv := &http.Server{Handler: http.StripPrefix(prefix, c.handler(sctx)), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()
-	url := "http://" + ln.Addr().String()
-	fmt.Fprintf(cfg.Progress, "== coordinator %s: waiting for %d workers\n", url, n)
+	fmt.Fprintf(cfg.Progress, "== coordinator %s: waiting for %d workers (loadtest -worker %s)\n", url, n, url)
 	if cfg.OnCoordinator != nil {
 		if err := cfg.OnCoordinator(url); err != nil {
 			return err
@@ -538,6 +548,16 @@ func mergePhase(name string, results []*WorkerResult, smap *routing.Map) PhaseRe
 			out.Timeline[i].Consumed += pt.Consumed
 			out.Timeline[i].Errors += pt.Errors
 		}
+		g := GeneratorUse{Worker: res.Worker, CPUs: res.CPUs}
+		for _, u := range p.CPU {
+			switch u.Name {
+			case "loadtest":
+				g.Cores = u.Cores
+			case "machine":
+				g.MachineCores = u.Cores
+			}
+		}
+		out.Generators = append(out.Generators, g)
 		for k, s := range res.Hist {
 			snaps[k] = append(snaps[k], s)
 		}
@@ -719,7 +739,7 @@ func RunWorker(ctx context.Context, url string, opts WorkerOptions) (*WorkerResu
 	if err := send(ctx, rb.take(), true); err != nil {
 		return nil, err
 	}
-	res := &WorkerResult{Worker: plan.Worker, Phase: rep, Produced: p.vshards.list(), Consumed: p.vshardsC.list(),
+	res := &WorkerResult{Worker: plan.Worker, CPUs: runtime.NumCPU(), Phase: rep, Produced: p.vshards.list(), Consumed: p.vshardsC.list(),
 		Hist: map[string]*hdrhistogram.Snapshot{"produce": p.produceLat.export(), "claim": p.claimLat.export(), "ack": p.ackLat.export(), "e2e": p.e2eLat.export()}}
 	body, err := json.Marshal(res)
 	if err != nil {

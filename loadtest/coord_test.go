@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"strings"
 	"testing"
 )
 
@@ -70,6 +71,13 @@ func TestCapacityModel(t *testing.T) {
 	// on 8: 2 routers.
 	if c.Clusters != 2 || c.Routers != 2 || c.Generators != 1 || c.Limit != "machine" {
 		t.Fatalf("fleet %+v", c)
+	}
+	// A worker that saturated its own machine is named, whatever the
+	// coordinator's machine saw.
+	busy := rep.Phases[0]
+	busy.Generators = []GeneratorUse{{Worker: 0, CPUs: 8, Cores: 1, MachineCores: 2}, {Worker: 1, CPUs: 4, Cores: 3.8, MachineCores: 3.9}}
+	if got, text := limitOf(&busy, map[string]CPUUse{"machine": {Seconds: 100, Cores: 1}}, 10, 2); got != "generator" || !strings.Contains(text, "worker 1") {
+		t.Fatalf("limit %s (%s), want worker 1's generator", got, text)
 	}
 	// A commit rate of 40k moved/s per cluster asks for 4 clusters.
 	if c := capacity(rep, CapacityTarget{ClusterRate: 40000}, 1); c.Clusters != 4 || c.ByCommitRate != 4 {

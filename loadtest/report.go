@@ -170,6 +170,17 @@ type PhaseReport struct {
 	Timeline    []Point          `json:"timeline"`
 	// CPU is where the machine's cores went during the phase.
 	CPU []CPUUse `json:"cpu,omitempty"`
+	// Generators are the workers of a fleet run, each on its own machine
+	// as far as it knows: how busy it kept that machine's cores.
+	Generators []GeneratorUse `json:"generators,omitempty"`
+}
+
+// GeneratorUse is one worker's CPU over its phase.
+type GeneratorUse struct {
+	Worker       int     `json:"worker"`
+	CPUs         int     `json:"cpus"`
+	Cores        float64 `json:"cores"`         // the worker process
+	MachineCores float64 `json:"machine_cores"` // its whole machine
 }
 
 func (p *phase) report() PhaseReport {
