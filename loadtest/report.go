@@ -337,6 +337,9 @@ func (r *Report) Markdown() string {
 	if r.Router != "" {
 		w("- router: %s\n", r.Router)
 	}
+	if st := r.Settings; st.Routers > 1 || st.Workers > 0 {
+		w("- fleet: %d routers (requests spread %s), %d generator workers (one merged verification)\n", st.Routers, orDefault(st.Routing, "rr"), max(st.Workers, 1))
+	}
 	w("- host: %d CPUs, GOMAXPROCS %d, %s, load average at start %s\n", r.Host.CPUs, r.Host.GOMAXPROCS, r.Host.Go, r.Host.Load1)
 	st := r.Settings
 	w("- producers %d × batch %d, consumers %d × claim %d, payload %s bytes, keys %s, %d topic(s) × %d subscription(s), durability %s\n",
