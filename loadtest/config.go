@@ -255,8 +255,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("config: %d consumers cannot serve %d subscriptions (one per consumer)", c.Consumers, c.Topics*c.Subscriptions)
 	case c.DupShare < 0 || c.DupShare >= 1 || c.NackShare < 0 || c.NackShare > 1 || c.RetryShare < 0 || c.RetryShare > 1 || c.DropShare < 0 || c.DropShare > 1:
 		return c, errors.New("config: shares must be within [0, 1] (DupShare below 1)")
-	case c.Workers > 0 && (!mixed || c.Scenario == ScenarioBaseline || c.Baseline || c.Fault != nil):
-		return c, errors.New("config: Workers share the router mixed scenarios only (mixed, dedup, deadletter; no baseline, no fault)")
+	case c.Workers > 0 && (!mixed || c.Scenario == ScenarioBaseline || c.Baseline):
+		return c, errors.New("config: Workers share the router mixed scenarios only (mixed, dedup, deadletter; no baseline)")
 	case (c.Baseline || c.Scenario == ScenarioBaseline) && c.Topology == nil:
 		return c, errors.New("config: the baseline needs Topology (the clusters' DSNs)")
 	case c.Durability != "" && c.Durability != "primary" && c.Durability != "replicated":

@@ -453,6 +453,19 @@ func (r *runner) coordinate(ctx context.Context) error {
 	stopCPU := make(chan struct{})
 	go cpu.run(time.Second, stopCPU)
 	name := "router " + cfg.Scenario
+	// The fault is the coordinator's: it runs the routers and knows the
+	// sandbox; it strikes on the workers' common schedule.
+	var faults *phase
+	stopFault, faultDone := make(chan struct{}), make(chan struct{})
+	endFault := sync.OnceFunc(func() { close(stopFault) })
+	defer endFault()
+	if cfg.Fault != nil {
+		faults = &phase{spec: phaseSpec{Name: name, Fault: cfg.Fault, FaultAt: cfg.FaultAt, FaultDown: cfg.FaultDown}, cfg: cfg, start: start}
+		r.faulted = true
+		go func() { defer close(faultDone); faults.injectFault(ctx, stopFault) }()
+	} else {
+		close(faultDone)
+	}
 	fmt.Fprintf(cfg.Progress, "== %s (%d routers, %d workers, mixed)\n", name, len(cfg.Routers), n)
 	limit := time.NewTimer(cfg.Duration + cfg.Drain + 2*time.Minute)
 	defer limit.Stop()
@@ -479,11 +492,19 @@ wait:
 		}
 	}
 	close(stopCPU)
+	endFault()
+	<-faultDone
 	c.mu.Lock()
 	c.flushLimbo()
 	results := c.results
 	c.mu.Unlock()
 	rep := mergePhase(name, results, r.smap())
+	if faults != nil {
+		faults.faultMu.Lock()
+		rep.Faults = append([]FaultEvent(nil), faults.faults...)
+		faults.faultMu.Unlock()
+		rep.Recovery = recovery(rep.Timeline, rep.Faults, cfg.Warmup.Seconds(), "mixed")
+	}
 	var moved int64
 	for _, res := range results {
 		moved += res.Phase.moved()
