@@ -721,14 +721,17 @@ func RunWorker(ctx context.Context, url string, opts WorkerOptions) (*WorkerResu
 			Settled bool `json:"settled"`
 		}
 		u := fmt.Sprintf("%s/v1/events?worker=%d&done=%s", url, plan.Worker, d)
-		// A batch is resent until it is taken: the proof needs every record.
+		// A batch is resent until it is taken (the proof needs every
+		// record), for up to a minute: a coordinator that long gone has
+		// given up on the run.
+		giveUp := time.Now().Add(time.Minute)
 		for {
 			err := httpJSON(ctx, hc, http.MethodPost, u, data, &out)
 			if err == nil {
 				rb.settled.Store(out.Settled)
 				return nil
 			}
-			if sleepCtx(ctx, 200*time.Millisecond) != nil {
+			if time.Now().After(giveUp) || sleepCtx(ctx, 200*time.Millisecond) != nil {
 				return fmt.Errorf("worker: stream records: %w", err)
 			}
 		}

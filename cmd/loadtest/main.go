@@ -263,8 +263,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	defer func() {
+		// Workers end once their result is sent, or a minute after the
+		// coordinator stopped answering; one that does not is killed.
+		deadline := time.After(2 * time.Minute)
 		for _, w := range workers {
-			w.Wait()
+			done := make(chan struct{})
+			go func() { w.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-deadline:
+				w.Process.Kill()
+				<-done
+			}
 		}
 	}()
 
