@@ -54,6 +54,14 @@ type Capacity struct {
 	Phase    string `json:"phase"`
 	Produced int64  `json:"produced"`
 	Consumed int64  `json:"consumed"`
+	// Split: the drain consumed enough (a tenth of the messages, 1,000
+	// at least) to tell a produced message's cost from a consumed one's;
+	// then the cores are the target's mix of the two. The counts: up to
+	// the end of the duration, and consumed in the drain.
+	Split         bool  `json:"split"`
+	MixProduced   int64 `json:"mix_produced,omitempty"`
+	MixConsumed   int64 `json:"mix_consumed,omitempty"`
+	DrainConsumed int64 `json:"drain_consumed,omitempty"`
 	// Measured CPU per message moved, µs, and the throughput per
 	// CPU-second of each part (messages moved per second of its CPU).
 	Inputs []CapacityPart `json:"inputs"`
@@ -82,6 +90,9 @@ type CapacityPart struct {
 	Name         string  `json:"name"` // router, primary, replica, generator
 	PerMessageUS float64 `json:"us_per_message"`
 	PerCPUSecond float64 `json:"messages_per_cpu_s"`
+	// ProduceUS and ConsumeUS split PerMessageUS (when Capacity.Split).
+	ProduceUS float64 `json:"us_per_produced,omitempty"`
+	ConsumeUS float64 `json:"us_per_consumed,omitempty"`
 	// Cores needed at the target at the measured efficiency, with the
 	// headroom (divided by Utilization).
 	Cores float64 `json:"cores_needed"`
@@ -116,20 +127,47 @@ func capacity(rep *Report, target CapacityTarget, replicasPerCluster int) *Capac
 	if moved == 0 {
 		return nil
 	}
+	// The split: up to the end of the duration producers and consumers
+	// ran together; after it, in the drain, only consumers. The drain's
+	// CPU over its consumed messages is a consumed message's cost; the
+	// mix's CPU less its consumed messages at that cost, over its
+	// produced messages, a produced message's.
+	var mixP, mixC int64
+	for _, pt := range p.Timeline {
+		if float64(pt.Second) < rep.Settings.DurationS {
+			mixP += pt.Produced
+			mixC += pt.Consumed
+		}
+	}
+	drainC := c.Consumed - mixC
+	c.Split = mixP > 0 && drainC >= 1000 && float64(drainC) >= 0.1*float64(c.Consumed)
+	if c.Split {
+		c.MixProduced, c.MixConsumed, c.DrainConsumed = mixP, mixC, drainC
+	}
 	rate := t.Produce + t.Consume
-	part := func(name string, secs float64, hostCores int) CapacityPart {
+	part := func(name string, u CPUUse, hostCores int) CapacityPart {
+		secs := u.Seconds
 		cp := CapacityPart{Name: name, PerMessageUS: secs * 1e6 / moved}
 		if secs > 0 {
 			cp.PerCPUSecond = moved / secs
 		}
-		cp.Cores = rate * secs / moved / t.Utilization
+		perS := rate * secs / moved
+		if c.Split && u.MixSeconds > 0 {
+			cons := (secs - u.MixSeconds) / float64(drainC)
+			prod := (u.MixSeconds - cons*float64(mixC)) / float64(mixP)
+			if prod > 0 && cons > 0 {
+				cp.ProduceUS, cp.ConsumeUS = prod*1e6, cons*1e6
+				perS = t.Produce*prod + t.Consume*cons
+			}
+		}
+		cp.Cores = perS / t.Utilization
 		cp.Hosts = int(math.Ceil(cp.Cores / float64(hostCores)))
 		return cp
 	}
-	gen := by["loadtest"].Seconds + by["coordinator"].Seconds
-	router := part("router", by["router"].Seconds, t.RouterCores)
-	primary := part("primary", by["primary"].Seconds, t.DBCores)
-	replica := part("replica", by["replica"].Seconds, t.DBCores)
+	gen := CPUUse{Seconds: by["loadtest"].Seconds + by["coordinator"].Seconds, MixSeconds: by["loadtest"].MixSeconds + by["coordinator"].MixSeconds}
+	router := part("router", by["router"], t.RouterCores)
+	primary := part("primary", by["primary"], t.DBCores)
+	replica := part("replica", by["replica"], t.DBCores)
 	generator := part("generator", gen, t.GeneratorCores)
 	c.Clusters = max(primary.Hosts, 1)
 	if t.ClusterRate > 0 {
@@ -148,7 +186,7 @@ func capacity(rep *Report, target CapacityTarget, replicasPerCluster int) *Capac
 		c.Inputs = append(c.Inputs, replica)
 	}
 	c.Inputs = append(c.Inputs, generator)
-	c.Limit, c.LimitText = limitOf(p, by, gen, rep.Host.CPUs)
+	c.Limit, c.LimitText = limitOf(p, by, gen.Seconds, rep.Host.CPUs)
 	return c
 }
 
@@ -208,10 +246,15 @@ func (r *Report) writeCapacity(w func(string, ...any)) {
 	t := c.Target
 	w("\n## Capacity\n\n")
 	w("%s\n\n", c.LimitText)
-	w("Measured in %q: %d produced and %d consumed (a message moved is one of either). "+
-		"For %s produced/s + %s consumed/s at %.0f %% of each host's cores (the model, its checks and its limits: docs/capacity.md):\n\n",
-		c.Phase, c.Produced, c.Consumed, human(t.Produce), human(t.Consume), 100*t.Utilization)
-	w("| part | CPU µs per message | messages per CPU-second | cores needed | hosts |\n|---|---:|---:|---:|---|\n")
+	w("Measured in %q: %d produced and %d consumed (a message moved is one of either). ", c.Phase, c.Produced, c.Consumed)
+	if c.Split {
+		w("The drain consumed %d of them with the producers stopped: its CPU gives a consumed message's cost, the rest a produced one's, and the cores are the target's mix of both. ", c.DrainConsumed)
+	} else {
+		w("The drain was too short to tell producing from consuming: the cores assume both cost the average. ")
+	}
+	w("For %s produced/s + %s consumed/s at %.0f %% of each host's cores (the model, its checks and its limits: docs/capacity.md):\n\n",
+		human(t.Produce), human(t.Consume), 100*t.Utilization)
+	w("| part | CPU µs per message | per produced | per consumed | messages per CPU-second | cores needed | hosts |\n|---|---:|---:|---:|---:|---:|---|\n")
 	for _, p := range c.Inputs {
 		hosts := ""
 		switch p.Name {
@@ -224,7 +267,11 @@ func (r *Report) writeCapacity(w func(string, ...any)) {
 		case "generator":
 			hosts = fmt.Sprintf("%s of %d cores", plural(c.Generators, "generator machine"), t.GeneratorCores)
 		}
-		w("| %s | %.1f | %s | %.1f | %s |\n", p.Name, p.PerMessageUS, human(p.PerCPUSecond), p.Cores, hosts)
+		pr, co := "–", "–"
+		if p.ProduceUS > 0 {
+			pr, co = fmt.Sprintf("%.1f", p.ProduceUS), fmt.Sprintf("%.1f", p.ConsumeUS)
+		}
+		w("| %s | %.1f | %s | %s | %s | %.1f | %s |\n", p.Name, p.PerMessageUS, pr, co, human(p.PerCPUSecond), p.Cores, hosts)
 	}
 	var parts []string
 	for _, p := range c.Inputs {

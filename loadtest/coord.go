@@ -452,6 +452,7 @@ func (r *runner) coordinate(ctx context.Context) error {
 	cpu.start()
 	stopCPU := make(chan struct{})
 	go cpu.run(time.Second, stopCPU)
+	go cpu.markAt(start.Add(cfg.Duration), stopCPU)
 	name := "router " + cfg.Scenario
 	// The fault is the coordinator's: it runs the routers and knows the
 	// sandbox; it strikes on the workers' common schedule.
@@ -639,8 +640,16 @@ func mergeCPU(own []CPUUse, results []*WorkerResult, moved int64) []CPUUse {
 		}
 	}
 	out := own
+	var mix float64
+	for _, res := range results {
+		for _, u := range res.Phase.CPU {
+			if u.Name == "loadtest" {
+				mix += u.MixSeconds
+			}
+		}
+	}
 	if secs > 0 && wall > 0 {
-		u := CPUUse{Name: "loadtest", Seconds: secs, Cores: secs / wall}
+		u := CPUUse{Name: "loadtest", Seconds: secs, Cores: secs / wall, MixSeconds: mix}
 		if moved > 0 {
 			u.PerMessageUS = secs * 1e6 / float64(moved)
 		}

@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 )
@@ -78,6 +79,21 @@ func TestCapacityModel(t *testing.T) {
 	busy.Generators = []GeneratorUse{{Worker: 0, CPUs: 8, Cores: 1, MachineCores: 2}, {Worker: 1, CPUs: 4, Cores: 3.8, MachineCores: 3.9}}
 	if got, text := limitOf(&busy, map[string]CPUUse{"machine": {Seconds: 100, Cores: 1}}, 10, 2); got != "generator" || !strings.Contains(text, "worker 1") {
 		t.Fatalf("limit %s (%s), want worker 1's generator", got, text)
+	}
+	// With a drain long enough, produced and consumed messages are costed
+	// apart: a primary that spent 60 µs per produced and 40 µs per
+	// consumed message needs (100k × 60 + 50k × 40) µs/s at 70 %.
+	split := &Report{Host: Host{CPUs: 2}, Settings: Settings{DurationS: 60}, Phases: []PhaseReport{{Name: "router mixed", Target: "router", Kind: "mixed",
+		Timeline: []Point{{Second: 0, Produced: 600000, Consumed: 300000}, {Second: 60, Consumed: 300000}},
+		CPU:      []CPUUse{{Name: "machine", Seconds: 100, Cores: 1}, {Name: "primary", Seconds: 60, MixSeconds: 48}}}}}
+	sc := capacity(split, CapacityTarget{}, 0)
+	if !sc.Split || sc.DrainConsumed != 300000 {
+		t.Fatalf("not split: %+v", sc)
+	}
+	for _, p := range sc.Inputs {
+		if p.Name == "primary" && (math.Abs(p.ProduceUS-60) > 0.01 || math.Abs(p.ConsumeUS-40) > 0.01 || math.Abs(p.Cores-8/0.7) > 0.01) {
+			t.Fatalf("primary: %+v, want 60 and 40 µs, %.2f cores", p, 8/0.7)
+		}
 	}
 	// A commit rate of 40k moved/s per cluster asks for 4 clusters.
 	if c := capacity(rep, CapacityTarget{ClusterRate: 40000}, 1); c.Clusters != 4 || c.ByCommitRate != 4 {

@@ -158,6 +158,9 @@ func (p *phase) run(ctx context.Context, progress *progress) PhaseReport {
 	cpu.start()
 	stopCPU := make(chan struct{})
 	go cpu.run(time.Second, stopCPU)
+	if s.Kind == "mixed" {
+		go cpu.markAt(p.end, stopCPU)
+	}
 	var prod, cons, aux sync.WaitGroup
 	if s.Kind != "consume" {
 		for w := range s.Producers {
