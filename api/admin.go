@@ -9,10 +9,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/lookup"
 	"github.com/shardmq/shardmq/reconcile"
 	"github.com/shardmq/shardmq/shard"
-	"github.com/shardmq/shardmq/store"
 )
 
 // Admin is what the operations endpoints need.
@@ -194,7 +194,7 @@ func viewReport(rep *reconcile.Report) map[string]any {
 		"found": rep.Found, "repaired": rep.Repaired, "clusters": clusters, "failed_clusters": failed}
 }
 
-func viewFinding(f store.Finding) findingView {
+func viewFinding(f domain.Finding) findingView {
 	return findingView{Kind: f.Kind, MessageID: strconv.FormatUint(f.MessageID, 10), VShard: int(f.VShard), Topic: f.Topic, Key: f.Key,
 		Subscription: f.Subscription, Have: f.Have, Want: f.Want, Repaired: f.Repaired}
 }

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/broker"
-	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/topology"
 )
 
@@ -37,9 +37,9 @@ var _ Broker = (*broker.Broker)(nil)
 type Limits struct {
 	MaxBody      int64         // request body; defaults to 16 MiB
 	MaxBatch     int           // messages per produce, receipts per ack/nack/extend; defaults to 1000
-	MaxPayload   int           // one message's payload bytes; defaults to 1 MiB, at most store.MaxPayloadBytes
-	MaxKey       int           // key, order_key, transaction_id bytes; defaults to and at most store.MaxKeyBytes (256)
-	MaxHeaders   int           // headers encoded as JSON; defaults to and at most store.MaxHeadersBytes (65,535)
+	MaxPayload   int           // one message's payload bytes; defaults to 1 MiB, at most domain.MaxPayloadBytes
+	MaxKey       int           // key, order_key, transaction_id bytes; defaults to and at most domain.MaxKeyBytes (256)
+	MaxHeaders   int           // headers encoded as JSON; defaults to and at most domain.MaxHeadersBytes (65,535)
 	MaxClaim     int           // claim max; defaults to 1000
 	MaxWait      time.Duration // claim wait_ms; defaults to 20s
 	DefaultLease time.Duration // claim visibility_timeout_ms when absent; defaults to 30s
@@ -65,11 +65,11 @@ func (l Limits) WithDefaults() Limits {
 	}
 	def(&l.MaxBatch, 1000)
 	def(&l.MaxPayload, 1<<20)
-	def(&l.MaxKey, store.MaxKeyBytes)
-	def(&l.MaxHeaders, store.MaxHeadersBytes)
-	l.MaxPayload = min(l.MaxPayload, store.MaxPayloadBytes)
-	l.MaxKey = min(l.MaxKey, store.MaxKeyBytes)
-	l.MaxHeaders = min(l.MaxHeaders, store.MaxHeadersBytes)
+	def(&l.MaxKey, domain.MaxKeyBytes)
+	def(&l.MaxHeaders, domain.MaxHeadersBytes)
+	l.MaxPayload = min(l.MaxPayload, domain.MaxPayloadBytes)
+	l.MaxKey = min(l.MaxKey, domain.MaxKeyBytes)
+	l.MaxHeaders = min(l.MaxHeaders, domain.MaxHeadersBytes)
 	def(&l.MaxClaim, 1000)
 	def(&l.MaxClaimBytes, 8<<20)
 	defDur := func(v *time.Duration, d time.Duration) {

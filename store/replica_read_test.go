@@ -255,7 +255,7 @@ func TestReconcileFindsAndRepairs(t *testing.T) {
 	if fixed != 4 {
 		t.Fatalf("repaired = %+v, want 4 repairs", repaired)
 	}
-	for i, want := range []int{StatusConsumed, StatusPending, StatusPending, StatusDead} {
+	for i, want := range []int{statusCode(StatusConsumed), statusCode(StatusPending), statusCode(StatusPending), statusCode(StatusDead)} {
 		if s := f.count(t, "SELECT msg_status FROM message_store WHERE id = ?", id(i)); s != want {
 			t.Errorf("%s: status %d, want %d", items[i].Msg.Key, s, want)
 		}

@@ -6,22 +6,23 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
+
+	"github.com/shardmq/shardmq/domain"
 )
 
 // Delivery states as the trace names them.
 const (
-	DeliveryReady    = "ready"
-	DeliveryInFlight = "in_flight"
-	DeliveryDone     = "done"
-	DeliveryDead     = "dead"
+	DeliveryReady    = domain.DeliveryReady
+	DeliveryInFlight = domain.DeliveryInFlight
+	DeliveryDone     = domain.DeliveryDone
+	DeliveryDead     = domain.DeliveryDead
 )
 
 // DeliveryInfo is one subscription's state of a message.
 type DeliveryInfo struct {
 	Subscription string
-	State        string // DeliveryReady, DeliveryInFlight, DeliveryDone or DeliveryDead
+	State        domain.DeliveryState
 	Attempts     int
 	Consumer     string // the lease holder (in flight) or the acking consumer (done)
 	ErrorCode    string
@@ -207,9 +208,4 @@ func (s *Store) FindTransactions(ctx context.Context, ids []string) (map[string]
 		}
 	}
 	return out, nil
-}
-
-// qmarks returns "?,?,…" with n marks.
-func qmarks(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
 }
