@@ -146,7 +146,8 @@ func scanMoveRow(n int) func(*sql.Rows) (MoveRow, error) {
 		for i := range r {
 			ptrs[i] = &r[i]
 		}
-		return r, rows.Scan(ptrs...)
+		err := rows.Scan(ptrs...)
+		return r, err
 	}
 }
 
