@@ -79,6 +79,12 @@ func insertDeliveriesSQL(msgs []*Message, subs []string, at map[uint64]time.Time
 		placeholders(len(msgs)*len(subs), 7), args
 }
 
+// subscriptionIDs is the condition "these deliveries of one subscription"
+// and args followed by its arguments.
+func subscriptionIDs(args []any, sub string, ids []uint64) (string, []any) {
+	return "subscription = ? AND message_id IN (" + inList(len(ids)) + ")", appendArgs(append(args, sub), ids)
+}
+
 func insertDeliveries(ctx context.Context, tx *sql.Tx, msgs []*Message, subs []string, at map[uint64]time.Time) error {
 	q, args := insertDeliveriesSQL(msgs, subs, at)
 	_, err := tx.ExecContext(ctx, q, args...)
@@ -132,9 +138,9 @@ func leaseDeliveries(ctx context.Context, tx *sql.Tx, sub string, ids []uint64, 
 	if countAttempt {
 		inc = 1
 	}
-	args := appendArgs([]any{inc, consumer, token, now, expires, sub}, ids)
+	where, args := subscriptionIDs([]any{inc, consumer, token, now, expires}, sub, ids)
 	_, err := tx.ExecContext(ctx, `UPDATE message_queue SET attempts = attempts + ?, locked_by = ?, claim_token = ?, claimed_at = ?, available_at = ?
-WHERE subscription = ? AND message_id IN (`+inList(len(ids))+")", args...)
+WHERE `+where, args...)
 	if err != nil {
 		return fmt.Errorf("lease message_queue: %w", err)
 	}
@@ -148,11 +154,10 @@ func releaseDeliveries(ctx context.Context, tx *sql.Tx, sub string, token uint64
 	if countAttempt {
 		dec = 1
 	}
-	args := appendArgs([]any{dec, now, sub, token}, ids)
+	where, args := subscriptionIDs([]any{dec, dec, now}, sub, ids)
 	res, err := tx.ExecContext(ctx, `UPDATE message_queue SET attempts = GREATEST(attempts, ?) - ?, locked_by = NULL, claim_token = 0, claimed_at = NULL,
   available_at = ?
-WHERE subscription = ? AND claim_token = ? AND message_id IN (`+inList(len(ids))+")",
-		append([]any{dec}, args...)...)
+WHERE `+where+" AND claim_token = ?", append(args, token)...)
 	if err != nil {
 		return 0, fmt.Errorf("release message_queue: %w", err)
 	}
@@ -163,17 +168,15 @@ WHERE subscription = ? AND claim_token = ? AND message_id IN (`+inList(len(ids))
 // lockDeliveries reads and locks deliveries of one subscription by message
 // id; absent ids are simply not in the result.
 func lockDeliveries(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) (map[uint64]delivery, error) {
-	args := appendArgs([]any{sub}, ids)
-	out := make(map[uint64]delivery, len(ids))
-	err := queryEach(ctx, tx, "lock message_queue", `SELECT message_id, topic, vshard, attempts, COALESCE(locked_by, ''), claim_token, claimed_at, is_dead, available_at,
+	where, args := subscriptionIDs(nil, sub, ids)
+	out, err := queryMap(ctx, tx, "lock message_queue", `SELECT message_id, topic, vshard, attempts, COALESCE(locked_by, ''), claim_token, claimed_at, is_dead, available_at,
   COALESCE(order_key, '')
-FROM message_queue WHERE subscription = ? AND message_id IN (`+inList(len(ids))+") FOR UPDATE", args, func(rows *sql.Rows) error {
+FROM message_queue WHERE `+where+" FOR UPDATE", args, func(rows *sql.Rows) (uint64, delivery, error) {
 		d := delivery{subscription: sub}
 		var claimedAt sql.NullTime
 		err := rows.Scan(&d.messageID, &d.topic, &d.vshard, &d.attempts, &d.lockedBy, &d.claimToken, &claimedAt, &d.isDead, &d.availableAt, &d.orderKey)
 		d.claimedAt = claimedAt.Time
-		out[d.messageID] = d
-		return err
+		return d.messageID, d, err
 	})
 	return out, err
 }
@@ -181,9 +184,8 @@ FROM message_queue WHERE subscription = ? AND message_id IN (`+inList(len(ids))+
 // deleteDeliveries removes acked deliveries; the caller holds their locks
 // and checked their claim tokens, and the count must match.
 func deleteDeliveries(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) error {
-	args := appendArgs([]any{sub}, ids)
-	res, err := tx.ExecContext(ctx, "DELETE FROM message_queue WHERE subscription = ? AND message_id IN ("+
-		inList(len(ids))+")", args...)
+	where, args := subscriptionIDs(nil, sub, ids)
+	res, err := tx.ExecContext(ctx, "DELETE FROM message_queue WHERE "+where, args...)
 	if err != nil {
 		return fmt.Errorf("delete message_queue: %w", err)
 	}
@@ -221,9 +223,8 @@ WHERE subscription = ? AND message_id = ? AND claim_token = ?`, now, now, nullSt
 
 // extendLeases moves the expiry of leases the caller verified under lock.
 func extendLeases(ctx context.Context, tx *sql.Tx, sub string, ids []uint64, expires time.Time) error {
-	args := appendArgs([]any{expires, sub}, ids)
-	_, err := tx.ExecContext(ctx, "UPDATE message_queue SET available_at = ? WHERE subscription = ? AND message_id IN ("+
-		inList(len(ids))+")", args...)
+	where, args := subscriptionIDs([]any{expires}, sub, ids)
+	_, err := tx.ExecContext(ctx, "UPDATE message_queue SET available_at = ? WHERE "+where, args...)
 	if err != nil {
 		return fmt.Errorf("extend message_queue: %w", err)
 	}
@@ -239,13 +240,11 @@ func orderHeads(ctx context.Context, tx *sql.Tx, topic, sub string, keys []strin
 	for _, k := range keys {
 		args = append(args, topic, sub, k)
 	}
-	out := make(map[string]uint64, len(keys))
-	err := queryEach(ctx, tx, "select order heads in message_queue", orderHeadsQuery(len(keys)), args, func(rows *sql.Rows) error {
+	out, err := queryMap(ctx, tx, "select order heads in message_queue", orderHeadsQuery(len(keys)), args, func(rows *sql.Rows) (string, uint64, error) {
 		var k string
 		var id uint64
 		err := rows.Scan(&k, &id)
-		out[k] = id
-		return err
+		return k, id, err
 	})
 	return out, err
 }
@@ -265,9 +264,8 @@ WHERE topic = ? AND subscription = ? AND order_key = ? AND is_dead = 0 ORDER BY 
 
 // parkDeliveries parks deliveries the caller holds locked.
 func parkDeliveries(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) error {
-	args := appendArgs([]any{sub}, ids)
-	_, err := tx.ExecContext(ctx, "UPDATE message_queue SET parked = 1 WHERE subscription = ? AND message_id IN ("+
-		inList(len(ids))+")", args...)
+	where, args := subscriptionIDs(nil, sub, ids)
+	_, err := tx.ExecContext(ctx, "UPDATE message_queue SET parked = 1 WHERE "+where, args...)
 	if err != nil {
 		return fmt.Errorf("park message_queue: %w", err)
 	}
