@@ -76,16 +76,13 @@ func selectKeys(ctx context.Context, tx *sql.Tx, rows []keyRow) (map[[2]string]r
 	for _, r := range rows {
 		args = append(args, r.topic, r.key)
 	}
-	out := make(map[[2]string]registeredKey, len(rows))
-	err := queryEach(ctx, tx, "select message_key", "SELECT topic, msg_key, message_id, vshard, payload_hash FROM message_key WHERE "+
-		keysIn(len(rows))+" LOCK IN SHARE MODE", args, func(res *sql.Rows) error {
+	return queryMap(ctx, tx, "select message_key", "SELECT topic, msg_key, message_id, vshard, payload_hash FROM message_key WHERE "+
+		keysIn(len(rows))+" LOCK IN SHARE MODE", args, func(res *sql.Rows) ([2]string, registeredKey, error) {
 		var topic, key string
 		var k registeredKey
 		err := res.Scan(&topic, &key, &k.messageID, &k.vshard, &k.hash)
-		out[[2]string{topic, key}] = k
-		return err
+		return [2]string{topic, key}, k, err
 	})
-	return out, err
 }
 
 // LookupKey returns the message id registered for (topic, key).
@@ -119,16 +116,13 @@ func selectKeyHolders(ctx context.Context, q queryer, msgs []*Message) (map[[2]s
 	for _, m := range msgs {
 		args = append(args, m.Topic, m.Key)
 	}
-	out := make(map[[2]string]uint64, len(msgs))
-	err := queryEach(ctx, q, "select message_key holders", "SELECT topic, msg_key, message_id FROM message_key WHERE "+keysIn(len(msgs)),
-		args, func(rows *sql.Rows) error {
+	return queryMap(ctx, q, "select message_key holders", "SELECT topic, msg_key, message_id FROM message_key WHERE "+keysIn(len(msgs)),
+		args, func(rows *sql.Rows) ([2]string, uint64, error) {
 			var topic, key string
 			var id uint64
 			err := rows.Scan(&topic, &key, &id)
-			out[[2]string{topic, key}] = id
-			return err
+			return [2]string{topic, key}, id, err
 		})
-	return out, err
 }
 
 // messageKeyMove moves dedup keys with their vshard (see move.go): a key

@@ -157,13 +157,11 @@ func messageSizes(ctx context.Context, q queryer, ids []uint64) (map[uint64]int,
 	b.WriteString(`SELECT id, LENGTH(payload) + COALESCE(LENGTH(headers), 0) + LENGTH(msg_key) + COALESCE(LENGTH(order_key), 0) +
   COALESCE(LENGTH(transaction_id), 0) FROM message_store WHERE `)
 	args := idList(&b, nil, ids)
-	out := make(map[uint64]int, len(ids))
-	err := queryEach(ctx, q, "select message_store sizes", b.String(), args, func(rows *sql.Rows) error {
+	out, err := queryMap(ctx, q, "select message_store sizes", b.String(), args, func(rows *sql.Rows) (uint64, int, error) {
 		var id uint64
 		var n int
 		err := rows.Scan(&id, &n)
-		out[id] = n
-		return err
+		return id, n, err
 	})
 	return out, err
 }
@@ -172,38 +170,31 @@ func messageSizes(ctx context.Context, q queryer, ids []uint64) (map[uint64]int,
 // message_queue: every subscription has acked (a dead letter acked on the
 // dead-letter channel counts as handled).
 func markConsumed(ctx context.Context, tx *sql.Tx, ids []uint64, now time.Time) error {
-	var b strings.Builder
-	b.WriteString("UPDATE message_store SET msg_status = ?, status_at = ? WHERE ")
-	args := idList(&b, []any{statusCode(StatusConsumed), now}, ids)
-	b.WriteString(" AND msg_status <> ? AND NOT EXISTS (SELECT 1 FROM message_queue q WHERE q.message_id = message_store.id)")
-	args = append(args, statusCode(StatusConsumed))
-	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
-		return fmt.Errorf("mark message_store consumed: %w", err)
-	}
-	return nil
+	return markStatus(ctx, tx, ids, StatusConsumed, now,
+		" AND msg_status <> ? AND NOT EXISTS (SELECT 1 FROM message_queue q WHERE q.message_id = message_store.id)", statusCode(StatusConsumed))
 }
 
 // markRevived sets pending on dead messages of ids that have no dead
 // delivery left (their dead letters were redriven).
 func markRevived(ctx context.Context, tx *sql.Tx, ids []uint64, now time.Time) error {
-	var b strings.Builder
-	b.WriteString("UPDATE message_store SET msg_status = ?, status_at = ? WHERE ")
-	args := idList(&b, []any{statusCode(StatusPending), now}, ids)
-	b.WriteString(" AND msg_status = ? AND NOT EXISTS (SELECT 1 FROM message_queue q WHERE q.message_id = message_store.id AND q.is_dead = 1)")
-	args = append(args, statusCode(StatusDead))
-	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
-		return fmt.Errorf("mark message_store pending: %w", err)
-	}
-	return nil
+	return markStatus(ctx, tx, ids, StatusPending, now,
+		" AND msg_status = ? AND NOT EXISTS (SELECT 1 FROM message_queue q WHERE q.message_id = message_store.id AND q.is_dead = 1)", statusCode(StatusDead))
 }
 
 // markDead sets dead on messages one of whose deliveries died.
 func markDead(ctx context.Context, tx *sql.Tx, ids []uint64, now time.Time) error {
+	return markStatus(ctx, tx, ids, StatusDead, now, "")
+}
+
+// markStatus sets status to on those of ids that also meet cond (SQL
+// starting with " AND", with its arguments condArgs).
+func markStatus(ctx context.Context, tx *sql.Tx, ids []uint64, to domain.MessageStatus, now time.Time, cond string, condArgs ...any) error {
 	var b strings.Builder
 	b.WriteString("UPDATE message_store SET msg_status = ?, status_at = ? WHERE ")
-	args := idList(&b, []any{statusCode(StatusDead), now}, ids)
-	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
-		return fmt.Errorf("mark message_store dead: %w", err)
+	args := idList(&b, []any{statusCode(to), now}, ids)
+	b.WriteString(cond)
+	if _, err := tx.ExecContext(ctx, b.String(), append(args, condArgs...)...); err != nil {
+		return fmt.Errorf("mark message_store %s: %w", to, err)
 	}
 	return nil
 }
@@ -218,15 +209,13 @@ func selectMessagesByTransaction(ctx context.Context, q queryer, txID string, li
 // countTransactions returns how many messages carry each of ids, for those
 // that have any. idx_transaction covers it: no row is read.
 func countTransactions(ctx context.Context, q queryer, ids []string) (map[string]int, error) {
-	out := map[string]int{}
-	err := queryEach(ctx, q, "count message_store by transaction",
+	out, err := queryMap(ctx, q, "count message_store by transaction",
 		"SELECT transaction_id, COUNT(*) FROM message_store WHERE transaction_id IN ("+inList(len(ids))+") GROUP BY transaction_id",
-		appendArgs(nil, ids), func(rows *sql.Rows) error {
+		appendArgs(nil, ids), func(rows *sql.Rows) (string, int, error) {
 			var id string
 			var n int
 			err := rows.Scan(&id, &n)
-			out[id] = n
-			return err
+			return id, n, err
 		})
 	return out, err
 }
@@ -284,14 +273,10 @@ type VShardLoad struct {
 // those created since since: what the resharding planner weighs vshards
 // by. It scans message_store.
 func (s *Store) VShardLoads(ctx context.Context, since time.Time) (map[uint16]VShardLoad, error) {
-	out := map[uint16]VShardLoad{}
-	err := queryEach(ctx, s.db, "count messages by vshard", `SELECT vshard, COUNT(*), COALESCE(SUM(created_at >= ?), 0) FROM message_store GROUP BY vshard`,
-		[]any{since.UTC()}, func(rows *sql.Rows) error {
-			var v uint16
-			var l VShardLoad
-			err := rows.Scan(&v, &l.Messages, &l.Recent)
-			out[v] = l
-			return err
+	out, err := queryMap(ctx, s.db, "count messages by vshard", `SELECT vshard, COUNT(*), COALESCE(SUM(created_at >= ?), 0) FROM message_store GROUP BY vshard`,
+		[]any{since.UTC()}, func(rows *sql.Rows) (v uint16, l VShardLoad, err error) {
+			err = rows.Scan(&v, &l.Messages, &l.Recent)
+			return v, l, err
 		})
 	if err != nil {
 		return nil, translate(err)

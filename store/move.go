@@ -307,13 +307,9 @@ func (s *Store) MoveBuckets(ctx context.Context, table string, vshards []uint16)
 		t.idCol, moveBucketShift, t.rowText(), t.name)
 	args := vshardIn(&b, nil, "vshard", vshards)
 	b.WriteString(" GROUP BY bucket")
-	out := map[uint64]MoveBucket{}
-	err = queryEach(ctx, s.db, "checksum "+t.name, b.String(), args, func(rows *sql.Rows) error {
-		var k uint64
-		var m MoveBucket
-		err := rows.Scan(&k, &m.Rows, &m.Sum)
-		out[k] = m
-		return err
+	out, err := queryMap(ctx, s.db, "checksum "+t.name, b.String(), args, func(rows *sql.Rows) (k uint64, m MoveBucket, err error) {
+		err = rows.Scan(&k, &m.Rows, &m.Sum)
+		return k, m, err
 	})
 	if err != nil {
 		return nil, translate(err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/internal/testbed"
 )
 
@@ -96,10 +97,10 @@ func TestTraceMergesDeliveriesAndEvents(t *testing.T) {
 	if len(tr.Deliveries) != 2 {
 		t.Fatalf("deliveries = %+v", tr.Deliveries)
 	}
-	if a := tr.Deliveries[0]; a.Subscription != "a" || a.State != DeliveryDone || a.Consumer != "w1" || a.Attempts != 1 {
+	if a := tr.Deliveries[0]; a.Subscription != "a" || a.State != domain.DeliveryDone || a.Consumer != "w1" || a.Attempts != 1 {
 		t.Fatalf("delivery a = %+v", a)
 	}
-	if b := tr.Deliveries[1]; b.Subscription != "b" || b.State != DeliveryInFlight || b.Attempts != 2 || b.ErrorCode != "E1" ||
+	if b := tr.Deliveries[1]; b.Subscription != "b" || b.State != domain.DeliveryInFlight || b.Attempts != 2 || b.ErrorCode != "E1" ||
 		b.LeaseExpires.Sub(t0.Add(5*time.Second+time.Minute)).Abs() > time.Millisecond {
 		t.Fatalf("delivery b = %+v", b)
 	}

@@ -51,6 +51,21 @@ func queryRows[T any](ctx context.Context, q queryer, what, query string, args [
 	return out, err
 }
 
+// queryMap is queryEach that indexes what scan makes of each row by the
+// key it returns (a later row with the same key wins).
+func queryMap[K comparable, V any](ctx context.Context, q queryer, what, query string, args []any, scan func(*sql.Rows) (K, V, error)) (map[K]V, error) {
+	out := map[K]V{}
+	err := queryEach(ctx, q, what, query, args, func(rows *sql.Rows) error {
+		k, v, err := scan(rows)
+		if err != nil {
+			return err
+		}
+		out[k] = v
+		return nil
+	})
+	return out, err
+}
+
 // scanOne reads a row of one column.
 func scanOne[T any](rows *sql.Rows) (T, error) {
 	var v T

@@ -11,14 +11,6 @@ import (
 	"github.com/shardmq/shardmq/domain"
 )
 
-// Delivery states as the trace names them.
-const (
-	DeliveryReady    = domain.DeliveryReady
-	DeliveryInFlight = domain.DeliveryInFlight
-	DeliveryDone     = domain.DeliveryDone
-	DeliveryDead     = domain.DeliveryDead
-)
-
 // DeliveryInfo is one subscription's state of a message.
 type DeliveryInfo struct {
 	Subscription string
@@ -110,11 +102,11 @@ func buildTrace(m *Message, dels []deliveryRow, evs []Event, now time.Time) *Mes
 		leased := d.lockedBy != "" && d.claimToken != 0
 		switch {
 		case d.isDead:
-			info.State, info.DoneAt = DeliveryDead, d.deadAt
+			info.State, info.DoneAt = domain.DeliveryDead, d.deadAt
 		case leased && d.availableAt.After(now):
-			info.State, info.Consumer, info.LeaseExpires = DeliveryInFlight, d.lockedBy, d.availableAt
+			info.State, info.Consumer, info.LeaseExpires = domain.DeliveryInFlight, d.lockedBy, d.availableAt
 		default:
-			info.State, info.NextAttemptAt = DeliveryReady, d.availableAt
+			info.State, info.NextAttemptAt = domain.DeliveryReady, d.availableAt
 		}
 		t.Deliveries = append(t.Deliveries, info)
 		if leased && !d.claimedAt.IsZero() {
@@ -148,9 +140,9 @@ func buildTrace(m *Message, dels []deliveryRow, evs []Event, now time.Time) *Mes
 		}
 		switch e.Type {
 		case EventAcked:
-			info.State, info.Consumer, info.DoneAt = DeliveryDone, e.Consumer, e.At
+			info.State, info.Consumer, info.DoneAt = domain.DeliveryDone, e.Consumer, e.At
 		case EventDeadLettered, EventArchived:
-			info.State, info.DoneAt, info.ErrorCode, info.LastError = DeliveryDead, e.At, e.ErrorCode, e.Error
+			info.State, info.DoneAt, info.ErrorCode, info.LastError = domain.DeliveryDead, e.At, e.ErrorCode, e.Error
 		}
 	}
 	for _, sub := range order {
