@@ -32,7 +32,7 @@ type Admin interface {
 const maxTransactionIDs = 10000
 
 func (s *Server) routeAdmin(a Admin) {
-	s.mux.HandleFunc("GET /v1/admin/topology", func(w http.ResponseWriter, r *http.Request) {
+	s.handleFunc("GET /v1/admin/topology", func(w http.ResponseWriter, r *http.Request) {
 		top, err := a.Topology(r.Context())
 		if err != nil {
 			writeError(w, s.hide(r, CodeInternal, err))
@@ -40,8 +40,8 @@ func (s *Server) routeAdmin(a Admin) {
 		}
 		writeJSON(w, http.StatusOK, top)
 	})
-	s.mux.HandleFunc("POST /v1/admin/reconcile", func(w http.ResponseWriter, r *http.Request) { s.reconcile(w, r, a) })
-	s.mux.HandleFunc("GET /v1/admin/reconcile", func(w http.ResponseWriter, r *http.Request) {
+	s.handleFunc("POST /v1/admin/reconcile", func(w http.ResponseWriter, r *http.Request) { s.reconcile(w, r, a) })
+	s.handleFunc("GET /v1/admin/reconcile", func(w http.ResponseWriter, r *http.Request) {
 		rep := a.LastReconcile()
 		if rep == nil {
 			writeError(w, fail(CodeNotFound, "no reconciliation has run on this router yet"))
@@ -49,10 +49,8 @@ func (s *Server) routeAdmin(a Admin) {
 		}
 		writeJSON(w, http.StatusOK, viewReport(rep))
 	})
-	s.mux.HandleFunc("POST /v1/admin/reconcile/transactions", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			TransactionIDs []string `json:"transaction_ids"`
-		}
+	s.handleFunc("POST /v1/admin/reconcile/transactions", func(w http.ResponseWriter, r *http.Request) {
+		var req missingTransactionsRequest
 		if e := s.decode(w, r, &req); e != nil {
 			writeError(w, e)
 			return
@@ -83,6 +81,10 @@ func (s *Server) validTransactionIDs(ids []string, required bool) *apiError {
 		}
 	}
 	return nil
+}
+
+type missingTransactionsRequest struct {
+	TransactionIDs []string `json:"transaction_ids"`
 }
 
 type reconcileRequest struct {

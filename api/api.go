@@ -94,6 +94,7 @@ type Server struct {
 	ready  Health
 	log    *slog.Logger
 	mux    *http.ServeMux
+	routes []string // the patterns registered on mux, in order
 	subs   Subscriptions
 	// metrics count requests when set (Instrument; metrics.go).
 	metrics *HTTPMetrics
@@ -105,15 +106,15 @@ func New(b Broker, limits Limits, ready Health, log *slog.Logger) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{b: b, limits: limits.WithDefaults(), ready: ready, log: log, mux: http.NewServeMux()}
-	s.mux.HandleFunc("POST /v1/topics/{topic}/messages", s.produce)
-	s.mux.HandleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/claim", s.claim)
-	s.mux.HandleFunc("POST /v1/ack", s.ack)
-	s.mux.HandleFunc("POST /v1/nack", s.nack)
-	s.mux.HandleFunc("POST /v1/extend", s.extend)
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	s.handleFunc("POST /v1/topics/{topic}/messages", s.produce)
+	s.handleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/claim", s.claim)
+	s.handleFunc("POST /v1/ack", s.ack)
+	s.handleFunc("POST /v1/nack", s.nack)
+	s.handleFunc("POST /v1/extend", s.extend)
+	s.handleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.handleFunc("GET /readyz", s.readyz)
 	s.routeSubscriptions(b)
 	if b != nil {
 		s.routeOperator(b)
@@ -122,7 +123,12 @@ func New(b Broker, limits Limits, ready Health, log *slog.Logger) *Server {
 }
 
 // Handle registers another handler on the API's mux (admin, metrics).
-func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+func (s *Server) Handle(pattern string, h http.Handler) {
+	s.routes = append(s.routes, pattern)
+	s.mux.Handle(pattern, h)
+}
+
+func (s *Server) handleFunc(pattern string, h http.HandlerFunc) { s.Handle(pattern, h) }
 
 // ServeHTTP implements http.Handler. Unknown paths and methods answer with
 // the JSON error shape too.

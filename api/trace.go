@@ -24,8 +24,8 @@ var _ Tracer = (*lookup.Service)(nil)
 // RouteOps registers the trace and lookup endpoints (DESIGN §5 "Trace and
 // lookup") and, when a is not nil, the operations endpoints of admin.go.
 func (s *Server) RouteOps(t Tracer, a Admin) {
-	s.mux.HandleFunc("GET /v1/messages/{key}/trace", func(w http.ResponseWriter, r *http.Request) { s.trace(w, r, t) })
-	s.mux.HandleFunc("GET /v1/transactions/{transaction_id}", func(w http.ResponseWriter, r *http.Request) { s.transaction(w, r, t) })
+	s.handleFunc("GET /v1/messages/{key}/trace", func(w http.ResponseWriter, r *http.Request) { s.trace(w, r, t) })
+	s.handleFunc("GET /v1/transactions/{transaction_id}", func(w http.ResponseWriter, r *http.Request) { s.transaction(w, r, t) })
 	if a != nil {
 		s.routeAdmin(a)
 	}
