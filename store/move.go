@@ -151,15 +151,24 @@ func scanMoveRow(n int) func(*sql.Rows) (MoveRow, error) {
 	}
 }
 
+// onVShards starts a statement on table's rows of vshards: head (what
+// comes before the table's name), the name, and the vshard condition.
+func onVShards(table, head string, vshards []uint16) (*moveTable, *strings.Builder, []any, error) {
+	t, err := moveTableNamed(table)
+	if err != nil {
+		return t, nil, nil, err
+	}
+	b := &strings.Builder{}
+	b.WriteString(head + " " + t.name + " WHERE 1=1")
+	return t, b, vshardIn(b, nil, "vshard", vshards), nil
+}
+
 // MoveCount counts table's rows of vshards.
 func (s *Store) MoveCount(ctx context.Context, table string, vshards []uint16) (int64, error) {
-	t, err := moveTableNamed(table)
+	t, b, args, err := onVShards(table, "SELECT COUNT(*) FROM", vshards)
 	if err != nil {
 		return 0, err
 	}
-	var b strings.Builder
-	b.WriteString("SELECT COUNT(*) FROM " + t.name + " WHERE 1=1")
-	args := vshardIn(&b, nil, "vshard", vshards)
 	var n int64
 	if err := s.db.QueryRowContext(ctx, b.String(), args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count %s: %w", t.name, translate(err))
@@ -369,13 +378,10 @@ func MoveKeyText(k MoveRow) string {
 // table (message_queue) while the vshards are frozen. It returns how many
 // rows it deleted.
 func (s *Store) MoveDeleteVShards(ctx context.Context, table string, vshards []uint16, limit int) (int64, error) {
-	t, err := moveTableNamed(table)
+	t, b, args, err := onVShards(table, "DELETE FROM", vshards)
 	if err != nil {
 		return 0, err
 	}
-	var b strings.Builder
-	b.WriteString("DELETE FROM " + t.name + " WHERE 1=1")
-	args := vshardIn(&b, nil, "vshard", vshards)
 	b.WriteString(" LIMIT ?")
 	args = append(args, limit)
 	q := b.String()
