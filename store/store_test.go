@@ -38,11 +38,12 @@ func setup(t testing.TB) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	now := time.Now().UTC()
-	if err := st.Migrate(ctx, now); err != nil {
+	if err := st.Migrate(ctx, time.Now().UTC()); err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{st: st, db: st.DB(), ids: ids, now: now}
+	// After the migration, which can take seconds on a loaded machine: the
+	// tests' clock must not lag the ids they make (their creation times).
+	return &fixture{st: st, db: st.DB(), ids: ids, now: time.Now().UTC()}
 }
 
 func (f *fixture) item(topic, key, payload string, subs ...string) ProduceItem {
