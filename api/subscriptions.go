@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/subscription"
 )
 
@@ -64,7 +65,7 @@ func (b subscriptionBody) build(topic, name string) (subscription.Subscription, 
 		}
 		sub.MaxAttempts = *b.MaxAttempts
 	}
-	jitter := 0.2
+	jitter := domain.DefaultBackoffJitter
 	if b.Backoff != nil {
 		if v := b.Backoff.InitialMS; v != nil {
 			if *v <= 0 {

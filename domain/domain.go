@@ -43,6 +43,17 @@ const (
 	MaxLastErrorBytes = 2048      // a nack's error text
 )
 
+// The retry policy of a subscription that does not set its own: written
+// once here for the store's RetryPolicy, the subscription's configuration
+// and the API's defaults.
+const (
+	DefaultMaxAttempts       = 5
+	DefaultBackoffInitial    = time.Second
+	DefaultBackoffMax        = 10 * time.Minute
+	DefaultBackoffMultiplier = 2.0
+	DefaultBackoffJitter     = 0.2
+)
+
 // Message is a stored message.
 type Message struct {
 	ID            uint64
