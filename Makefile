@@ -93,11 +93,28 @@ router_info = echo; \
 
 # test runs every package with -race against one shared sandbox of real
 # MariaDB servers that lives as long as the run, then the bounded fuzz run.
-test: deps vet promtool-test
+test: deps browser-deps vet promtool-test
 	@mkdir -p bin
 	$(GO) build -o bin/sandbox ./cmd/sandbox
 	bin/sandbox exec -clusters 2 -replicas 1 -- $(GO) test -race -count=1 -timeout 15m ./...
 	@$(MAKE) --no-print-directory fuzz
+
+# browser-deps installs Debian's chromium when it is missing: the
+# headless-browser test of the operators' page (server's TestUIBrowser,
+# docs/ui.md) drives it; without it that test skips and says why.
+.PHONY: browser-deps ui-test
+browser-deps:
+	@if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/lib/chromium/chromium ]; then \
+		echo "chromium not found: installing chromium"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; \
+	fi
+
+# ui-test runs only the tests of the operators' page and CLI (the browser
+# test's screenshots go to var/ui-test/).
+ui-test: deps browser-deps
+	@mkdir -p bin
+	$(GO) build -o bin/sandbox ./cmd/sandbox
+	bin/sandbox exec -clusters 2 -replicas 1 -- $(GO) test -race -count=1 ./ui/ ./server/ -run 'TestHistory|TestUI|TestOperatorCLI'
 
 # fuzz runs each fuzz target of the request decoders, the query strings,
 # the strictness scan and the receipt parser for FUZZTIME (9 targets x 6s:

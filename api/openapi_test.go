@@ -142,6 +142,7 @@ func servedPatterns(t *testing.T) []string {
 	s := New(b, Limits{}, nil, nil)
 	s.RouteOps(b, stubAdmin{})
 	s.RouteReshard(stubResharder{})
+	s.RouteUI(nil)
 	return slices.Clone(s.routes)
 }
 
@@ -333,6 +334,7 @@ var goTypes = map[string]struct {
 	"ReshardRange":               {types: typesOf(rebalance.Range{})},
 	"ReshardMove":                {types: typesOf(rebalance.Move{})},
 	"ReshardJob":                 {types: typesOf(rebalance.View{})},
+	"CodeCount":                  {types: typesOf(codeCount{})},
 }
 
 func typesOf(vs ...any) []reflect.Type {
@@ -441,6 +443,7 @@ func TestOpenAPIAnswersMatchTheDocument(t *testing.T) {
 	s := New(b, Limits{}, nil, nil)
 	s.RouteOps(b, stubAdmin{})
 	s.RouteReshard(stubResharder{})
+	s.RouteUI(nil)
 	rc := testReceipt(t)
 	const sub = "/v1/topics/orders/subscriptions/billing"
 	cases := []struct {
@@ -461,6 +464,10 @@ func TestOpenAPIAnswersMatchTheDocument(t *testing.T) {
 		{"GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters", sub + "/dead-letters?limit=5", "", 200},
 		{"DELETE /v1/topics/{topic}/subscriptions/{sub}/dead-letters", sub + "/dead-letters?error_code=E", "", 200},
 		{"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/redrive", sub + "/dead-letters/redrive", `{"all":true}`, 200},
+		{"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/redrive", sub + "/dead-letters/redrive", `{"all":true,"dry_run":true}`, 200},
+		{"GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters/codes", sub + "/dead-letters/codes", "", 200},
+		{"GET /v1/admin/queues", "/v1/admin/queues?sort=depth&limit=5", "", 200},
+		{"GET /v1/admin/reshard", "/v1/admin/reshard", "", 200},
 		{"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/claim", sub + "/dead-letters/claim", `{"error_code":"E"}`, 200},
 		{"GET /v1/messages/{key}/trace", "/v1/messages/k/trace?topic=orders", "", 404},
 		{"GET /v1/transactions/{transaction_id}", "/v1/transactions/tx-1", "", 200},
@@ -617,6 +624,10 @@ func (b *richBroker) Redrive(context.Context, string, string, []uint64, string) 
 	return 2, nil
 }
 
+func (b *richBroker) DeadByCode(context.Context, string, string, []uint64, string) (map[string]int64, error) {
+	return map[string]int64{"E": 2, "F": 1}, nil
+}
+
 func (b *richBroker) PurgeDead(context.Context, string, string, string) (int64, error) { return 3, nil }
 
 func (b *richBroker) ShardMap() *routing.Map {
@@ -681,6 +692,9 @@ func testJob() *rebalance.Job {
 
 func (stubResharder) Submit(_ context.Context, ranges []rebalance.Range, _ bool) (*rebalance.Job, []rebalance.Move, error) {
 	return testJob(), []rebalance.Move{{Source: "c1", Target: "c2", VShards: []uint16{0, 1, 2, 3}}}, nil
+}
+func (stubResharder) List(context.Context) ([]*rebalance.Job, error) {
+	return []*rebalance.Job{testJob()}, nil
 }
 func (stubResharder) Get(context.Context, string) (*rebalance.Job, error)    { return testJob(), nil }
 func (stubResharder) Pause(context.Context, string) (*rebalance.Job, error)  { return testJob(), nil }

@@ -349,28 +349,36 @@ FROM message_queue WHERE topic = ? AND subscription = ? AND is_dead = 1`
 // error code, or the given ids). With freeAt set it skips those leased on
 // the dead-letter channel at that time: a handler is working on them.
 func lockDead(ctx context.Context, tx *sql.Tx, topic, sub, errorCode string, ids []uint64, limit int, freeAt time.Time) ([]delivery, error) {
-	query := `SELECT message_id, vshard, attempts, COALESCE(order_key, ''), COALESCE(error_code, '') FROM message_queue
-WHERE topic = ? AND subscription = ? AND is_dead = 1`
-	args := []any{topic, sub}
-	if !freeAt.IsZero() {
-		query += " AND (claim_token = 0 OR available_at <= ?)"
-		args = append(args, freeAt)
-	}
-	if errorCode != "" {
-		query += " AND error_code = ?"
-		args = append(args, errorCode)
-	}
-	if len(ids) > 0 {
-		query += " AND message_id IN (" + inList(len(ids)) + ")"
-		args = appendArgs(args, ids)
-	}
-	query += " ORDER BY message_id LIMIT ? FOR UPDATE"
+	where, args := deadSelection(topic, sub, errorCode, ids, freeAt)
+	query := "SELECT message_id, vshard, attempts, COALESCE(order_key, ''), COALESCE(error_code, '') FROM message_queue\nWHERE " + where +
+		" ORDER BY message_id LIMIT ? FOR UPDATE"
 	return queryRows(ctx, tx, "lock dead message_queue", query, append(args, limit), func(rows *sql.Rows) (delivery, error) {
 		d := delivery{topic: topic, subscription: sub, isDead: true}
 		var code string
 		err := rows.Scan(&d.messageID, &d.vshard, &d.attempts, &d.orderKey, &code)
 		return d, err
 	})
+}
+
+// deadSelection is the condition "these dead letters of a subscription"
+// (all, one error code, or the given ids; with freeAt set, not those
+// leased on the dead-letter channel at that time) and its arguments.
+func deadSelection(topic, sub, errorCode string, ids []uint64, freeAt time.Time) (string, []any) {
+	where := "topic = ? AND subscription = ? AND is_dead = 1"
+	args := []any{topic, sub}
+	if !freeAt.IsZero() {
+		where += " AND (claim_token = 0 OR available_at <= ?)"
+		args = append(args, freeAt)
+	}
+	if errorCode != "" {
+		where += " AND error_code = ?"
+		args = append(args, errorCode)
+	}
+	if len(ids) > 0 {
+		where += " AND message_id IN (" + inList(len(ids)) + ")"
+		args = appendArgs(args, ids)
+	}
+	return where, args
 }
 
 // reviveDelivery makes a dead letter ready again with its attempts reset;
@@ -407,6 +415,19 @@ func countDead(ctx context.Context, q queryer, topic, sub string) (int64, error)
 		return 0, err
 	}
 	return n[0], nil
+}
+
+// countDeadByCode counts, by error code, the dead letters a redrive with
+// the same selection would take (lockDead's conditions: not leased to a
+// dead-letter handler at freeAt).
+func countDeadByCode(ctx context.Context, q queryer, topic, sub, errorCode string, ids []uint64, freeAt time.Time) (map[string]int64, error) {
+	where, args := deadSelection(topic, sub, errorCode, ids, freeAt)
+	return queryMap(ctx, q, "count dead by code message_queue",
+		"SELECT COALESCE(error_code, ''), COUNT(*) FROM message_queue\nWHERE "+where+" GROUP BY COALESCE(error_code, '')", args,
+		func(rows *sql.Rows) (code string, n int64, err error) {
+			err = rows.Scan(&code, &n)
+			return code, n, err
+		})
 }
 
 // droppedDelivery is a delivery of a deleted subscription, as its trace
