@@ -47,7 +47,7 @@ func TestAckManyKeepsEachRequestsOutcome(t *testing.T) {
 		{"all held", []AckGroup{
 			{Leases: leases(ca[:4], "a"), RequestID: "r1"},
 			{Leases: append(leases(ca[4:], "a"), leases(cb[:2], "b")...), RequestID: "r2"},
-		}, [][]LeaseStatus{{0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}}},
+		}, [][]LeaseStatus{{LeaseOK, LeaseOK, LeaseOK, LeaseOK}, {LeaseOK, LeaseOK, LeaseOK, LeaseOK, LeaseOK, LeaseOK}}},
 		{"a lost lease, a repeat across groups, one acked before", []AckGroup{
 			{Leases: []Lease{lease(cb[2], "b"), lost}, RequestID: "r3"},
 			{Leases: []Lease{lease(cb[2], "b"), lease(cb[0], "b")}, RequestID: "r4"},
@@ -85,8 +85,8 @@ func TestAckManyKeepsEachRequestsOutcome(t *testing.T) {
 		if i <= 4 {
 			want = StatusConsumed
 		}
-		if s := f.count(t, "SELECT msg_status FROM message_store WHERE id = ?", it.Msg.ID); s != want {
-			t.Errorf("message %d: status %d, want %d", i, s, want)
+		if s := f.count(t, "SELECT msg_status FROM message_store WHERE id = ?", it.Msg.ID); s != statusCode(want) {
+			t.Errorf("message %d: status %d, want %d (%s)", i, s, statusCode(want), want)
 		}
 	}
 }
