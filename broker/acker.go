@@ -12,7 +12,7 @@ import (
 
 // Ack coalescing, the consume side's group commit. The acks that reach
 // one cluster while its previous ack transaction runs wait and then go
-// together, as one transaction (store.AckMany: two round trips, one
+// together, as one transaction (store.AckMany: each statement multi-row, one
 // commit), instead of one transaction each: a commit costs the servers
 // far more than the rows it carries (docs/performance.md). An ack alone
 // on an idle cluster starts at once; nothing lingers.
