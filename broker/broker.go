@@ -25,8 +25,8 @@ import (
 	"github.com/shardmq/shardmq/subscription"
 )
 
-// Shard is what the broker needs from one cluster's primary.
-type Shard interface {
+// Store is what the broker needs from one cluster's primary.
+type Store interface {
 	Produce(ctx context.Context, items []store.ProduceItem) ([]store.ProduceResult, error)
 	Claim(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, error)
 	ClaimMany(ctx context.Context, reqs []store.ClaimRequest) ([][]store.Claimed, error)
@@ -50,7 +50,7 @@ type Shard interface {
 	AppendEvents(ctx context.Context, evs []store.Event) error
 }
 
-var _ Shard = (*store.Store)(nil)
+var _ Store = (*store.Store)(nil)
 
 // Errors callers match with errors.Is.
 var (
@@ -124,7 +124,7 @@ func (c Config) withDefaults() Config {
 type Broker struct {
 	cfg      Config
 	table    *routing.Table
-	shards   atomic.Pointer[map[string]*clusterShard]
+	clusters atomic.Pointer[map[string]*cluster]
 	subs     Subscriptions
 	replicas ReplicaWaiter
 	ids      *idgen.Gen
@@ -136,7 +136,7 @@ type Broker struct {
 	setMu    sync.Mutex
 	claims   *claimers
 	rejected *rejectedTrace
-	closed   bool // set by Close under setMu: SetShards does nothing after it
+	closed   bool // set by Close under setMu: SetClusters does nothing after it
 	// draining is closed by Drain: long-polls answer at once.
 	draining  chan struct{}
 	drainOnce sync.Once
@@ -144,9 +144,9 @@ type Broker struct {
 	frozen    frozenCounters // requests held on frozen vshards (frozen.go)
 }
 
-// clusterShard is a cluster's connection and its group committer.
-type clusterShard struct {
-	Shard
+// cluster is a cluster's connection and its group committer.
+type cluster struct {
+	Store
 	commit *committer
 }
 
@@ -157,9 +157,9 @@ type recentKey struct {
 	hash   [16]byte
 }
 
-// New returns a broker routing by table to shards (cluster name → shard).
+// New returns a broker routing by table to clusters (cluster name → its primary).
 // replicas may be nil: replicated durability then answers unavailable.
-func New(cfg Config, table *routing.Table, shards map[string]Shard, subs Subscriptions, replicas ReplicaWaiter, ids *idgen.Gen, now func() time.Time, log *slog.Logger) *Broker {
+func New(cfg Config, table *routing.Table, clusters map[string]Store, subs Subscriptions, replicas ReplicaWaiter, ids *idgen.Gen, now func() time.Time, log *slog.Logger) *Broker {
 	if now == nil {
 		now = time.Now
 	}
@@ -172,31 +172,31 @@ func New(cfg Config, table *routing.Table, shards map[string]Shard, subs Subscri
 		b.recent = expirable.NewLRU[string, recentKey](b.cfg.RecentKeys, nil, b.cfg.RecentKeysTTL)
 		b.rejected = newRejectedTrace(b)
 	}
-	empty := map[string]*clusterShard{}
-	b.shards.Store(&empty)
-	b.SetShards(shards)
+	empty := map[string]*cluster{}
+	b.clusters.Store(&empty)
+	b.SetClusters(clusters)
 	return b
 }
 
-// SetShards swaps the cluster connections (after a topology change). A
+// SetClusters swaps the cluster connections (after a topology change). A
 // cluster whose connection is unchanged keeps its committer; the committers
 // of replaced connections finish what they have queued and stop.
-func (b *Broker) SetShards(shards map[string]Shard) {
+func (b *Broker) SetClusters(clusters map[string]Store) {
 	b.setMu.Lock()
 	defer b.setMu.Unlock()
 	if b.closed {
 		return // a topology applied during shutdown starts no committer that nobody stops
 	}
-	old := *b.shards.Load()
-	m := make(map[string]*clusterShard, len(shards))
-	for name, s := range shards {
-		if cs, ok := old[name]; ok && cs.Shard == s {
+	old := *b.clusters.Load()
+	m := make(map[string]*cluster, len(clusters))
+	for name, s := range clusters {
+		if cs, ok := old[name]; ok && cs.Store == s {
 			m[name] = cs
 			continue
 		}
-		m[name] = &clusterShard{Shard: s, commit: newCommitter(name, s, b.cfg.Commit)}
+		m[name] = &cluster{Store: s, commit: newCommitter(name, s, b.cfg.Commit)}
 	}
-	b.shards.Store(&m)
+	b.clusters.Store(&m)
 	for name, cs := range old {
 		if m[name] != cs {
 			go cs.commit.stop()
@@ -227,7 +227,7 @@ func (b *Broker) Close() {
 	b.setMu.Lock()
 	defer b.setMu.Unlock()
 	b.closed = true
-	for _, cs := range *b.shards.Load() {
+	for _, cs := range *b.clusters.Load() {
 		cs.commit.stop()
 	}
 }
@@ -349,7 +349,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 	}
 	var mu sync.Mutex
 	var waits []replicaWait
-	errs := b.dispatch(ctx, vs, skip, func(name string, cs *clusterShard, idx []int, keep func() func()) {
+	errs := b.dispatch(ctx, vs, skip, func(name string, cs *cluster, idx []int, keep func() func()) {
 		gtid := b.produceOn(ctx, cs, topic, idx, items, results, keep)
 		if dur == DurabilityReplicated {
 			mu.Lock()
@@ -373,7 +373,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 
 // produceOn commits one cluster's share of a request, fills its results
 // and returns the GTID to wait for under replicated durability.
-func (b *Broker) produceOn(ctx context.Context, cs *clusterShard, topic string, idx []int, items []store.ProduceItem, results []ProduceResult, keep func() func()) string {
+func (b *Broker) produceOn(ctx context.Context, cs *cluster, topic string, idx []int, items []store.ProduceItem, results []ProduceResult, keep func() func()) string {
 	batch := make([]store.ProduceItem, len(idx))
 	for j, i := range idx {
 		batch[j] = items[i]
@@ -580,7 +580,7 @@ func (b *Broker) release(req ClaimRequest, out []Delivery) {
 			receipts = append(receipts, r)
 		}
 	}
-	b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *clusterShard, idx []int, _ func() func()) {
+	b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
 		leases := make([]store.Lease, len(idx))
 		for j, i := range idx {
 			leases[j] = receipts[i].Lease
@@ -598,7 +598,7 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 	defer release()
 	exclude := m.FrozenVShards()
 	names := m.Clusters()
-	shards := *b.shards.Load()
+	clusters := *b.clusters.Load()
 	start := int(b.rr.Add(1))
 	var out []Delivery
 	bytes := 0
@@ -609,13 +609,13 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 			break
 		}
 		name := names[(start+k)%len(names)]
-		s, ok := shards[name]
+		s, ok := clusters[name]
 		if !ok {
 			failed++
 			continue
 		}
 		token := rand.Uint64() | 1
-		key := claimKey{shard: s, topic: req.Topic, sub: req.Subscription, ordered: ordered, dead: req.Dead, errorCode: req.ErrorCode,
+		key := claimKey{cluster: s, topic: req.Topic, sub: req.Subscription, ordered: ordered, dead: req.Dead, errorCode: req.ErrorCode,
 			mapVersion: m.Version()}
 		sreq := store.ClaimRequest{Topic: req.Topic, Subscription: req.Subscription, Consumer: req.Consumer,
 			Max: req.Max - len(out), Lease: req.Lease, Token: token, MaxAttempts: sub.Policy().MaxAttempts, Now: b.now().UTC(),
@@ -675,7 +675,7 @@ func (b *Broker) orderedNow(ctx context.Context, receipts []Receipt) {
 // Ack completes deliveries, one transaction per cluster.
 func (b *Broker) Ack(ctx context.Context, receipts []Receipt) []LeaseResult {
 	b.orderedNow(ctx, receipts)
-	return b.leaseOp(ctx, receipts, func(s Shard, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
+	return b.leaseOp(ctx, receipts, func(s Store, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
 		st, err := s.Ack(ctx, leases, b.now().UTC())
 		return st, time.Time{}, err
 	})
@@ -683,14 +683,14 @@ func (b *Broker) Ack(ctx context.Context, receipts []Receipt) []LeaseResult {
 
 // Extend moves the leases' expiry to now + lease.
 func (b *Broker) Extend(ctx context.Context, receipts []Receipt, lease time.Duration) []LeaseResult {
-	return b.leaseOp(ctx, receipts, func(s Shard, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
+	return b.leaseOp(ctx, receipts, func(s Store, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
 		return s.Extend(ctx, leases, lease, b.now().UTC())
 	})
 }
 
-func (b *Broker) leaseOp(ctx context.Context, receipts []Receipt, op func(Shard, []store.Lease) ([]store.LeaseStatus, time.Time, error)) []LeaseResult {
+func (b *Broker) leaseOp(ctx context.Context, receipts []Receipt, op func(Store, []store.Lease) ([]store.LeaseStatus, time.Time, error)) []LeaseResult {
 	out := make([]LeaseResult, len(receipts))
-	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *clusterShard, idx []int, _ func() func()) {
+	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
 		leases := make([]store.Lease, len(idx))
 		for j, i := range idx {
 			leases[j] = receipts[i].Lease
@@ -752,7 +752,7 @@ func (b *Broker) Nack(ctx context.Context, items []NackItem) []NackResult {
 		}
 		return s.Policy()
 	}
-	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *clusterShard, idx []int, _ func() func()) {
+	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
 		batch := make([]store.NackItem, len(idx))
 		for j, i := range idx {
 			it := items[i]

@@ -22,7 +22,7 @@ import (
 const maxCoalescedClaim = 1000
 
 type claimKey struct {
-	shard     *clusterShard
+	cluster   *cluster
 	topic     string
 	sub       string
 	ordered   bool
@@ -176,7 +176,7 @@ func (c *claimers) run(k claimKey, calls []*claimCall) {
 	// caller's: the request that set the walk going.
 	ctx, cancel := context.WithTimeout(reqid.With(context.Background(), calls[0].rid), 10*time.Second)
 	defer cancel()
-	got, err := k.shard.ClaimMany(ctx, reqs)
+	got, err := k.cluster.ClaimMany(ctx, reqs)
 	for i, call := range calls {
 		if err != nil {
 			call.done <- claimAnswer{err: err}

@@ -98,7 +98,7 @@ type produceResp struct {
 // committer group-commits the produce requests of one cluster.
 type committer struct {
 	name  string
-	shard Shard
+	store Store
 	cfg   CommitConfig
 	in    chan *produceReq
 	quit  chan struct{}
@@ -130,8 +130,8 @@ type CommitStats struct {
 	Busy time.Duration
 }
 
-func newCommitter(name string, s Shard, cfg CommitConfig) *committer {
-	c := &committer{name: name, shard: s, cfg: cfg, in: make(chan *produceReq, queueLen), quit: make(chan struct{}),
+func newCommitter(name string, s Store, cfg CommitConfig) *committer {
+	c := &committer{name: name, store: s, cfg: cfg, in: make(chan *produceReq, queueLen), quit: make(chan struct{}),
 		overflow: make(chan struct{}, cfg.Committers)}
 	for i := 0; i < cfg.Committers; i++ {
 		c.wg.Add(1)
@@ -324,7 +324,7 @@ func (c *committer) commit(batch []*produceReq) {
 // neighbours. Nothing is half-applied: each attempt is one transaction.
 func (c *committer) produceIsolated(items []store.ProduceItem) ([]store.ProduceResult, []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
-	res, err := c.shard.Produce(ctx, items)
+	res, err := c.store.Produce(ctx, items)
 	cancel()
 	if err == nil {
 		return res, make([]error, len(items))
@@ -346,7 +346,7 @@ func (c *committer) produceIsolated(items []store.ProduceItem) ([]store.ProduceR
 // CommitStats returns each cluster's group-commit counters.
 func (b *Broker) CommitStats() map[string]CommitStats {
 	out := map[string]CommitStats{}
-	for name, cs := range *b.shards.Load() {
+	for name, cs := range *b.clusters.Load() {
 		c := cs.commit
 		out[name] = CommitStats{Transactions: c.transactions.Load(), Messages: c.messages.Load(), Splits: c.splits.Load(),
 			Busy: time.Duration(c.busy.Load())}

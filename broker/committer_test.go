@@ -121,16 +121,16 @@ func TestReceiptRoundTripAndTampering(t *testing.T) {
 	}
 }
 
-// gateShard is a Shard whose Produce blocks until released and records
+// gateStore is a Store whose Produce blocks until released and records
 // each batch's size; every other method is left unimplemented.
-type gateShard struct {
-	Shard
+type gateStore struct {
+	Store
 	started chan int      // a batch of n items began
 	release chan struct{} // lets one batch finish
 	quit    chan struct{} // closed at cleanup: lets every batch finish
 }
 
-func (g *gateShard) Produce(ctx context.Context, items []store.ProduceItem) ([]store.ProduceResult, error) {
+func (g *gateStore) Produce(ctx context.Context, items []store.ProduceItem) ([]store.ProduceResult, error) {
 	g.started <- len(items)
 	select {
 	case <-g.release:
@@ -145,7 +145,7 @@ func (g *gateShard) Produce(ctx context.Context, items []store.ProduceItem) ([]s
 // wait.
 func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 	t.Parallel()
-	g := &gateShard{started: make(chan int, 16), release: make(chan struct{}), quit: make(chan struct{})}
+	g := &gateStore{started: make(chan int, 16), release: make(chan struct{}), quit: make(chan struct{})}
 	c := newCommitter("c1", g, CommitConfig{Committers: 1, Linger: time.Second, LingerAfter: 4}.withDefaults())
 	// Cleanups run last-in first-out: the gate opens before stop waits.
 	t.Cleanup(c.stop)

@@ -45,7 +45,7 @@ func (b *Broker) ListDead(ctx context.Context, topic, sub, errorCode, cursor str
 	var mu sync.Mutex
 	var all []DeadLetter
 	var page DeadPage
-	err := b.eachCluster(ctx, func(ctx context.Context, name string, sh Shard) error {
+	err := b.eachCluster(ctx, func(ctx context.Context, name string, sh Store) error {
 		dl, msgs, err := sh.ListDead(ctx, topic, sub, errorCode, before, limit+1, b.now().UTC())
 		mu.Lock()
 		defer mu.Unlock()
@@ -83,7 +83,7 @@ func (b *Broker) Redrive(ctx context.Context, topic, sub string, ids []uint64, e
 	}
 	var total int64
 	var mu sync.Mutex
-	err = b.eachCluster(ctx, func(ctx context.Context, _ string, sh Shard) error {
+	err = b.eachCluster(ctx, func(ctx context.Context, _ string, sh Store) error {
 		n, err := sh.Redrive(ctx, store.RedriveRequest{Topic: topic, Subscription: sub, IDs: ids, ErrorCode: errorCode,
 			Ordered: s.Ordered, Now: b.now().UTC()})
 		mu.Lock()
@@ -104,7 +104,7 @@ func (b *Broker) PurgeDead(ctx context.Context, topic, sub, errorCode string) (i
 	}
 	var total int64
 	var mu sync.Mutex
-	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Shard) error {
+	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Store) error {
 		n, err := sh.PurgeDead(ctx, topic, sub, errorCode)
 		mu.Lock()
 		total += n
@@ -118,7 +118,7 @@ func (b *Broker) PurgeDead(ctx context.Context, topic, sub, errorCode string) (i
 func (b *Broker) CountDead(ctx context.Context, topic, sub string) (int64, error) {
 	var total int64
 	var mu sync.Mutex
-	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Shard) error {
+	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Store) error {
 		n, err := sh.CountDead(ctx, topic, sub)
 		mu.Lock()
 		total += n
@@ -133,7 +133,7 @@ func (b *Broker) CountDead(ctx context.Context, topic, sub string) (int64, error
 func (b *Broker) ArchiveDead(ctx context.Context, topic, sub string, cutoff time.Time) (int64, error) {
 	var total int64
 	var mu sync.Mutex
-	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Shard) error {
+	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Store) error {
 		n, err := sh.ArchiveDead(ctx, topic, sub, cutoff, b.now().UTC())
 		mu.Lock()
 		total += n

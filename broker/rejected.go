@@ -131,7 +131,7 @@ func (t *rejectedTrace) flush(batch []store.Event, held map[uint64]int) []store.
 	// events before the final sync of their vshards.
 	table, release := t.b.pin()
 	defer release()
-	shards := *t.b.shards.Load()
+	clusters := *t.b.clusters.Load()
 	byCluster := map[string][]store.Event{}
 	var again []store.Event
 	for _, ev := range batch {
@@ -150,7 +150,7 @@ func (t *rejectedTrace) flush(batch []store.Event, held map[uint64]int) []store.
 	}
 	var wg sync.WaitGroup
 	for name, evs := range byCluster {
-		cs, ok := shards[name]
+		cs, ok := clusters[name]
 		if !ok {
 			t.dropped.Add(int64(len(evs)))
 			continue

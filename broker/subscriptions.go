@@ -52,7 +52,7 @@ func (b *Broker) PutSubscription(ctx context.Context, s subscription.Subscriptio
 	}
 	if existed && old.Ordered && !s.Ordered {
 		unpark := func(ctx context.Context) error {
-			return b.eachCluster(ctx, func(ctx context.Context, name string, sh Shard) error {
+			return b.eachCluster(ctx, func(ctx context.Context, name string, sh Store) error {
 				_, err := sh.Unpark(ctx, s.Topic, s.Name, b.now().UTC())
 				return err
 			})
@@ -82,7 +82,7 @@ func (b *Broker) DeleteSubscription(ctx context.Context, topic, name string) err
 		}
 		return err
 	}
-	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Shard) error {
+	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Store) error {
 		_, err := sh.DropSubscription(ctx, topic, name, b.now().UTC())
 		return err
 	})
@@ -97,13 +97,13 @@ const unparkAgainAfter = 5 * time.Second
 
 // eachCluster runs fn on every cluster of the current shard map at once and
 // joins the errors, each naming its cluster.
-func (b *Broker) eachCluster(ctx context.Context, fn func(ctx context.Context, name string, sh Shard) error) error {
-	shards := *b.shards.Load()
+func (b *Broker) eachCluster(ctx context.Context, fn func(ctx context.Context, name string, sh Store) error) error {
+	clusters := *b.clusters.Load()
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
 	for _, name := range b.table.Load().Clusters() {
-		cs, ok := shards[name]
+		cs, ok := clusters[name]
 		if !ok {
 			errs = append(errs, fmt.Errorf("cluster %s: %w: no connection", name, ErrUnavailable))
 			continue
@@ -111,7 +111,7 @@ func (b *Broker) eachCluster(ctx context.Context, fn func(ctx context.Context, n
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := fn(ctx, name, cs.Shard); err != nil {
+			if err := fn(ctx, name, cs.Store); err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("cluster %s: %w", name, err))
 				mu.Unlock()

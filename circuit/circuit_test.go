@@ -112,7 +112,7 @@ func TestBreakerOpensOnDeadEndpointAndRecovers(t *testing.T) {
 	var changes []string
 	set := NewSet(Config{Failures: 3, OpenFor: 200 * time.Millisecond, CallTimeout: time.Second,
 		OnStateChange: func(_, from, to string) { changes = append(changes, from+"→"+to) }})
-	sh := NewShard(st, set.For(own.Clusters[0].Primary.Addr()))
+	sh := NewCluster(st, set.For(own.Clusters[0].Primary.Addr()))
 	if _, err := sh.Produce(ctx, []store.ProduceItem{item(ids, "a")}); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestRetireRetriesInFlightCallOnSuccessor(t *testing.T) {
 	oldSt, oldDB := openDB(t, bed, bed.Clusters[0].Primary, ids)
 	newSt, newDB := openDB(t, bed, bed.Clusters[1].Primary, ids)
 	set := NewSet(Config{})
-	oldSh, newSh := NewShard(oldSt, set.For("old")), NewShard(newSt, set.For("new"))
+	oldSh, newSh := NewCluster(oldSt, set.For("old")), NewCluster(newSt, set.For("new"))
 
 	// Hold the dedup row of "k" on the old endpoint so the produce blocks.
 	tx, err := oldDB.BeginTx(ctx, nil)
@@ -216,7 +216,7 @@ WHERE x.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()`).Scan(&n)
 	if _, err := oldSh.Produce(ctx, []store.ProduceItem{item(ids, "later")}); err != nil || count(t, newDB, "later") != 1 || count(t, oldDB, "later") != 0 {
 		t.Fatalf("a call on the retired endpoint did not go to the successor: %v", err)
 	}
-	gone := NewShard(oldSt, set.For("gone"))
+	gone := NewCluster(oldSt, set.For("gone"))
 	gone.Retire(nil)
 	if _, err := gone.Produce(ctx, []store.ProduceItem{item(ids, "x")}); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("retired without successor: %v", err)

@@ -80,12 +80,12 @@ type primaryEndpoint struct {
 	dsn      string
 	endpoint string
 	store    *store.Store
-	shard    *circuit.Shard
+	guard    *circuit.Cluster
 }
 
 // WriteHeartbeat implements replica.Primary through the breaker.
 func (p *primaryEndpoint) WriteHeartbeat(ctx context.Context, router string, at time.Time) error {
-	return p.shard.Breaker().Do(ctx, func(ctx context.Context) error { return p.store.WriteHeartbeat(ctx, router, at) })
+	return p.guard.Breaker().Do(ctx, func(ctx context.Context) error { return p.store.WriteHeartbeat(ctx, router, at) })
 }
 
 // PurgeHeartbeats lets the monitor purge rows of departed routers.
@@ -129,23 +129,23 @@ func newHA(r *Router) *ha {
 	return h
 }
 
-// shard returns the broker's shard for a cluster's primary: its breaker-
+// primaryCluster returns the broker's primaryCluster for a cluster's primary: its breaker-
 // guarded endpoint. A changed primary gets a new endpoint and the old one
-// hands over to it (circuit.Shard.Retire).
-func (h *ha) shard(cluster, dsn string, st *store.Store) broker.Shard {
+// hands over to it (circuit.Cluster.Retire).
+func (h *ha) primaryCluster(cluster, dsn string, st *store.Store) broker.Store {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if p, ok := h.prim[cluster]; ok && p.dsn == dsn && p.store == st {
-		return p.shard
+		return p.guard
 	}
 	ep := replica.Addr(dsn)
-	p := &primaryEndpoint{cluster: cluster, dsn: dsn, endpoint: ep, store: st, shard: circuit.NewShard(st, h.breakers.For(ep))}
+	p := &primaryEndpoint{cluster: cluster, dsn: dsn, endpoint: ep, store: st, guard: circuit.NewCluster(st, h.breakers.For(ep))}
 	if old, ok := h.prim[cluster]; ok {
-		old.shard.Retire(p.shard)
+		old.guard.Retire(p.guard)
 		h.r.cfg.Log.Info("cluster primary switched", "cluster", cluster, "from", old.endpoint, "to", ep)
 	}
 	h.prim[cluster] = p
-	return p.shard
+	return p.guard
 }
 
 // checkWritable makes sure a primary accepts writes before the router
@@ -195,7 +195,7 @@ func (h *ha) applied(top *topology.Topology) {
 	for name, p := range h.prim {
 		c, ok := top.Clusters[name]
 		if !ok {
-			p.shard.Retire(nil)
+			p.guard.Retire(nil)
 			delete(h.prim, name)
 			continue
 		}
@@ -325,7 +325,7 @@ func (e lookupEndpoints) Primary(cluster string) (lookup.Target, bool) {
 	if !ok {
 		return lookup.Target{}, false
 	}
-	return lookup.Target{Reader: guarded{p.store, p.shard.Breaker()}, Endpoint: p.endpoint}, true
+	return lookup.Target{Reader: guarded{p.store, p.guard.Breaker()}, Endpoint: p.endpoint}, true
 }
 
 func (e lookupEndpoints) Replica(cluster string) (lookup.Target, bool) {
@@ -355,7 +355,7 @@ func (e reconcileEndpoints) Scan(cluster string) (reconcile.Scanner, string, str
 	if !ok {
 		return nil, "", "", false
 	}
-	return guarded{p.store, p.shard.Breaker()}, lookup.FromPrimary, p.endpoint, true
+	return guarded{p.store, p.guard.Breaker()}, lookup.FromPrimary, p.endpoint, true
 }
 
 func (e reconcileEndpoints) Primary(cluster string) (reconcile.Repairer, bool) {
@@ -363,7 +363,7 @@ func (e reconcileEndpoints) Primary(cluster string) (reconcile.Repairer, bool) {
 	if !ok {
 		return nil, false
 	}
-	return guarded{p.store, p.shard.Breaker()}, true
+	return guarded{p.store, p.guard.Breaker()}, true
 }
 
 // subscriptionsAt lists the subscriptions of topic created at or before at

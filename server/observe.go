@@ -14,12 +14,12 @@ import (
 // health, runtime collectors and the API's request metrics, all on the
 // router's registry (GET /metrics).
 type observability struct {
-	cfg    observe.Config
-	labels *observe.Labels
-	msgs   *observe.Messages
-	shards *observe.Shards
-	queue  *observe.QueueHealth
-	cancel context.CancelFunc
+	cfg      observe.Config
+	labels   *observe.Labels
+	msgs     *observe.Messages
+	clusters *observe.Clusters
+	queue    *observe.QueueHealth
+	cancel   context.CancelFunc
 }
 
 // newObservability registers what needs no broker yet; the router's
@@ -30,7 +30,7 @@ func newObservability(r *Router) *observability {
 	o := &observability{cfg: cfg, labels: observe.NewLabels(cfg.MaxLabelValues)}
 	observe.RegisterRuntime(reg)
 	o.msgs = observe.NewMessages(reg, o.labels)
-	o.shards = observe.NewShards(reg)
+	o.clusters = observe.NewClusters(reg)
 	reg.MustRegister(observe.NewPoolCollector(r.pools), observe.NewDiskCollector(cfg.DiskPaths))
 	return o
 }

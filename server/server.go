@@ -195,7 +195,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	if cfg.Store.OnDeliveries == nil {
 		r.cfg.Store.OnDeliveries = r.obs.msgs.Delivered
 	}
-	shards, err := r.connect(ctx, top)
+	clusters, err := r.connect(ctx, top)
 	if err != nil {
 		r.Close()
 		return nil, err
@@ -220,7 +220,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		r.Close()
 		return nil, err
 	}
-	r.broker = broker.New(cfg.Broker, r.table, shards, r.subs, r.replicas, r.ids, cfg.Now, cfg.Log)
+	r.broker = broker.New(cfg.Broker, r.table, clusters, r.subs, r.replicas, r.ids, cfg.Now, cfg.Log)
 	r.api = api.New(observe.WrapBroker(r.broker, r.obs.msgs), cfg.Limits, r.ready, cfg.Log)
 	if err := r.ha.start(top); err != nil {
 		r.Close()
@@ -243,8 +243,8 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 }
 
 // connect opens (and migrates) pools for clusters that are new or whose
-// primary changed, and returns the shard set for top.
-func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[string]broker.Shard, error) {
+// primary changed, and returns the cluster set for top.
+func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[string]broker.Store, error) {
 	r.mu.Lock()
 	have := make(map[string]*clusterConn, len(r.conns))
 	for k, v := range r.conns {
@@ -305,19 +305,19 @@ func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[strin
 	for name, cc := range fresh {
 		r.conns[name] = cc
 	}
-	shards := make(map[string]broker.Shard, len(r.conns))
-	inner := make(map[string]broker.Shard, len(r.conns))
+	clusters := make(map[string]broker.Store, len(r.conns))
+	inner := make(map[string]broker.Store, len(r.conns))
 	for name, cc := range r.conns {
-		inner[name] = r.ha.shard(name, cc.dsn, cc.store)
-		shards[name] = r.obs.shards.Wrap(name, inner[name]) // timed per cluster
+		inner[name] = r.ha.primaryCluster(name, cc.dsn, cc.store)
+		clusters[name] = r.obs.clusters.Wrap(name, inner[name]) // timed per cluster
 	}
-	r.obs.shards.Retain(inner)
+	r.obs.clusters.Retain(inner)
 	// Requests already routed to a retired pool finish on it; close it
 	// once they are surely done.
 	for _, cc := range retired {
 		time.AfterFunc(30*time.Second, func() { cc.store.Close() })
 	}
-	return shards, nil
+	return clusters, nil
 }
 
 // apply switches to a reloaded topology: connections first, then the map,
@@ -328,13 +328,13 @@ func (r *Router) apply(ctx context.Context, top *topology.Topology) {
 	if !current {
 		return // a newer topology arrived while this one waited for a retry
 	}
-	shards, err := r.connect(ctx, top)
+	clusters, err := r.connect(ctx, top)
 	if err != nil {
 		r.cfg.Log.Error("topology change not applied: cannot reach its clusters; keeping the last one and retrying", "err", err)
 		r.ha.retryApply(ctx, top, r.apply)
 		return
 	}
-	r.broker.SetShards(shards)
+	r.broker.SetClusters(clusters)
 	if top.Map.Version() > r.table.Load().Version() {
 		r.record.now(ctx, top.Map) // on the clusters before it routes
 	}
