@@ -25,10 +25,11 @@ import (
 	"github.com/shardmq/shardmq/subscription"
 )
 
-// Store is what the broker needs from one cluster's primary.
+// Store is what the broker needs from one cluster's primary: the store
+// operations it runs there, always through the cluster's call point
+// (Cluster).
 type Store interface {
 	Produce(ctx context.Context, items []store.ProduceItem) ([]store.ProduceResult, error)
-	Claim(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, error)
 	ClaimMany(ctx context.Context, reqs []store.ClaimRequest) ([][]store.Claimed, error)
 	Ack(ctx context.Context, leases []store.Lease, now time.Time) ([]store.LeaseStatus, error)
 	Nack(ctx context.Context, items []store.NackItem, policy func(topic, sub string) store.RetryPolicy, rnd func() float64, now time.Time) ([]store.NackResult, error)
@@ -51,6 +52,36 @@ type Store interface {
 }
 
 var _ Store = (*store.Store)(nil)
+
+// Cluster is the one call point to a cluster's primary: every store
+// operation the broker runs on a cluster is a call of Do, which carries
+// what all of them share. In the router that is the endpoint's breaker,
+// the failover hand-over and the per-cluster latency histogram
+// (circuit.Cluster); in tests, an in-memory store. op names the operation
+// (the Op constants) for metrics. fn must use the context it is given:
+// the call point may bound or cancel it.
+type Cluster interface {
+	Do(ctx context.Context, op string, fn func(ctx context.Context, s Store) error) error
+}
+
+// The operations a Cluster is told about, one per Store method.
+const (
+	OpProduce          = "produce"
+	OpClaim            = "claim"
+	OpAck              = "ack"
+	OpNack             = "nack"
+	OpExtend           = "extend"
+	OpRelease          = "release"
+	OpListDead         = "list_dead"
+	OpRedrive          = "redrive"
+	OpPurgeDead        = "purge_dead"
+	OpCountDead        = "count_dead"
+	OpArchiveDead      = "archive_dead"
+	OpDropSubscription = "drop_subscription"
+	OpUnpark           = "unpark"
+	OpStats            = "stats"
+	OpAppendEvents     = "append_events"
+)
 
 // Errors callers match with errors.Is.
 var (
@@ -144,9 +175,9 @@ type Broker struct {
 	frozen    frozenCounters // requests held on frozen vshards (frozen.go)
 }
 
-// cluster is a cluster's connection and its group committer.
+// cluster is a cluster's call point and its group committer.
 type cluster struct {
-	Store
+	conn   Cluster
 	commit *committer
 }
 
@@ -159,7 +190,7 @@ type recentKey struct {
 
 // New returns a broker routing by table to clusters (cluster name → its primary).
 // replicas may be nil: replicated durability then answers unavailable.
-func New(cfg Config, table *routing.Table, clusters map[string]Store, subs Subscriptions, replicas ReplicaWaiter, ids *idgen.Gen, now func() time.Time, log *slog.Logger) *Broker {
+func New(cfg Config, table *routing.Table, clusters map[string]Cluster, subs Subscriptions, replicas ReplicaWaiter, ids *idgen.Gen, now func() time.Time, log *slog.Logger) *Broker {
 	if now == nil {
 		now = time.Now
 	}
@@ -181,7 +212,7 @@ func New(cfg Config, table *routing.Table, clusters map[string]Store, subs Subsc
 // SetClusters swaps the cluster connections (after a topology change). A
 // cluster whose connection is unchanged keeps its committer; the committers
 // of replaced connections finish what they have queued and stop.
-func (b *Broker) SetClusters(clusters map[string]Store) {
+func (b *Broker) SetClusters(clusters map[string]Cluster) {
 	b.setMu.Lock()
 	defer b.setMu.Unlock()
 	if b.closed {
@@ -190,11 +221,11 @@ func (b *Broker) SetClusters(clusters map[string]Store) {
 	old := *b.clusters.Load()
 	m := make(map[string]*cluster, len(clusters))
 	for name, s := range clusters {
-		if cs, ok := old[name]; ok && cs.Store == s {
+		if cs, ok := old[name]; ok && cs.conn == s {
 			m[name] = cs
 			continue
 		}
-		m[name] = &cluster{Store: s, commit: newCommitter(name, s, b.cfg.Commit)}
+		m[name] = &cluster{conn: s, commit: newCommitter(name, s, b.cfg.Commit)}
 	}
 	b.clusters.Store(&m)
 	for name, cs := range old {
@@ -585,7 +616,11 @@ func (b *Broker) release(req ClaimRequest, out []Delivery) {
 		for j, i := range idx {
 			leases[j] = receipts[i].Lease
 		}
-		if _, err := cs.Release(ctx, leases, !req.Dead, b.now().UTC()); err != nil {
+		err := cs.conn.Do(ctx, OpRelease, func(ctx context.Context, s Store) error {
+			_, err := s.Release(ctx, leases, !req.Dead, b.now().UTC())
+			return err
+		})
+		if err != nil {
 			b.log.Warn("leases of an abandoned claim not released; they become claimable when they expire",
 				"cluster", name, "topic", req.Topic, "subscription", req.Subscription, "leases", len(leases), "err", err)
 		}
@@ -675,7 +710,7 @@ func (b *Broker) orderedNow(ctx context.Context, receipts []Receipt) {
 // Ack completes deliveries, one transaction per cluster.
 func (b *Broker) Ack(ctx context.Context, receipts []Receipt) []LeaseResult {
 	b.orderedNow(ctx, receipts)
-	return b.leaseOp(ctx, receipts, func(s Store, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
+	return b.leaseOp(ctx, receipts, OpAck, func(ctx context.Context, s Store, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
 		st, err := s.Ack(ctx, leases, b.now().UTC())
 		return st, time.Time{}, err
 	})
@@ -683,19 +718,24 @@ func (b *Broker) Ack(ctx context.Context, receipts []Receipt) []LeaseResult {
 
 // Extend moves the leases' expiry to now + lease.
 func (b *Broker) Extend(ctx context.Context, receipts []Receipt, lease time.Duration) []LeaseResult {
-	return b.leaseOp(ctx, receipts, func(s Store, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
+	return b.leaseOp(ctx, receipts, OpExtend, func(ctx context.Context, s Store, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
 		return s.Extend(ctx, leases, lease, b.now().UTC())
 	})
 }
 
-func (b *Broker) leaseOp(ctx context.Context, receipts []Receipt, op func(Store, []store.Lease) ([]store.LeaseStatus, time.Time, error)) []LeaseResult {
+func (b *Broker) leaseOp(ctx context.Context, receipts []Receipt, opName string, op func(context.Context, Store, []store.Lease) ([]store.LeaseStatus, time.Time, error)) []LeaseResult {
 	out := make([]LeaseResult, len(receipts))
 	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
 		leases := make([]store.Lease, len(idx))
 		for j, i := range idx {
 			leases[j] = receipts[i].Lease
 		}
-		st, exp, err := op(cs, leases)
+		var st []store.LeaseStatus
+		var exp time.Time
+		err := cs.conn.Do(ctx, opName, func(ctx context.Context, s Store) (err error) {
+			st, exp, err = op(ctx, s, leases)
+			return err
+		})
 		for j, i := range idx {
 			if err != nil {
 				out[i] = LeaseResult{Status: "unavailable", Err: fmt.Errorf("cluster %s: %w", name, err)}
@@ -758,7 +798,11 @@ func (b *Broker) Nack(ctx context.Context, items []NackItem) []NackResult {
 			it := items[i]
 			batch[j] = store.NackItem{Lease: it.Receipt.Lease, ErrorCode: it.ErrorCode, Error: it.Error, RetryAfter: it.RetryAfter}
 		}
-		res, err := cs.Nack(ctx, batch, policy, rand.Float64, b.now().UTC())
+		var res []store.NackResult
+		err := cs.conn.Do(ctx, OpNack, func(ctx context.Context, s Store) (err error) {
+			res, err = s.Nack(ctx, batch, policy, rand.Float64, b.now().UTC())
+			return err
+		})
 		for j, i := range idx {
 			if err != nil {
 				out[i] = NackResult{Status: "unavailable", Err: fmt.Errorf("cluster %s: %w", name, err)}

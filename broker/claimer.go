@@ -176,7 +176,11 @@ func (c *claimers) run(k claimKey, calls []*claimCall) {
 	// caller's: the request that set the walk going.
 	ctx, cancel := context.WithTimeout(reqid.With(context.Background(), calls[0].rid), 10*time.Second)
 	defer cancel()
-	got, err := k.cluster.ClaimMany(ctx, reqs)
+	var got [][]store.Claimed
+	err := k.cluster.conn.Do(ctx, OpClaim, func(ctx context.Context, s Store) (err error) {
+		got, err = s.ClaimMany(ctx, reqs)
+		return err
+	})
 	for i, call := range calls {
 		if err != nil {
 			call.done <- claimAnswer{err: err}

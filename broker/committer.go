@@ -97,11 +97,11 @@ type produceResp struct {
 
 // committer group-commits the produce requests of one cluster.
 type committer struct {
-	name  string
-	store Store
-	cfg   CommitConfig
-	in    chan *produceReq
-	quit  chan struct{}
+	name string
+	conn Cluster
+	cfg  CommitConfig
+	in   chan *produceReq
+	quit chan struct{}
 	// queued counts the messages waiting in in; overflow wakes a further
 	// committer when it reaches MaxMessages.
 	queued   atomic.Int64
@@ -130,8 +130,8 @@ type CommitStats struct {
 	Busy time.Duration
 }
 
-func newCommitter(name string, s Store, cfg CommitConfig) *committer {
-	c := &committer{name: name, store: s, cfg: cfg, in: make(chan *produceReq, queueLen), quit: make(chan struct{}),
+func newCommitter(name string, conn Cluster, cfg CommitConfig) *committer {
+	c := &committer{name: name, conn: conn, cfg: cfg, in: make(chan *produceReq, queueLen), quit: make(chan struct{}),
 		overflow: make(chan struct{}, cfg.Committers)}
 	for i := 0; i < cfg.Committers; i++ {
 		c.wg.Add(1)
@@ -324,7 +324,11 @@ func (c *committer) commit(batch []*produceReq) {
 // neighbours. Nothing is half-applied: each attempt is one transaction.
 func (c *committer) produceIsolated(items []store.ProduceItem) ([]store.ProduceResult, []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
-	res, err := c.store.Produce(ctx, items)
+	var res []store.ProduceResult
+	err := c.conn.Do(ctx, OpProduce, func(ctx context.Context, s Store) (err error) {
+		res, err = s.Produce(ctx, items)
+		return err
+	})
 	cancel()
 	if err == nil {
 		return res, make([]error, len(items))

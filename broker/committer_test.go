@@ -50,7 +50,7 @@ func TestCommitterIsolatesAFailingItem(t *testing.T) {
 	t.Parallel()
 	st := openStore(t)
 	ids := idgen.New(nil)
-	c := newCommitter("c1", st, CommitConfig{Committers: 1}.withDefaults())
+	c := newCommitter("c1", direct{st}, CommitConfig{Committers: 1}.withDefaults())
 	defer c.stop()
 	a := ids.Next()
 	items := []store.ProduceItem{item(a, "a"), item(ids.Next(), "b"), item(a, "clash"), item(ids.Next(), "d")}
@@ -76,7 +76,7 @@ func TestCommitterStopAnswersEveryone(t *testing.T) {
 	t.Parallel()
 	st := openStore(t)
 	ids := idgen.New(nil)
-	c := newCommitter("c1", st, CommitConfig{Committers: 2}.withDefaults())
+	c := newCommitter("c1", direct{st}, CommitConfig{Committers: 2}.withDefaults())
 	resp := c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "x")})
 	if resp.errs[0] != nil {
 		t.Fatal(resp.errs[0])
@@ -146,7 +146,7 @@ func (g *gateStore) Produce(ctx context.Context, items []store.ProduceItem) ([]s
 func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 	t.Parallel()
 	g := &gateStore{started: make(chan int, 16), release: make(chan struct{}), quit: make(chan struct{})}
-	c := newCommitter("c1", g, CommitConfig{Committers: 1, Linger: time.Second, LingerAfter: 4}.withDefaults())
+	c := newCommitter("c1", direct{g}, CommitConfig{Committers: 1, Linger: time.Second, LingerAfter: 4}.withDefaults())
 	// Cleanups run last-in first-out: the gate opens before stop waits.
 	t.Cleanup(c.stop)
 	t.Cleanup(func() { close(g.quit) })
@@ -230,7 +230,7 @@ func TestCommitterKeepsInvalidDataApart(t *testing.T) {
 	t.Parallel()
 	st := openStore(t)
 	ids := idgen.New(nil)
-	c := newCommitter("c1", st, CommitConfig{Committers: 1}.withDefaults())
+	c := newCommitter("c1", direct{st}, CommitConfig{Committers: 1}.withDefaults())
 	defer c.stop()
 	bad := item(ids.Next(), "too-long-headers")
 	bad.Msg.Headers = make([]byte, store.MaxHeadersBytes+1)
@@ -247,4 +247,11 @@ func TestCommitterKeepsInvalidDataApart(t *testing.T) {
 	if resp := c.submit(context.Background(), []store.ProduceItem{fits}); resp.errs[0] != nil {
 		t.Fatalf("headers of exactly the column's size: %v", resp.errs[0])
 	}
+}
+
+// direct is a Cluster that runs every call on s as it is.
+type direct struct{ s Store }
+
+func (d direct) Do(ctx context.Context, _ string, fn func(context.Context, Store) error) error {
+	return fn(ctx, d.s)
 }

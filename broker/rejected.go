@@ -158,7 +158,8 @@ func (t *rejectedTrace) flush(batch []store.Event, held map[uint64]int) []store.
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), rejectedTimeout)
 			defer cancel()
-			if err := cs.AppendEvents(ctx, evs); err != nil {
+			err := cs.conn.Do(ctx, OpAppendEvents, func(ctx context.Context, s Store) error { return s.AppendEvents(ctx, evs) })
+			if err != nil {
 				t.dropped.Add(int64(len(evs)))
 				t.b.log.Warn("trace of produce attempts answered from the recent-keys cache not written", "cluster", name,
 					"events", len(evs), "err", err)

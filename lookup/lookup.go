@@ -33,9 +33,15 @@ type Reader interface {
 
 var _ Reader = (*store.Store)(nil)
 
+// Conn is the call point of one endpoint: Do runs fn on its Reader (in
+// the router, through the endpoint's breaker, bounded by its read timeout).
+type Conn interface {
+	Do(ctx context.Context, fn func(ctx context.Context, r Reader) error) error
+}
+
 // Target is an endpoint to read from.
 type Target struct {
-	Reader   Reader
+	Conn     Conn
 	Endpoint string        // host:port
 	Lag      time.Duration // replicas: the measured lag
 }
@@ -127,7 +133,7 @@ func (s *Service) read(ctx context.Context, cluster string, fn func(context.Cont
 	src := Source{Cluster: cluster}
 	tried := ""
 	if t, ok := s.ep.Replica(cluster); ok {
-		err := fn(ctx, t.Reader)
+		err := t.Conn.Do(ctx, fn)
 		switch {
 		case err == nil:
 			src.ReadFrom, src.Endpoint, src.LagMS = FromReplica, t.Endpoint, t.Lag.Milliseconds()
@@ -148,7 +154,7 @@ func (s *Service) read(ctx context.Context, cluster string, fn func(context.Cont
 		return src, fmt.Errorf("%w: cluster %s has no primary connection", ErrUnavailable, cluster)
 	}
 	src.ReadFrom, src.Endpoint = FromPrimary, p.Endpoint
-	err := fn(ctx, p.Reader)
+	err := p.Conn.Do(ctx, fn)
 	if err == nil || absent(err) || ctx.Err() != nil || !errors.Is(err, store.ErrUnavailable) {
 		return src, err
 	}
@@ -158,7 +164,7 @@ func (s *Service) read(ctx context.Context, cluster string, fn func(context.Cont
 		return src, err
 	}
 	if t, ok := s.ep.AnyReplica(cluster); ok && t.Endpoint != tried {
-		if rerr := fn(ctx, t.Reader); rerr == nil || absent(rerr) {
+		if rerr := t.Conn.Do(ctx, fn); rerr == nil || absent(rerr) {
 			return Source{Cluster: cluster, ReadFrom: FromReplica, Endpoint: t.Endpoint, LagMS: t.Lag.Milliseconds(),
 				Fallback: FallbackPrimaryUnavailable}, rerr
 		}
@@ -304,7 +310,7 @@ func (s *Service) MissingTransactions(ctx context.Context, ids []string) (*Missi
 		src := Source{Cluster: cluster}
 		// Replica first; ids it lacks go to the primary.
 		if t, ok := s.ep.Replica(cluster); ok {
-			got, err := t.Reader.FindTransactions(ctx, want)
+			got, err := findTransactions(ctx, t.Conn, want)
 			if err == nil {
 				src.ReadFrom, src.Endpoint, src.LagMS = FromReplica, t.Endpoint, t.Lag.Milliseconds()
 				maps(found, got)
@@ -348,6 +354,14 @@ func (s *Service) MissingTransactions(ctx context.Context, ids []string) (*Missi
 	return out, nil
 }
 
+func findTransactions(ctx context.Context, c Conn, ids []string) (got map[string]int, err error) {
+	err = c.Do(ctx, func(ctx context.Context, r Reader) (err error) {
+		got, err = r.FindTransactions(ctx, ids)
+		return err
+	})
+	return got, err
+}
+
 // readFind asks the primary (or, if it is down and no replica answered
 // yet, the freshest replica) for ids.
 func (s *Service) readFind(ctx context.Context, cluster string, ids []string, fallback string) (map[string]int, Source, error) {
@@ -356,7 +370,7 @@ func (s *Service) readFind(ctx context.Context, cluster string, ids []string, fa
 	if !ok {
 		return nil, src, fmt.Errorf("%w: cluster %s has no primary connection", ErrUnavailable, cluster)
 	}
-	got, err := p.Reader.FindTransactions(ctx, ids)
+	got, err := findTransactions(ctx, p.Conn, ids)
 	if err == nil {
 		src.ReadFrom, src.Endpoint = FromPrimary, p.Endpoint
 		return got, src, nil

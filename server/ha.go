@@ -132,14 +132,14 @@ func newHA(r *Router) *ha {
 // primaryCluster returns the broker's primaryCluster for a cluster's primary: its breaker-
 // guarded endpoint. A changed primary gets a new endpoint and the old one
 // hands over to it (circuit.Cluster.Retire).
-func (h *ha) primaryCluster(cluster, dsn string, st *store.Store) broker.Store {
+func (h *ha) primaryCluster(cluster, dsn string, st *store.Store, observe circuit.Observer) broker.Cluster {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if p, ok := h.prim[cluster]; ok && p.dsn == dsn && p.store == st {
 		return p.guard
 	}
 	ep := replica.Addr(dsn)
-	p := &primaryEndpoint{cluster: cluster, dsn: dsn, endpoint: ep, store: st, guard: circuit.NewCluster(st, h.breakers.For(ep))}
+	p := &primaryEndpoint{cluster: cluster, dsn: dsn, endpoint: ep, store: st, guard: circuit.NewCluster(st, h.breakers.For(ep), observe)}
 	if old, ok := h.prim[cluster]; ok {
 		old.guard.Retire(p.guard)
 		h.r.cfg.Log.Info("cluster primary switched", "cluster", cluster, "from", old.endpoint, "to", ep)
@@ -265,51 +265,6 @@ func (h *ha) stop() {
 	}
 }
 
-// guarded is a store read through its endpoint's breaker.
-type guarded struct {
-	st *store.Store
-	b  *circuit.Breaker
-}
-
-func (g guarded) Trace(ctx context.Context, topic, key string, now time.Time) (t *store.MessageTrace, err error) {
-	err = g.b.Do(ctx, func(ctx context.Context) (err error) { t, err = g.st.Trace(ctx, topic, key, now); return err })
-	return t, err
-}
-
-func (g guarded) MessagesByTransaction(ctx context.Context, txID string, limit int) (m []*store.Message, err error) {
-	err = g.b.Do(ctx, func(ctx context.Context) (err error) {
-		m, err = g.st.MessagesByTransaction(ctx, txID, limit)
-		return err
-	})
-	return m, err
-}
-
-func (g guarded) FindTransactions(ctx context.Context, ids []string) (f map[string]int, err error) {
-	err = g.b.Do(ctx, func(ctx context.Context) (err error) { f, err = g.st.FindTransactions(ctx, ids); return err })
-	return f, err
-}
-
-func (g guarded) CheckMessages(ctx context.Context, rng store.CheckRange, subs store.SubscriptionsAt) (f []store.Finding, n int, next uint64, err error) {
-	err = g.b.Do(ctx, func(ctx context.Context) (err error) {
-		f, n, next, err = g.st.CheckMessages(ctx, rng, subs)
-		return err
-	})
-	return f, n, next, err
-}
-
-func (g guarded) OrphanDeliveries(ctx context.Context, after store.OrphanCursor, vshards []uint16, limit int) (f []store.Finding, next store.OrphanCursor, err error) {
-	err = g.b.Do(ctx, func(ctx context.Context) (err error) {
-		f, next, err = g.st.OrphanDeliveries(ctx, after, vshards, limit)
-		return err
-	})
-	return f, next, err
-}
-
-func (g guarded) RepairMessages(ctx context.Context, ids []uint64, subs store.SubscriptionsAt, now time.Time) (f []store.Finding, err error) {
-	err = g.b.Do(ctx, func(ctx context.Context) (err error) { f, err = g.st.RepairMessages(ctx, ids, subs, now); return err })
-	return f, err
-}
-
 func (h *ha) primary(cluster string) (*primaryEndpoint, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -325,7 +280,7 @@ func (e lookupEndpoints) Primary(cluster string) (lookup.Target, bool) {
 	if !ok {
 		return lookup.Target{}, false
 	}
-	return lookup.Target{Reader: guarded{p.store, p.guard.Breaker()}, Endpoint: p.endpoint}, true
+	return lookup.Target{Conn: circuit.Endpoint[lookup.Reader]{S: p.store, Breaker: p.guard.Breaker()}, Endpoint: p.endpoint}, true
 }
 
 func (e lookupEndpoints) Replica(cluster string) (lookup.Target, bool) {
@@ -340,30 +295,33 @@ func (e lookupEndpoints) target(rep replica.Replica, ok bool) (lookup.Target, bo
 	if !ok {
 		return lookup.Target{}, false
 	}
-	return lookup.Target{Reader: replicaRead{rep.Store, e.h.breakers.For(rep.Endpoint), e.h.cfg.ReplicaReadTimeout},
+	// A replica read falls back to the primary when it fails, so a hung
+	// replica must cost little: its reads are bounded by
+	// ReplicaReadTimeout, and their timeouts open its breaker all the same.
+	return lookup.Target{Conn: circuit.Endpoint[lookup.Reader]{S: rep.Store, Breaker: e.h.breakers.For(rep.Endpoint), Timeout: e.h.cfg.ReplicaReadTimeout},
 		Endpoint: rep.Endpoint, Lag: max(rep.Lag, 0)}, true
 }
 
 // reconcileEndpoints implements reconcile.Endpoints.
 type reconcileEndpoints struct{ h *ha }
 
-func (e reconcileEndpoints) Scan(cluster string) (reconcile.Scanner, string, string, bool) {
+func (e reconcileEndpoints) Scan(cluster string) (reconcile.ScanConn, string, string, bool) {
 	if rep, ok := e.h.monitor.Pick(cluster); ok {
-		return guarded{rep.Store, e.h.breakers.For(rep.Endpoint)}, lookup.FromReplica, rep.Endpoint, true
+		return circuit.Endpoint[reconcile.Scanner]{S: rep.Store, Breaker: e.h.breakers.For(rep.Endpoint)}, lookup.FromReplica, rep.Endpoint, true
 	}
 	p, ok := e.h.primary(cluster)
 	if !ok {
 		return nil, "", "", false
 	}
-	return guarded{p.store, p.guard.Breaker()}, lookup.FromPrimary, p.endpoint, true
+	return circuit.Endpoint[reconcile.Scanner]{S: p.store, Breaker: p.guard.Breaker()}, lookup.FromPrimary, p.endpoint, true
 }
 
-func (e reconcileEndpoints) Primary(cluster string) (reconcile.Repairer, bool) {
+func (e reconcileEndpoints) Primary(cluster string) (reconcile.RepairConn, bool) {
 	p, ok := e.h.primary(cluster)
 	if !ok {
 		return nil, false
 	}
-	return guarded{p.store, p.guard.Breaker()}, true
+	return circuit.Endpoint[reconcile.Repairer]{S: p.store, Breaker: p.guard.Breaker()}, true
 }
 
 // subscriptionsAt lists the subscriptions of topic created at or before at

@@ -244,7 +244,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 
 // connect opens (and migrates) pools for clusters that are new or whose
 // primary changed, and returns the cluster set for top.
-func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[string]broker.Store, error) {
+func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[string]broker.Cluster, error) {
 	r.mu.Lock()
 	have := make(map[string]*clusterConn, len(r.conns))
 	for k, v := range r.conns {
@@ -305,13 +305,10 @@ func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[strin
 	for name, cc := range fresh {
 		r.conns[name] = cc
 	}
-	clusters := make(map[string]broker.Store, len(r.conns))
-	inner := make(map[string]broker.Store, len(r.conns))
+	clusters := make(map[string]broker.Cluster, len(r.conns))
 	for name, cc := range r.conns {
-		inner[name] = r.ha.primaryCluster(name, cc.dsn, cc.store)
-		clusters[name] = r.obs.clusters.Wrap(name, inner[name]) // timed per cluster
+		clusters[name] = r.ha.primaryCluster(name, cc.dsn, cc.store, r.obs.clusters.For(name))
 	}
-	r.obs.clusters.Retain(inner)
 	// Requests already routed to a retired pool finish on it; close it
 	// once they are surely done.
 	for _, cc := range retired {
