@@ -3,37 +3,12 @@ package broker
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql"
-
 	"github.com/shardmq/shardmq/internal/idgen"
-	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/store"
 )
-
-var bed *testbed.Bed
-
-func TestMain(m *testing.M) {
-	os.Exit(testbed.Main(m, testbed.Spec{Clusters: 1}, func(b *testbed.Bed) { bed = b }))
-}
-
-func openStore(t *testing.T) *store.Store {
-	t.Helper()
-	ctx := context.Background()
-	name := testbed.TestDatabase(t, bed, "t_broker_")
-	st, err := store.Open(ctx, bed.Clusters[0].Primary.DSN(name), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
 
 func item(id uint64, key string) store.ProduceItem {
 	return store.ProduceItem{
@@ -45,10 +20,11 @@ func item(id uint64, key string) store.ProduceItem {
 }
 
 // One item that the database refuses (here: an id already taken) fails
-// alone; its neighbours in the same group commit are stored.
+// alone; its neighbours in the same group commit are stored, and nothing of
+// the refused item is.
 func TestCommitterIsolatesAFailingItem(t *testing.T) {
 	t.Parallel()
-	st := openStore(t)
+	st := newMemStore()
 	ids := idgen.New(nil)
 	c := newCommitter("c1", direct{st}, CommitConfig{Committers: 1}.withDefaults())
 	defer c.stop()
@@ -61,29 +37,69 @@ func TestCommitterIsolatesAFailingItem(t *testing.T) {
 			t.Errorf("item %d (%s): created=%v err=%v, want created=%v", i, items[i].Msg.Key, ok, resp.errs[i], want)
 		}
 	}
+	if !errors.Is(resp.errs[2], errTakenID) {
+		t.Errorf("the failing item's error: %v", resp.errs[2])
+	}
 	if c.splits.Load() == 0 {
 		t.Fatal("the batch was not split")
 	}
-	var n int
-	st.DB().QueryRow("SELECT COUNT(*) FROM message_key WHERE msg_key = 'clash'").Scan(&n)
-	if n != 0 {
+	if _, ok := st.keys["t\x00clash"]; ok {
 		t.Fatal("the failing item's key was registered: half-applied")
+	}
+}
+
+// A batch that fails because the cluster is unavailable is not split: every
+// item gets the error at once, in one transaction's time.
+func TestCommitterDoesNotSplitOnAnOutage(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster()
+	fc.down.Store(true)
+	c := newCommitter("c1", fc, CommitConfig{Committers: 1}.withDefaults())
+	defer c.stop()
+	ids := idgen.New(nil)
+	resp := c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "a"), item(ids.Next(), "b")})
+	for i, err := range resp.errs {
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("item %d: %v, want unavailable", i, err)
+		}
+	}
+	if c.splits.Load() != 0 || fc.calls(OpProduce) != 1 {
+		t.Fatalf("splits %d, produce calls %d: an outage must not be split", c.splits.Load(), fc.calls(OpProduce))
 	}
 }
 
 // A stopped committer still answers what was queued, and refuses new work.
 func TestCommitterStopAnswersEveryone(t *testing.T) {
 	t.Parallel()
-	st := openStore(t)
+	st := newMemStore()
 	ids := idgen.New(nil)
 	c := newCommitter("c1", direct{st}, CommitConfig{Committers: 2}.withDefaults())
 	resp := c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "x")})
 	if resp.errs[0] != nil {
 		t.Fatal(resp.errs[0])
 	}
-	c.stop()
+	// A request queued behind a held transaction is answered by the
+	// drain on stop.
+	hold, held := make(chan struct{}), make(chan struct{}, 4)
+	st.gate = func(string) { held <- struct{}{}; <-hold }
+	first := make(chan produceResp, 1)
+	go func() { first <- c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "y")}) }()
+	<-held
+	queued := make(chan produceResp, 1)
+	go func() { queued <- c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "z")}) }()
+	waitUntil(t, func() bool { return len(c.in) == 1 })
+	stopped := make(chan struct{})
+	go func() { c.stop(); close(stopped) }()
+	close(hold)
+	if r := <-first; r.errs[0] != nil {
+		t.Fatalf("held request: %v", r.errs[0])
+	}
+	if r := <-queued; r.errs[0] != nil {
+		t.Fatalf("queued request not committed by the drain: %v", r.errs[0])
+	}
+	<-stopped
 	c.stop() // twice is fine
-	resp = c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "y")})
+	resp = c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "w")})
 	if resp.errs[0] == nil {
 		t.Fatal("a stopped committer accepted work")
 	}
@@ -221,37 +237,4 @@ func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 	submit(1)
 	startsAtOnce(1)
 	finish(1)
-}
-
-// An item the database refuses for its own values (headers one byte longer
-// than their BLOB column) fails alone with store.ErrInvalidData, which
-// Produce answers "rejected", never "unavailable": a retry cannot succeed.
-func TestCommitterKeepsInvalidDataApart(t *testing.T) {
-	t.Parallel()
-	st := openStore(t)
-	ids := idgen.New(nil)
-	c := newCommitter("c1", direct{st}, CommitConfig{Committers: 1}.withDefaults())
-	defer c.stop()
-	bad := item(ids.Next(), "too-long-headers")
-	bad.Msg.Headers = make([]byte, store.MaxHeadersBytes+1)
-	items := []store.ProduceItem{item(ids.Next(), "a"), bad, item(ids.Next(), "c")}
-	resp := c.submit(context.Background(), items)
-	if resp.errs[0] != nil || resp.errs[2] != nil {
-		t.Fatalf("neighbours failed: %v, %v", resp.errs[0], resp.errs[2])
-	}
-	if err := resp.errs[1]; !errors.Is(err, store.ErrInvalidData) || errors.Is(err, store.ErrUnavailable) {
-		t.Fatalf("over-long headers: %v, want store.ErrInvalidData", err)
-	}
-	fits := item(ids.Next(), "headers-filling-the-column")
-	fits.Msg.Headers = make([]byte, store.MaxHeadersBytes)
-	if resp := c.submit(context.Background(), []store.ProduceItem{fits}); resp.errs[0] != nil {
-		t.Fatalf("headers of exactly the column's size: %v", resp.errs[0])
-	}
-}
-
-// direct is a Cluster that runs every call on s as it is.
-type direct struct{ s Store }
-
-func (d direct) Do(ctx context.Context, _ string, fn func(context.Context, Store) error) error {
-	return fn(ctx, d.s)
 }
