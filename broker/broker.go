@@ -230,7 +230,7 @@ func (b *Broker) SetClusters(clusters map[string]Cluster) {
 	b.clusters.Store(&m)
 	for name, cs := range old {
 		if m[name] != cs {
-			go cs.commit.stop()
+			go cs.commit.Stop()
 		}
 	}
 }
@@ -251,15 +251,15 @@ func (b *Broker) Drain() {
 // twice.
 func (b *Broker) Close() {
 	b.Drain()
-	b.claims.stop()
+	b.claims.Stop()
 	if b.rejected != nil {
-		b.rejected.stop()
+		b.rejected.Stop()
 	}
 	b.setMu.Lock()
 	defer b.setMu.Unlock()
 	b.closed = true
 	for _, cs := range *b.clusters.Load() {
-		cs.commit.stop()
+		cs.commit.Stop()
 	}
 }
 

@@ -151,9 +151,9 @@ func (c *claimers) work(k claimKey, w *claimWorker) {
 	}
 }
 
-// stop refuses new claims and waits for the running ones to be answered.
+// Stop refuses new claims and waits for the running ones to be answered.
 // Safe to call twice.
-func (c *claimers) stop() {
+func (c *claimers) Stop() {
 	c.mu.Lock()
 	c.stopped = true
 	c.mu.Unlock()

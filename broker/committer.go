@@ -140,9 +140,9 @@ func newCommitter(name string, conn Cluster, cfg CommitConfig) *committer {
 	return c
 }
 
-// stop lets queued requests finish, then ends the committers. Safe to call
+// Stop lets queued requests finish, then ends the committers. Safe to call
 // twice.
-func (c *committer) stop() {
+func (c *committer) Stop() {
 	c.once.Do(func() {
 		c.gate.Lock()
 		c.stopped = true

@@ -27,7 +27,7 @@ func TestCommitterIsolatesAFailingItem(t *testing.T) {
 	st := newMemStore()
 	ids := idgen.New(nil)
 	c := newCommitter("c1", direct{st}, CommitConfig{Committers: 1}.withDefaults())
-	defer c.stop()
+	defer c.Stop()
 	a := ids.Next()
 	items := []store.ProduceItem{item(a, "a"), item(ids.Next(), "b"), item(a, "clash"), item(ids.Next(), "d")}
 	resp := c.submit(context.Background(), items)
@@ -55,7 +55,7 @@ func TestCommitterDoesNotSplitOnAnOutage(t *testing.T) {
 	fc := newFakeCluster()
 	fc.down.Store(true)
 	c := newCommitter("c1", fc, CommitConfig{Committers: 1}.withDefaults())
-	defer c.stop()
+	defer c.Stop()
 	ids := idgen.New(nil)
 	resp := c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "a"), item(ids.Next(), "b")})
 	for i, err := range resp.errs {
@@ -89,7 +89,7 @@ func TestCommitterStopAnswersEveryone(t *testing.T) {
 	go func() { queued <- c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "z")}) }()
 	waitUntil(t, func() bool { return len(c.in) == 1 })
 	stopped := make(chan struct{})
-	go func() { c.stop(); close(stopped) }()
+	go func() { c.Stop(); close(stopped) }()
 	close(hold)
 	if r := <-first; r.errs[0] != nil {
 		t.Fatalf("held request: %v", r.errs[0])
@@ -98,7 +98,7 @@ func TestCommitterStopAnswersEveryone(t *testing.T) {
 		t.Fatalf("queued request not committed by the drain: %v", r.errs[0])
 	}
 	<-stopped
-	c.stop() // twice is fine
+	c.Stop() // twice is fine
 	resp = c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "w")})
 	if resp.errs[0] == nil {
 		t.Fatal("a stopped committer accepted work")
@@ -164,7 +164,7 @@ func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 	g := &gateStore{started: make(chan int, 16), release: make(chan struct{}), quit: make(chan struct{})}
 	c := newCommitter("c1", direct{g}, CommitConfig{Committers: 1, Linger: time.Second, LingerAfter: 4}.withDefaults())
 	// Cleanups run last-in first-out: the gate opens before stop waits.
-	t.Cleanup(c.stop)
+	t.Cleanup(c.Stop)
 	t.Cleanup(func() { close(g.quit) })
 	ctx := context.Background()
 	done := make(chan struct{}, 32)

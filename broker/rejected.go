@@ -67,9 +67,9 @@ func (t *rejectedTrace) add(id uint64, status store.ProduceStatus, rk recentKey,
 	}
 }
 
-// stop writes what is queued (bounded by rejectedTimeout per cluster) and
+// Stop writes what is queued (bounded by rejectedTimeout per cluster) and
 // ends the writer. Safe to call twice.
-func (t *rejectedTrace) stop() {
+func (t *rejectedTrace) Stop() {
 	t.once.Do(func() { close(t.quit) })
 	<-t.done
 }
