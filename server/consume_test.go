@@ -180,7 +180,7 @@ func TestOrderedSubscriptionUnderConcurrentConsumers(t *testing.T) {
 func TestPriorityDelayAndLongPoll(t *testing.T) {
 	t.Parallel()
 	// Claims re-poll every second, never sooner: a long poll answered
-	// within 100ms of a produce was woken by it, not found by a re-poll.
+	// within 500ms of a produce was woken by it, not found by a re-poll.
 	e := setupOn(t, bed, func(c *Config) { c.Broker.PollMin, c.Broker.PollMax = time.Second, time.Second })
 	e.post(t, "/v1/topics/pri/messages", map[string]any{"messages": []any{
 		map[string]any{"key": "old-low", "payload": 1, "priority": 1},
@@ -217,7 +217,8 @@ func TestPriorityDelayAndLongPoll(t *testing.T) {
 	produced := time.Now()
 	e.post(t, "/v1/topics/lp/messages", map[string]any{"messages": []any{msg("wake", 1)}})
 	c := <-ch
-	if len(c.msgs) != 1 || c.at.Sub(produced) > 100*time.Millisecond {
+	// Well under the re-poll second, on a loaded machine too.
+	if len(c.msgs) != 1 || c.at.Sub(produced) > 500*time.Millisecond {
 		t.Fatalf("long poll returned %d messages %v after the produce", len(c.msgs), c.at.Sub(produced))
 	}
 }
