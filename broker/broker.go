@@ -42,6 +42,7 @@ type Store interface {
 	Redrive(ctx context.Context, req store.RedriveRequest) (int64, error)
 	PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error)
 	CountDead(ctx context.Context, topic, sub string) (int64, error)
+	DeadByCode(ctx context.Context, req store.RedriveRequest) (map[string]int64, error)
 	ArchiveDead(ctx context.Context, topic, sub string, cutoff, now time.Time) (int64, error)
 	DropSubscription(ctx context.Context, topic, sub string, now time.Time) (int64, error)
 	Unpark(ctx context.Context, topic, sub string, now time.Time) (int64, error)
@@ -76,6 +77,7 @@ const (
 	OpRedrive          = "redrive"
 	OpPurgeDead        = "purge_dead"
 	OpCountDead        = "count_dead"
+	OpDeadByCode       = "dead_by_code"
 	OpArchiveDead      = "archive_dead"
 	OpDropSubscription = "drop_subscription"
 	OpUnpark           = "unpark"

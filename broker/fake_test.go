@@ -267,6 +267,9 @@ func (m *memStore) ListDead(context.Context, string, string, string, uint64, int
 func (m *memStore) Redrive(context.Context, store.RedriveRequest) (int64, error) {
 	panic("memStore.Redrive")
 }
+func (m *memStore) DeadByCode(context.Context, store.RedriveRequest) (map[string]int64, error) {
+	panic("memStore.DeadByCode")
+}
 func (m *memStore) PurgeDead(context.Context, string, string, string) (int64, error) {
 	panic("memStore.PurgeDead")
 }

@@ -31,7 +31,7 @@ var hotOps = []string{broker.OpProduce, broker.OpClaim, broker.OpAck, broker.OpN
 func NewClusters(reg prometheus.Registerer) *Clusters {
 	s := &Clusters{
 		dur: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardmq_cluster_op_duration_seconds",
-			Help:    "Time of one store operation on a cluster's primary (one transaction, retries, breaker and pool wait included), by operation: produce (a group commit), claim (a coalesced claim), ack, nack, extend, and the rarer release, list_dead, redrive, purge_dead, count_dead, archive_dead, drop_subscription, unpark, stats, append_events.",
+			Help:    "Time of one store operation on a cluster's primary (one transaction, retries, breaker and pool wait included), by operation: produce (a group commit), claim (a coalesced claim), ack, nack, extend, and the rarer release, list_dead, redrive, purge_dead, count_dead, dead_by_code, archive_dead, drop_subscription, unpark, stats, append_events.",
 			Buckets: opBuckets}, []string{"cluster", "op"}),
 		errs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardmq_cluster_op_errors_total",
 			Help: "Store operations on a cluster's primary that failed (nothing committed, or unknown), by operation."}, []string{"cluster", "op"}),

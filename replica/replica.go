@@ -312,10 +312,12 @@ func (m *Monitor) check(ctx context.Context, c *clusterState) {
 	wctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 	err := primary.WriteHeartbeat(wctx, m.cfg.Router, at)
 	if err == nil && !purged {
-		// Rows of routers gone for an hour; best effort.
+		// Rows of routers gone for an hour; best effort. Update resets
+		// purged when the primary changes, so it is read and written under
+		// the lock and kept only for the primary it was done on.
 		if perr := m.purge(wctx, primary, at.Add(-time.Hour)); perr == nil {
 			m.mu.Lock()
-			if c.primary == primary { // not failed over meanwhile
+			if c.primary == primary {
 				c.purged = true
 			}
 			m.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/observe"
 	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/ui"
 )
 
 // observability is the router's share of package observe: message
@@ -19,13 +20,16 @@ type observability struct {
 	labels   *observe.Labels
 	msgs     *observe.Messages
 	clusters *observe.Clusters
-	queue    *observe.QueueHealth // a service; set by startQueueHealth
+	queue    *observe.QueueHealth // a service; set by newQueueHealth
+	// history keeps the last hour of queue counts for the operators'
+	// page (/ui): fed by queue health, so only while this router leads.
+	history *ui.History
 }
 
 // newObservability registers what needs nothing else of the router.
-func newObservability(cfg observe.Config, reg prometheus.Registerer) *observability {
+func newObservability(cfg observe.Config, uiCfg UIConfig, reg prometheus.Registerer) *observability {
 	cfg = cfg.WithDefaults()
-	o := &observability{cfg: cfg, labels: observe.NewLabels(cfg.MaxLabelValues)}
+	o := &observability{cfg: cfg, labels: observe.NewLabels(cfg.MaxLabelValues), history: ui.NewHistory(uiCfg.SampleEvery, uiCfg.Samples)}
 	observe.RegisterRuntime(reg)
 	o.msgs = observe.NewMessages(reg, o.labels)
 	o.clusters = observe.NewClusters(reg)
@@ -38,6 +42,7 @@ func newObservability(cfg observe.Config, reg prometheus.Registerer) *observabil
 func (o *observability) newQueueHealth(reg prometheus.Registerer, src observe.StatsSource, subs observe.SubscriptionGetter,
 	leading func() bool, now func() time.Time, log *slog.Logger) *observe.QueueHealth {
 	o.queue = observe.NewQueueHealth(o.cfg.QueueEvery, src, subs, o.labels, o.msgs, leading, now, log)
+	o.queue.OnCount(o.history.Record)
 	reg.MustRegister(o.queue)
 	return o.queue
 }

@@ -99,6 +99,8 @@ type Config struct {
 	// Reshard tunes resharding jobs (see rebalance.Config for each
 	// default); its Leader defaults to Leader.
 	Reshard rebalance.Config
+	// UI tunes the operators' page at /ui (docs/ui.md).
+	UI UIConfig
 	// Log defaults to discarding.
 	Log *slog.Logger
 	// Now is the clock. Defaults to time.Now.
@@ -129,6 +131,15 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// UIConfig tunes the operators' page (docs/ui.md).
+type UIConfig struct {
+	// SampleEvery is the time between two samples of the queue
+	// sparklines. Defaults to 1m.
+	SampleEvery time.Duration
+	// Samples is how many are kept. Defaults to 60 (the last hour).
+	Samples int
 }
 
 // Router is one running router. New is its composition root: it builds
@@ -194,7 +205,7 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	leading := leader(cfg.Leader)
 
 	// Metrics and the primaries' pools, with the call points guarding them.
-	r.obs = newObservability(cfg.Observe, r.metrics)
+	r.obs = newObservability(cfg.Observe, cfg.UI, r.metrics)
 	r.retries = newTxRetries(r.metrics)
 	r.pools = newPools(storeOptions(cfg.Store, r.ids, r.obs.msgs, r.retries), cfg.Now, cfg.Log)
 	r.metrics.MustRegister(observe.NewPoolCollector(r.pools.dbs))
@@ -247,6 +258,7 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	// The API over all of it, behind the security checks.
 	view := topologyView{source: cfg.Source, table: r.table}
 	r.api = api.New(observe.WrapBroker(r.broker, r.obs.msgs), cfg.Limits, readyCheck{r.pools, view, cfg.Log}.check, cfg.Log)
+	r.api.RouteUI(r.obs.history)
 	r.api.RouteOps(r.lookups, adminOps{eps: r.eps, table: r.table, view: view, stores: r.pools.Stores, recon: r.recon, lookups: r.lookups})
 	r.api.Handle("GET /metrics", promhttp.HandlerFor(r.metrics, promhttp.HandlerOpts{}))
 	r.api.Instrument(api.NewHTTPMetrics(r.metrics))
