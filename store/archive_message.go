@@ -33,9 +33,9 @@ const createArchiveMessage = `CREATE TABLE IF NOT EXISTS archive_message (
 // archiveMessageTier describes archive_message for the tier statements
 // (archive.go): message_store's columns, spanned by id.
 var archiveMessageTier = tierTable{
-	name:  "archive_message",
-	cols:  messageStoreMove.cols,
-	kinds: messageKinds,
+	name:   "archive_message",
+	cols:   messageStoreMove.cols,
+	kinds:  messageKinds,
 	msgCol: "id",
 }
 

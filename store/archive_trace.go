@@ -26,9 +26,9 @@ const createArchiveTrace = `CREATE TABLE IF NOT EXISTS archive_trace (
 // cold export spans it ByMessage (message_id), so that a cold file holds a
 // message with every event of it, whenever the event happened.
 var archiveTraceTier = tierTable{
-	name:  "archive_trace",
-	cols:  messageTraceMove.cols,
-	kinds: traceKinds,
+	name:   "archive_trace",
+	cols:   messageTraceMove.cols,
+	kinds:  traceKinds,
 	msgCol: "message_id",
 }
 
