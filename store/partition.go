@@ -64,11 +64,25 @@ func MonthOf(t time.Time) time.Time {
 	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
 }
 
-// Partitions lists table's partitions in order, pmax last.
+// Partitions lists table's partitions in order, pmax last. MariaDB
+// answers information_schema through an internal temporary table, whose
+// file handling has been seen to fail once under load (error 6 on its
+// delete): the read is tried up to three times.
 func (s *Store) Partitions(ctx context.Context, table string) ([]Partition, error) {
 	if err := checkPartitioned(table); err != nil {
 		return nil, err
 	}
+	var err error
+	for i := 0; i < 3; i++ {
+		var out []Partition
+		if out, err = s.partitions(ctx, table); err == nil || ctx.Err() != nil {
+			return out, err
+		}
+	}
+	return nil, err
+}
+
+func (s *Store) partitions(ctx context.Context, table string) ([]Partition, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT PARTITION_NAME, PARTITION_DESCRIPTION, COALESCE(TABLE_ROWS, 0), COALESCE(DATA_LENGTH, 0),
   COALESCE(INDEX_LENGTH, 0), COALESCE(DATA_FREE, 0) FROM information_schema.PARTITIONS
 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND PARTITION_NAME IS NOT NULL ORDER BY PARTITION_ORDINAL_POSITION`, table)
