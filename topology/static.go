@@ -92,7 +92,7 @@ func Parse(name string, data []byte) (*Topology, error) {
 	t.Map = m
 	if a := doc.Archive; a != nil {
 		if a.Primary == "" {
-			return nil, fail("archive.primary", "primary DSN is required")
+			return nil, &fieldError{file: name, line: lines["archive"], field: "archive.primary", msg: "primary DSN is required"}
 		}
 		t.Archive = &Cluster{Name: ArchiveName, Primary: a.Primary, Replicas: append([]string(nil), a.Replicas...)}
 	}
