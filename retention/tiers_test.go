@@ -248,3 +248,51 @@ func TestHotWarmColdAndRestore(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmResumesWithoutCopyingAgain: a pass stopped after its copies
+// (here: a resharding job starts before the drop) leaves the partitions
+// hot and its checked ranges recorded; the next pass drops them without
+// copying a row again.
+func TestWarmResumesWithoutCopyingAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t, date(2024, 3, 10), Config{})
+	for i := 0; i < 30; i++ {
+		f.produce(t, "resume", fmt.Sprintf("r-%d", i), "")
+	}
+	if n := f.consumeAll(t, "resume"); n != 30 {
+		t.Fatalf("consumed %d", n)
+	}
+	// A resharding job appears once the first rows were copied: c1's
+	// March is copied and checked but not dropped, c2 waits.
+	f.job.deps.Moving = func() bool { return f.job.Status().Jobs[JobWarm].Rows > 0 }
+	f.clock.Set(date(2024, 7, 15))
+	if err := f.job.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	copied := f.job.Status().Jobs[JobWarm].Rows
+	if copied == 0 || copied >= 60 {
+		t.Fatalf("first pass copied %d rows, want c1's share of 60", copied)
+	}
+	if st := f.job.Status(); len(st.Blocked) != 2 || st.Blocked[0].Reason != "resharding" || st.Blocked[1].Reason != "resharding" {
+		t.Fatalf("blocked: %+v, want both clusters waiting for resharding", st.Blocked)
+	}
+	if !partitionNames(t, f.hot["c1"], store.TableMessages)["p202403"] {
+		t.Fatal("March dropped while a resharding job was seen")
+	}
+	f.job.deps.Moving = func() bool { return false }
+	if err := f.job.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if total := f.job.Status().Jobs[JobWarm].Rows; total != 60 { // 30 messages, 30 acked events, each copied once
+		t.Fatalf("after the resumed pass %d rows were copied in all, want 60 (c1's not again)", total)
+	}
+	for name, st := range f.hot {
+		if partitionNames(t, st, store.TableMessages)["p202403"] {
+			t.Fatalf("%s kept March after the resumed pass", name)
+		}
+	}
+	if got := f.archiveSums(t, time.Date(2024, 3, 1, 0, 0, 0, 0, time.UTC)); got.messages != 30 || got.events != 30 {
+		t.Fatalf("archive holds %+v", got)
+	}
+}

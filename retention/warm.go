@@ -149,6 +149,7 @@ func (j *Job) warmCluster(ctx context.Context, cluster string, st, arch *store.S
 			return err
 		}
 		if j.deps.Moving() {
+			j.setBlocked(cluster, &Blocked{Cluster: cluster, Month: month, Reason: "resharding"})
 			return nil
 		}
 		for _, table := range store.PartitionedTables {
