@@ -264,9 +264,10 @@ func (j *Job) setBlocked(cluster string, b *Blocked) {
 
 // Status reports the jobs' configuration and records on this router.
 func (j *Job) Status() Status {
+	leading, archive := j.deps.Leading(), j.deps.Archive() != nil // outside mu: may connect
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	out := Status{Enabled: !j.cfg.Disabled, Leading: j.deps.Leading(), Archive: j.deps.Archive() != nil,
+	out := Status{Enabled: !j.cfg.Disabled, Leading: leading, Archive: archive,
 		HotMonths: j.cfg.HotMonths, WarmMonths: j.cfg.WarmMonths, Ahead: j.cfg.AheadMonths, ColdDir: j.cfg.ColdDir,
 		Jobs: map[string]JobStatus{}, Blocked: []Blocked{}}
 	for k, v := range j.status {
