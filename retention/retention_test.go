@@ -49,7 +49,7 @@ type fixture struct {
 	dir   string
 }
 
-func setup(t *testing.T, start time.Time, cfg Config) *fixture {
+func setup(t testing.TB, start time.Time, cfg Config) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	f := &fixture{clock: &clock{t: start}, hot: map[string]*store.Store{}, dir: t.TempDir()}
