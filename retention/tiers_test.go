@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/store"
 )
 
@@ -294,5 +295,60 @@ func TestWarmResumesWithoutCopyingAgain(t *testing.T) {
 	}
 	if got := f.archiveSums(t, time.Date(2024, 3, 1, 0, 0, 0, 0, time.UTC)); got.messages != 30 || got.events != 30 {
 		t.Fatalf("archive holds %+v", got)
+	}
+}
+
+// TestOlderRowsInLowestPartitionMoveToo: rows of a month this cluster had
+// already moved, brought back later (a resharding copy from a cluster that
+// had not moved that month yet), land in the lowest partition; they are
+// copied and checked by their own month before that partition is dropped.
+func TestOlderRowsInLowestPartitionMoveToo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t, date(2024, 3, 10), Config{})
+	for i := 0; i < 6; i++ {
+		f.produce(t, "older", fmt.Sprintf("o-%d", i), "")
+	}
+	f.consumeAll(t, "older")
+	f.clock.Set(date(2024, 7, 15))
+	if err := f.job.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := f.hot["c1"]
+	if partitionNames(t, st, store.TableMessages)["p202403"] {
+		t.Fatal("March not moved")
+	}
+	// A February message and its event arrive on c1 now.
+	feb := time.Date(2024, 2, 20, 9, 0, 0, 0, time.UTC)
+	id := idgen.Floor(feb) + 1
+	evAt := feb.Add(time.Hour)
+	msg := store.MoveRow{id, idgen.Time(id), int64(700), []byte("older"), []byte("stray"), nil, []byte("tx-stray"), int64(0), nil, int64(1),
+		[]byte(`{"n":1}`), int64(store.StatusConsumed), evAt}
+	ev := store.MoveRow{idgen.Floor(evAt) + 5, evAt, id, int64(700), []byte("default"), []byte(store.EventAcked), []byte("w9"), int64(1), feb, nil, nil, nil}
+	if err := st.TierWrite(ctx, store.TableMessages, []store.MoveRow{msg}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.TierWrite(ctx, store.TableTrace, []store.MoveRow{ev}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := st.CountPartition(ctx, store.TableMessages, "p202404"); n != 1 {
+		t.Fatalf("the February message is not in the lowest partition p202404 (%d rows there)", n)
+	}
+	f.clock.Set(date(2024, 8, 15))
+	if err := f.job.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.job.Status(); len(st.Blocked) != 0 {
+		t.Fatalf("blocked: %+v", st.Blocked)
+	}
+	if partitionNames(t, st, store.TableMessages)["p202404"] || partitionNames(t, st, store.TableTrace)["p202404"] {
+		t.Fatal("April not moved")
+	}
+	tr, err := f.arch.ArchivedTrace(ctx, "older", "stray", f.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Deliveries) != 1 || tr.Deliveries[0].State != store.DeliveryDone || tr.Deliveries[0].Consumer != "w9" {
+		t.Fatalf("archived trace of the February message: %+v", tr.Deliveries)
 	}
 }

@@ -120,17 +120,12 @@ func (j *Job) warmCluster(ctx context.Context, cluster string, st, arch *store.S
 				continue
 			}
 			if lower.IsZero() {
-				// The lowest partition also holds whatever is older than
-				// its month (rows a resharding copy brought after their
-				// month was dropped here). Those would be dropped unchecked.
-				older, err := st.TierSums(ctx, pair[0], store.Span{To: start, VFrom: 0, VTo: 1023})
-				if err != nil {
+				if moved, err := j.copyOlder(ctx, cluster, st, arch, pair, mp.name, start); err != nil || !moved {
+					if err == nil {
+						j.setBlocked(cluster, &Blocked{Cluster: cluster, Month: month, Reason: "rows_older_than_month"})
+						j.cfg.Log.Warn("month stays hot: its partition holds rows older than could be checked", "cluster", cluster, "table", pair[0], "month", month)
+					}
 					return err
-				}
-				if len(older) > 0 {
-					j.setBlocked(cluster, &Blocked{Cluster: cluster, Month: month, Reason: "rows_older_than_month"})
-					j.cfg.Log.Warn("month stays hot: its partition holds rows of older months", "cluster", cluster, "table", pair[0], "month", month)
-					return nil
 				}
 			}
 			for _, r := range j.cfg.ranges() {
@@ -169,6 +164,38 @@ func (j *Job) warmCluster(ctx context.Context, cluster string, st, arch *store.S
 		j.cfg.Log.Info("month moved to the archive cluster and dropped from the hot cluster", "cluster", cluster, "month", month)
 	}
 	return nil
+}
+
+// copyOlder copies the rows of the lowest partition that are older than
+// its month (start): rows a resharding copy brought from a cluster that
+// had not moved their month yet, after this cluster had dropped it. They
+// are copied and checked month by month and vshard range by range like a
+// partition's own rows (their vshards' rows of that month lived on the
+// other cluster only). False when rows older than the oldest month found
+// remain (then nothing is dropped).
+func (j *Job) copyOlder(ctx context.Context, cluster string, st, arch *store.Store, pair [2]string, part string, start time.Time) (bool, error) {
+	all := store.Span{To: start, VFrom: 0, VTo: 1023}
+	rows, _, err := st.TierRead(ctx, pair[0], all, 0, 1)
+	if err != nil || len(rows) == 0 {
+		return err == nil, err
+	}
+	at, ok := rows[0][1].(time.Time) // created_at of either table
+	if !ok {
+		return false, fmt.Errorf("%s: created_at of type %T", pair[0], rows[0][1])
+	}
+	// Ids grow with time only roughly across routers: a month earlier too.
+	first := store.MonthOf(at).AddDate(0, -1, 0)
+	for m := first; m.Before(start); m = m.AddDate(0, 1, 0) {
+		for _, r := range j.cfg.ranges() {
+			sp := store.Span{From: m, To: m.AddDate(0, 1, 0), VFrom: r[0], VTo: r[1]}
+			item := fmt.Sprintf("%s/%s/%s/older-%s/v%04d-%04d", cluster, pair[0], part, monthText(m), r[0], r[1])
+			if err := j.copyRange(ctx, st, arch, pair[0], pair[1], sp, item); err != nil {
+				return false, err
+			}
+		}
+	}
+	left, err := st.TierSums(ctx, pair[0], store.Span{To: first, VFrom: 0, VTo: 1023})
+	return err == nil && len(left) == 0, err
 }
 
 // copyRange copies one span of a hot table to its archive table and checks
