@@ -62,6 +62,8 @@ func (s *Server) RouteRetention(rt Retention) {
 		}
 		rep, err := rt.Restore(r.Context(), m)
 		switch {
+		case errors.Is(err, retention.ErrNoArchive):
+			writeError(w, fail(CodeUnavailable, err.Error()))
 		case errors.Is(err, os.ErrNotExist):
 			writeError(w, fail(CodeNotFound, "no cold files of month "+m))
 		case err != nil:
@@ -76,6 +78,10 @@ func (s *Server) RouteRetention(rt Retention) {
 			return
 		}
 		if err := rt.Release(r.Context(), m); err != nil {
+			if errors.Is(err, retention.ErrNoArchive) {
+				writeError(w, fail(CodeUnavailable, err.Error()))
+				return
+			}
 			writeError(w, s.hide(r, CodeInternal, err))
 			return
 		}

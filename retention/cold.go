@@ -385,6 +385,10 @@ func writeManifest(dir string, m *Manifest) error {
 	return nil
 }
 
+// ErrNoArchive: the topology names no archive cluster, or it cannot be
+// reached.
+var ErrNoArchive = errors.New("no archive cluster: the topology names none, or it cannot be reached")
+
 // RestoreReport says what a restore put back.
 type RestoreReport struct {
 	Month    string `json:"month"`
@@ -402,7 +406,7 @@ func (j *Job) Restore(ctx context.Context, month time.Time) (*RestoreReport, err
 	defer j.run.Unlock()
 	arch := j.deps.Archive()
 	if arch == nil {
-		return nil, errors.New("restore: the topology names no archive cluster")
+		return nil, ErrNoArchive
 	}
 	m := store.MonthOf(month)
 	man, err := readManifest(filepath.Join(j.cfg.ColdDir, monthText(m)))
@@ -475,7 +479,7 @@ func (j *Job) Release(ctx context.Context, month time.Time) error {
 	defer j.run.Unlock()
 	arch := j.deps.Archive()
 	if arch == nil {
-		return errors.New("release: the topology names no archive cluster")
+		return ErrNoArchive
 	}
 	m := monthText(store.MonthOf(month))
 	if err := arch.ForgetDone(ctx, jobRestored, m); err != nil {
