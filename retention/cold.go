@@ -351,7 +351,9 @@ func readColdFile(path, sha string, each func(table string, r store.MoveRow) err
 	if err := sc.Err(); err != nil {
 		return n, fmt.Errorf("cold file %s: %w", path, err)
 	}
-	io.Copy(io.Discard, in) // the gzip trailer may leave bytes unread by the scanner
+	if _, err := io.Copy(h, in); err != nil { // bytes past the gzip stream, if any, count too
+		return n, fmt.Errorf("cold file %s: %w", path, err)
+	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != sha {
 		return n, fmt.Errorf("cold file %s: SHA-256 %s, the manifest says %s", path, got, sha)
 	}

@@ -352,3 +352,64 @@ func TestOlderRowsInLowestPartitionMoveToo(t *testing.T) {
 		t.Fatalf("archived trace of the February message: %+v", tr.Deliveries)
 	}
 }
+
+// TestColdResumesAfterAFailedFile: a file that cannot be written stops the
+// pass after the ranges before it were exported and removed; the next pass
+// exports the rest, and the month's files hold every row once.
+func TestColdResumesAfterAFailedFile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	march := time.Date(2024, 3, 1, 0, 0, 0, 0, time.UTC)
+	f := setup(t, date(2024, 3, 10), Config{})
+	for i := 0; i < 40; i++ {
+		f.produce(t, "coldresume", fmt.Sprintf("c-%d", i), "")
+	}
+	f.consumeAll(t, "coldresume")
+	f.clock.Set(date(2024, 7, 15))
+	if err := f.job.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	warm := f.archiveSums(t, march)
+	if warm.messages != 40 {
+		t.Fatalf("warm: %+v", warm)
+	}
+	// The second range's temporary file name is taken by a directory.
+	blocker := filepath.Join(f.dir, "2024-03", "v0256-0511.jsonl.gz.tmp")
+	if err := os.MkdirAll(blocker, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Set(date(2025, 4, 15))
+	if err := f.job.Cold(ctx); err == nil {
+		t.Fatal("the pass did not fail on the blocked file")
+	}
+	left := f.archiveSums(t, march)
+	if left.messages == 0 || left.messages == 40 {
+		t.Fatalf("after the failed pass the archive holds %d of 40 messages, want the first range gone and the rest kept", left.messages)
+	}
+	os.Remove(blocker)
+	if err := f.job.Cold(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.archiveSums(t, march); got.messages != 0 || got.events != 0 {
+		t.Fatalf("archive holds %+v after the resumed pass", got)
+	}
+	man, err := readManifest(filepath.Join(f.dir, "2024-03"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs, evs int64
+	for _, mf := range man.Files {
+		msgs += mf.Messages
+		evs += mf.Events
+	}
+	if msgs != 40 || evs != 40 {
+		t.Fatalf("manifest counts %d messages and %d events, want 40 each", msgs, evs)
+	}
+	rep, err := f.job.Restore(ctx, march)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.archiveSums(t, march); got != warm || rep.Messages != 40 {
+		t.Fatalf("restored %+v (%+v), warm was %+v", got, rep, warm)
+	}
+}
