@@ -34,6 +34,10 @@ func (s *Server) RouteRetention(rt Retention) {
 			return
 		}
 		err := rt.RunNow(r.Context())
+		if errors.Is(err, retention.ErrNotLeading) {
+			writeError(w, fail(CodeUnavailable, err.Error()))
+			return
+		}
 		out := map[string]any{"status": rt.Status()}
 		if err != nil {
 			s.log.Warn("retention pass asked by an operator failed", "err", err)
@@ -62,7 +66,7 @@ func (s *Server) RouteRetention(rt Retention) {
 		}
 		rep, err := rt.Restore(r.Context(), m)
 		switch {
-		case errors.Is(err, retention.ErrNoArchive):
+		case errors.Is(err, retention.ErrNoArchive), errors.Is(err, retention.ErrNotLeading):
 			writeError(w, fail(CodeUnavailable, err.Error()))
 		case errors.Is(err, os.ErrNotExist):
 			writeError(w, fail(CodeNotFound, "no cold files of month "+m))
@@ -78,7 +82,7 @@ func (s *Server) RouteRetention(rt Retention) {
 			return
 		}
 		if err := rt.Release(r.Context(), m); err != nil {
-			if errors.Is(err, retention.ErrNoArchive) {
+			if errors.Is(err, retention.ErrNoArchive) || errors.Is(err, retention.ErrNotLeading) {
 				writeError(w, fail(CodeUnavailable, err.Error()))
 				return
 			}

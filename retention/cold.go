@@ -404,6 +404,9 @@ type RestoreReport struct {
 // counts and checksums of its span compared with the manifest's. The
 // month is then pinned warm (the cold job leaves it) until Release.
 func (j *Job) Restore(ctx context.Context, month time.Time) (*RestoreReport, error) {
+	if !j.deps.Leading() {
+		return nil, ErrNotLeading
+	}
 	j.run.Lock()
 	defer j.run.Unlock()
 	arch := j.deps.Archive()
@@ -477,6 +480,9 @@ func (j *Job) Restore(ctx context.Context, month time.Time) (*RestoreReport, err
 // Release unpins a restored month: the next cold pass exports it again
 // (to the same files) and removes it from the archive cluster.
 func (j *Job) Release(ctx context.Context, month time.Time) error {
+	if !j.deps.Leading() {
+		return ErrNotLeading
+	}
 	j.run.Lock()
 	defer j.run.Unlock()
 	arch := j.deps.Archive()

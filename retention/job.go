@@ -183,8 +183,15 @@ func (j *Job) Stop() {
 	})
 }
 
+// ErrNotLeading: passes, restores and releases run on the leading router
+// only (two routers moving the same months would race).
+var ErrNotLeading = errors.New("this router does not lead: retention runs on the leading router")
+
 // RunOnce runs a pass of every job, in order, and returns the errors.
 func (j *Job) RunOnce(ctx context.Context) error {
+	if !j.deps.Leading() {
+		return ErrNotLeading
+	}
 	var errs []error
 	for _, step := range []func(context.Context) error{j.Partitions, j.Warm, j.Cold, j.Upkeep} {
 		if ctx.Err() != nil {
@@ -200,6 +207,9 @@ func (j *Job) RunOnce(ctx context.Context) error {
 // pass runs fn as one pass of job, serialized with every other pass, and
 // records it.
 func (j *Job) pass(ctx context.Context, job string, fn func(ctx context.Context) error) error {
+	if !j.deps.Leading() {
+		return ErrNotLeading
+	}
 	j.run.Lock()
 	defer j.run.Unlock()
 	start := j.cfg.Now()

@@ -2,6 +2,7 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -269,5 +270,34 @@ func TestPartitionsAheadAfterClockJump(t *testing.T) {
 	}
 	if !partitionNames(t, st, store.TableMessages)["p202601"] {
 		t.Error("p202601 not created once it was 3 months ahead")
+	}
+}
+
+// TestOnlyTheLeaderRuns: a router that does not lead runs no pass, and
+// refuses restores, whoever asks.
+func TestOnlyTheLeaderRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t, date(2025, 1, 10), Config{})
+	f.job.deps.Leading = func() bool { return false }
+	f.clock.Set(date(2025, 9, 15))
+	if err := f.job.RunOnce(ctx); !errors.Is(err, ErrNotLeading) {
+		t.Fatalf("RunOnce on a follower: %v", err)
+	}
+	if err := f.job.Partitions(ctx); !errors.Is(err, ErrNotLeading) {
+		t.Fatalf("Partitions on a follower: %v", err)
+	}
+	if _, err := f.job.Restore(ctx, date(2024, 3, 1)); !errors.Is(err, ErrNotLeading) {
+		t.Fatalf("Restore on a follower: %v", err)
+	}
+	if partitionNames(t, f.hot["c1"], store.TableMessages)["p202505"] {
+		t.Fatal("a follower created partitions")
+	}
+	if st := f.job.Status(); st.Leading || st.Jobs[JobPartitions].Runs != 0 {
+		t.Fatalf("status of a follower: %+v", st)
+	}
+	f.job.deps.Leading = func() bool { return true }
+	if err := f.job.Partitions(ctx); err != nil || !partitionNames(t, f.hot["c1"], store.TableMessages)["p202505"] {
+		t.Fatalf("the leader did not create partitions: %v", err)
 	}
 }
