@@ -145,10 +145,11 @@ func (j *Job) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{j.rows, j.items, j.runs, j.lastOK, j.held, j.ahead}
 }
 
-// Start runs every job once right away (the partitions first, so a router
-// started after a long stop creates the months it missed before its first
-// write of them is queued behind pmax) and then every Config.Every, while
-// this router leads. Safe to call once; Stop ends it.
+// Start runs the partition upkeep right away (a router started after a
+// long stop creates the months it missed) and every job every
+// Config.Every, while this router leads; the heavier jobs wait for the
+// first tick so that a router's start is not slowed by them. Safe to call
+// once; Stop ends it.
 func (j *Job) Start(ctx context.Context) {
 	if j.cfg.Disabled {
 		return
@@ -159,14 +160,17 @@ func (j *Job) Start(ctx context.Context) {
 		defer close(j.done)
 		t := time.NewTicker(j.cfg.Every)
 		defer t.Stop()
+		if j.deps.Leading() {
+			j.Partitions(ctx)
+		}
 		for {
-			if j.deps.Leading() {
-				j.RunOnce(ctx)
-			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
+			}
+			if j.deps.Leading() {
+				j.RunOnce(ctx)
 			}
 		}
 	}()
