@@ -38,7 +38,9 @@ type env struct {
 	dbs   map[string]*sql.DB // cluster name → its primary
 	owner func(shard.ID) string
 	r     *Router
-	topo  string // the topology file
+	// topology is the router's topology file (a second router can serve
+	// the same clusters from it).
+	topology string
 }
 
 func setup(t *testing.T) *env {
@@ -89,7 +91,7 @@ func setupYAML(t *testing.T, bed *testbed.Bed, extra string, tune func(*Config))
 	if err := os.WriteFile(path, []byte(y.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e.topo = path
+	e.topology = path
 	cfg := Config{TopologyFile: path}
 	if tune != nil {
 		tune(&cfg)

@@ -156,15 +156,15 @@ func TestRetentionTraceThroughTiers(t *testing.T) {
 
 	// The vshards move to the other cluster (a map of version 2): archived
 	// traces do not depend on where their vshards live.
-	data, _ := os.ReadFile(e.topo)
+	data, _ := os.ReadFile(e.topology)
 	moved := strings.Replace(string(data), "version: 1", "version: 2", 1)
 	moved = strings.ReplaceAll(moved, "cluster: "+bed.Clusters[0].Name+"}", "cluster: "+bed.Clusters[1].Name+"}")
-	if err := os.WriteFile(e.topo, []byte(moved), 0o644); err != nil {
+	if err := os.WriteFile(e.topology, []byte(moved), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	top, err := topology.LoadFile(e.topo)
+	top, err := topology.LoadFile(e.topology)
 	if err != nil {
 		t.Fatal(err)
 	}
