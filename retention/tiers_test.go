@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/store"
 )
@@ -55,7 +56,7 @@ func wantEvents(t *testing.T, where string, tr *store.MessageTrace) {
 	if got[store.EventProduced] != 1 || got[store.EventAcked] != 1 || got[store.EventClaimed] != 1 {
 		t.Errorf("%s trace of %s: events %v, want produced, claimed, acked once each", where, tr.Message.Key, got)
 	}
-	if len(tr.Deliveries) != 1 || tr.Deliveries[0].State != store.DeliveryDone {
+	if len(tr.Deliveries) != 1 || tr.Deliveries[0].State != domain.DeliveryDone {
 		t.Errorf("%s trace of %s: deliveries %+v, want default done", where, tr.Message.Key, tr.Deliveries)
 	}
 }
@@ -323,7 +324,7 @@ func TestOlderRowsInLowestPartitionMoveToo(t *testing.T) {
 	id := idgen.Floor(feb) + 1
 	evAt := feb.Add(time.Hour)
 	msg := store.MoveRow{id, idgen.Time(id), int64(700), []byte("older"), []byte("stray"), nil, []byte("tx-stray"), int64(0), nil, int64(1),
-		[]byte(`{"n":1}`), int64(store.StatusConsumed), evAt}
+		[]byte(`{"n":1}`), int64(1) /* msg_status consumed */, evAt}
 	ev := store.MoveRow{idgen.Floor(evAt) + 5, evAt, id, int64(700), []byte("default"), []byte(store.EventAcked), []byte("w9"), int64(1), feb, nil, nil, nil}
 	if err := st.TierWrite(ctx, store.TableMessages, []store.MoveRow{msg}); err != nil {
 		t.Fatal(err)
@@ -348,7 +349,7 @@ func TestOlderRowsInLowestPartitionMoveToo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tr.Deliveries) != 1 || tr.Deliveries[0].State != store.DeliveryDone || tr.Deliveries[0].Consumer != "w9" {
+	if len(tr.Deliveries) != 1 || tr.Deliveries[0].State != domain.DeliveryDone || tr.Deliveries[0].Consumer != "w9" {
 		t.Fatalf("archived trace of the February message: %+v", tr.Deliveries)
 	}
 }

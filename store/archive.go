@@ -109,13 +109,9 @@ func (s *Store) TierRead(ctx context.Context, table string, sp Span, after uint6
 	args := t.where(&b, nil, sp)
 	b.WriteString(" AND id > ? ORDER BY id LIMIT ?")
 	args = append(args, after, limit)
-	rows, err := s.db.QueryContext(ctx, b.String(), args...)
+	out, err := queryRows(ctx, s.db, "read "+t.name+" "+sp.String(), b.String(), args, scanMoveRow(len(t.cols)))
 	if err != nil {
-		return nil, after, fmt.Errorf("read %s %s: %w", t.name, sp, translate(err))
-	}
-	out, err := scanMoveRows(rows, len(t.cols))
-	if err != nil {
-		return nil, after, fmt.Errorf("read %s %s: %w", t.name, sp, translate(err))
+		return nil, after, translate(err)
 	}
 	if len(out) == 0 {
 		return nil, after, nil
@@ -404,7 +400,7 @@ func RowMessage(r MoveRow) (*Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.Status = int(st)
+	m.Status = statusOf(int(st))
 	return m, nil
 }
 
@@ -511,21 +507,7 @@ func (s *Store) ArchivedByTransaction(ctx context.Context, txID string, limit in
 }
 
 func scanMessageRows(ctx context.Context, q queryer, query string, args ...any) ([]*Message, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("select archive_message: %w", err)
-	}
-	defer rows.Close()
-	var out []*Message
-	for rows.Next() {
-		m := &Message{}
-		if err := rows.Scan(&m.ID, &m.CreatedAt, &m.VShard, &m.Topic, &m.Key, &m.OrderKey, &m.TransactionID, &m.Priority,
-			&m.Headers, &m.PayloadJSON, &m.Payload, &m.Status); err != nil {
-			return nil, fmt.Errorf("select archive_message: %w", err)
-		}
-		out = append(out, m)
-	}
-	return out, rows.Err()
+	return queryRows(ctx, q, "select archive_message", query, args, scanMessage(true))
 }
 
 // RowMessageID reads the message id of a message_trace or archive_trace

@@ -67,9 +67,11 @@ func scanCold(ctx context.Context, q queryer, query string, args ...any) ([]Cold
 	for rows.Next() {
 		m := &Message{}
 		e := ColdEntry{Message: m}
-		if err := rows.Scan(&m.ID, &m.CreatedAt, &m.VShard, &m.Topic, &m.Key, &m.OrderKey, &m.TransactionID, &m.Status, &e.File, &e.ExportedAt); err != nil {
+		var code int
+		if err := rows.Scan(&m.ID, &m.CreatedAt, &m.VShard, &m.Topic, &m.Key, &m.OrderKey, &m.TransactionID, &code, &e.File, &e.ExportedAt); err != nil {
 			return nil, fmt.Errorf("select archive_cold_index: %w", err)
 		}
+		m.Status = statusOf(code)
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {

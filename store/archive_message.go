@@ -54,9 +54,7 @@ var messageStoreTier = tierTable{
 var messageKinds = []byte("itissssibibit")
 
 // selectArchivedByKey reads the newest archived message with (topic, key).
-const selectArchivedByKey = `SELECT id, created_at, vshard, topic, msg_key, COALESCE(order_key, ''), COALESCE(transaction_id, ''), priority,
-  headers, payload_json, payload, msg_status FROM archive_message WHERE topic = ? AND msg_key = ? ORDER BY id DESC LIMIT 1`
+const selectArchivedByKey = `SELECT ` + messageBodyCols + ` FROM archive_message WHERE topic = ? AND msg_key = ? ORDER BY id DESC LIMIT 1`
 
 // selectArchivedByTransaction reads archived messages of a transaction id.
-const selectArchivedByTransaction = `SELECT id, created_at, vshard, topic, msg_key, COALESCE(order_key, ''), COALESCE(transaction_id, ''), priority,
-  headers, payload_json, payload, msg_status FROM archive_message WHERE transaction_id = ? ORDER BY id LIMIT ?`
+const selectArchivedByTransaction = `SELECT ` + messageBodyCols + ` FROM archive_message WHERE transaction_id = ? ORDER BY id LIMIT ?`

@@ -48,5 +48,5 @@ var traceKinds = []byte("itiisssitsss")
 // selectArchivedEvents reads archived events of messages, in time order.
 func selectArchivedEvents(n int) string {
 	return `SELECT id, created_at, message_id, vshard, COALESCE(subscription, ''), event, COALESCE(consumer, ''), attempt, claimed_at,
-  COALESCE(error_code, ''), COALESCE(error, ''), COALESCE(request_id, '') FROM archive_trace WHERE message_id IN (` + qmarks(n) + `) ORDER BY created_at, id`
+  COALESCE(error_code, ''), COALESCE(error, ''), COALESCE(request_id, '') FROM archive_trace WHERE message_id IN (` + inList(n) + `) ORDER BY created_at, id`
 }
