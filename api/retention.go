@@ -24,10 +24,10 @@ type Retention interface {
 // status to GET /v1/admin/stats.
 func (s *Server) RouteRetention(rt Retention) {
 	s.retention = rt
-	s.mux.HandleFunc("GET /v1/admin/retention", func(w http.ResponseWriter, r *http.Request) {
+	s.handleFunc("GET /v1/admin/retention", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, rt.Status())
 	})
-	s.mux.HandleFunc("POST /v1/admin/retention/run", func(w http.ResponseWriter, r *http.Request) {
+	s.handleFunc("POST /v1/admin/retention/run", func(w http.ResponseWriter, r *http.Request) {
 		var req struct{}
 		if e := s.decode(w, r, &req); e != nil {
 			writeError(w, e)
@@ -59,7 +59,7 @@ func (s *Server) RouteRetention(rt Retention) {
 		}
 		return req.Month, true
 	}
-	s.mux.HandleFunc("POST /v1/admin/retention/restore", func(w http.ResponseWriter, r *http.Request) {
+	s.handleFunc("POST /v1/admin/retention/restore", func(w http.ResponseWriter, r *http.Request) {
 		m, ok := month(w, r)
 		if !ok {
 			return
@@ -76,7 +76,7 @@ func (s *Server) RouteRetention(rt Retention) {
 			writeJSON(w, http.StatusOK, rep)
 		}
 	})
-	s.mux.HandleFunc("POST /v1/admin/retention/release", func(w http.ResponseWriter, r *http.Request) {
+	s.handleFunc("POST /v1/admin/retention/release", func(w http.ResponseWriter, r *http.Request) {
 		m, ok := month(w, r)
 		if !ok {
 			return
