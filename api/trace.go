@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/lookup"
-	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/topology"
 )
 
@@ -24,8 +24,8 @@ var _ Tracer = (*lookup.Service)(nil)
 // RouteOps registers the trace and lookup endpoints (DESIGN §5 "Trace and
 // lookup") and, when a is not nil, the operations endpoints of admin.go.
 func (s *Server) RouteOps(t Tracer, a Admin) {
-	s.mux.HandleFunc("GET /v1/messages/{key}/trace", func(w http.ResponseWriter, r *http.Request) { s.trace(w, r, t) })
-	s.mux.HandleFunc("GET /v1/transactions/{transaction_id}", func(w http.ResponseWriter, r *http.Request) { s.transaction(w, r, t) })
+	s.handleFunc("GET /v1/messages/{key}/trace", func(w http.ResponseWriter, r *http.Request) { s.trace(w, r, t) })
+	s.handleFunc("GET /v1/transactions/{transaction_id}", func(w http.ResponseWriter, r *http.Request) { s.transaction(w, r, t) })
 	if a != nil {
 		s.routeAdmin(a)
 	}
@@ -47,7 +47,7 @@ type messageBody struct {
 	ProducedAt    string            `json:"produced_at"`
 }
 
-func (s *Server) bodyOf(m *store.Message) messageBody {
+func (s *Server) bodyOf(m *domain.Message) messageBody {
 	v := messageBody{ID: strconv.FormatUint(m.ID, 10), Key: m.Key, Topic: m.Topic, VShard: int(m.VShard),
 		Headers: map[string]string{}, Priority: m.Priority, OrderKey: m.OrderKey, TransactionID: m.TransactionID,
 		ProducedAt: formatTime(m.CreatedAt)}
@@ -68,24 +68,44 @@ func (s *Server) bodyOf(m *store.Message) messageBody {
 // messageView is a stored message as the trace and lookups show it.
 type messageView struct {
 	messageBody
-	Cluster string `json:"cluster,omitempty"`
-	Status  string `json:"status"`
+	Cluster string               `json:"cluster,omitempty"`
+	Status  domain.MessageStatus `json:"status"`
+	// Tier is where the message was found: hot (its cluster), warm (the
+	// archive cluster) or cold (a file: status is then archived, the
+	// payload is in ArchiveFile, relative to the router's archive
+	// directory). See docs/retention.md.
+	Tier        string `json:"tier,omitempty"`
+	ArchiveFile string `json:"archive_file,omitempty"`
 }
 
-func (s *Server) viewMessage(m *store.Message, cluster string) messageView {
-	return messageView{messageBody: s.bodyOf(m), Cluster: cluster, Status: store.StatusName(m.Status)}
+// StatusArchived is the status of a message found only in a cold file.
+const StatusArchived domain.MessageStatus = "archived"
+
+func (s *Server) viewMessage(m *domain.Message, cluster string) messageView {
+	return messageView{messageBody: s.bodyOf(m), Cluster: cluster, Status: m.Status}
+}
+
+// viewTiered is viewMessage with the tier a lookup found the message in.
+func (s *Server) viewTiered(m *domain.Message, cluster, tier, file string) messageView {
+	v := s.viewMessage(m, cluster)
+	v.Tier, v.ArchiveFile = tier, file
+	if tier == lookup.TierCold {
+		v.Status = StatusArchived
+		v.Payload, v.PayloadBase64 = nil, nil // in the file
+	}
+	return v
 }
 
 type deliveryView struct {
-	Subscription  string `json:"subscription"`
-	State         string `json:"state"`
-	Attempts      int    `json:"attempts"`
-	Consumer      string `json:"consumer,omitempty"`
-	ErrorCode     string `json:"error_code,omitempty"`
-	LastError     string `json:"last_error,omitempty"`
-	NextAttemptAt string `json:"next_attempt_at,omitempty"`
-	LeaseExpires  string `json:"lease_expires_at,omitempty"`
-	DoneAt        string `json:"done_at,omitempty"`
+	Subscription  string               `json:"subscription"`
+	State         domain.DeliveryState `json:"state"`
+	Attempts      int                  `json:"attempts"`
+	Consumer      string               `json:"consumer,omitempty"`
+	ErrorCode     string               `json:"error_code,omitempty"`
+	LastError     string               `json:"last_error,omitempty"`
+	NextAttemptAt string               `json:"next_attempt_at,omitempty"`
+	LeaseExpires  string               `json:"lease_expires_at,omitempty"`
+	DoneAt        string               `json:"done_at,omitempty"`
 }
 
 type eventView struct {
@@ -108,14 +128,24 @@ type traceResponse struct {
 	Fallback   string         `json:"fallback_reason,omitempty"`
 	Cluster    string         `json:"cluster"`
 	Endpoint   string         `json:"endpoint"`
+	// Tier and Archive (additive, docs/retention.md): where the message
+	// was found, and for a cold one which file holds it.
+	Tier    string       `json:"tier,omitempty"`
+	Archive *archiveView `json:"archive,omitempty"`
+}
+
+type archiveView struct {
+	File       string `json:"file"`
+	Month      string `json:"month"`
+	ExportedAt string `json:"exported_at"`
 }
 
 // lookupError maps a lookup failure to the error answered.
 func (s *Server) lookupError(r *http.Request, err error, what string) *apiError {
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, domain.ErrNotFound):
 		return fail(CodeNotFound, what+" not found")
-	case errors.Is(err, store.ErrUnavailable):
+	case errors.Is(err, domain.ErrUnavailable):
 		return s.hide(r, CodeUnavailable, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return s.hide(r, CodeUnavailable, err)
@@ -143,8 +173,15 @@ func (s *Server) trace(w http.ResponseWriter, r *http.Request, t Tracer) {
 		writeError(w, s.lookupError(r, err, "message "+strconv.Quote(key)+" on topic "+topic+" (give order_key if it had one)"))
 		return
 	}
-	out := traceResponse{Message: s.viewMessage(tr.Message, tr.Cluster), Deliveries: []deliveryView{}, Events: []eventView{},
-		ReadFrom: tr.ReadFrom, LagMS: tr.LagMS, Fallback: tr.Fallback, Cluster: tr.Cluster, Endpoint: endpointFor(r, tr.Endpoint)}
+	file := ""
+	if tr.Cold != nil {
+		file = tr.Cold.File
+	}
+	out := traceResponse{Message: s.viewTiered(tr.Message, tr.Cluster, tr.Tier, file), Deliveries: []deliveryView{}, Events: []eventView{},
+		ReadFrom: tr.ReadFrom, LagMS: tr.LagMS, Fallback: tr.Fallback, Cluster: tr.Cluster, Endpoint: endpointFor(r, tr.Endpoint), Tier: tr.Tier}
+	if tr.Cold != nil {
+		out.Archive = &archiveView{File: tr.Cold.File, Month: tr.Message.CreatedAt.UTC().Format("2006-01"), ExportedAt: formatTime(tr.Cold.ExportedAt)}
+	}
 	for _, d := range tr.Deliveries {
 		out.Deliveries = append(out.Deliveries, deliveryView{Subscription: d.Subscription, State: d.State, Attempts: d.Attempts,
 			Consumer: d.Consumer, ErrorCode: d.ErrorCode, LastError: d.LastError, NextAttemptAt: formatTime(d.NextAttemptAt),
@@ -170,7 +207,7 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request, t Tracer) {
 	}
 	msgs := make([]messageView, len(res.Messages))
 	for i, m := range res.Messages {
-		msgs[i] = s.viewMessage(m.Message, m.Cluster)
+		msgs[i] = s.viewTiered(m.Message, m.Cluster, m.Tier, m.File)
 	}
 	unanswered := s.hideClusterErrors(r, res.Unanswered)
 	if len(unanswered) > 0 {

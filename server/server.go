@@ -25,6 +25,7 @@ import (
 	"github.com/shardmq/shardmq/observe"
 	"github.com/shardmq/shardmq/rebalance"
 	"github.com/shardmq/shardmq/reconcile"
+	"github.com/shardmq/shardmq/retention"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/subscription"
@@ -99,6 +100,10 @@ type Config struct {
 	// Reshard tunes resharding jobs (see rebalance.Config for each
 	// default); its Leader defaults to Leader.
 	Reshard rebalance.Config
+	// Retention tunes partition upkeep, the warm and cold archive and
+	// table upkeep (see retention.Config for each default); the archive
+	// cluster comes from the topology (docs/retention.md).
+	Retention retention.Config
 	// UI tunes the operators' page at /ui (docs/ui.md).
 	UI UIConfig
 	// Log defaults to discarding.
@@ -170,7 +175,11 @@ type Router struct {
 	api      *api.Server
 	sec      *security
 	reshard  *reshard // resharding jobs and the barrier registration (reshard.go)
-	services services // background services, stopped by Close in reverse order
+	// archive is the archive cluster of retention, retention its jobs
+	// (retention.go).
+	archive   *archiveConn
+	retention *retention.Job
+	services  services // background services, stopped by Close in reverse order
 
 	mu     sync.Mutex
 	closed bool
@@ -190,7 +199,8 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load topology: %w", err)
 	}
-	r := &Router{cfg: cfg, ids: idgen.New(cfg.Now), metrics: prometheus.NewRegistry(), applier: &applier{every: cfg.ReloadEvery}}
+	r := &Router{cfg: cfg, ids: idgen.New(cfg.Now), metrics: prometheus.NewRegistry(), applier: &applier{every: cfg.ReloadEvery},
+		archive: &archiveConn{}}
 	if err := r.build(ctx, top); err != nil {
 		r.Close()
 		return nil, err
@@ -214,6 +224,7 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	if err != nil {
 		return err
 	}
+	r.setArchive(top)
 	if cfg.CheckMapRecords {
 		if err := r.checkRecorded(ctx, top.Map); err != nil {
 			return fmt.Errorf("load topology: %w", err)
@@ -238,7 +249,11 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	r.broker = broker.New(cfg.Broker, r.table, clusters, r.subs, r.replicas, r.ids, cfg.Now, cfg.Log)
 
 	// Reads and background jobs over the broker and the endpoints.
-	r.lookups = lookup.New(r.eps.cfg.Lookups, lookupEndpoints{r.eps}, r.table)
+	lc := r.eps.cfg.Lookups
+	if lc.Archive == nil {
+		lc.Archive = r.lookupArchive
+	}
+	r.lookups = lookup.New(lc, lookupEndpoints{r.eps}, r.table)
 	rc := r.eps.cfg.Reconcile
 	if rc.Subscriptions == nil {
 		rc.Subscriptions = subscriptionsAt(r.subs)
@@ -265,7 +280,10 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	if err := r.secure(); err != nil {
 		return err
 	}
-	return r.setupReshard(ctx)
+	if err := r.setupReshard(ctx); err != nil {
+		return err
+	}
+	return r.setupRetention()
 }
 
 // start follows top and starts the background services.
@@ -279,6 +297,7 @@ func (r *Router) start(ctx context.Context, top *topology.Topology) {
 	if r.reshard != nil {
 		svcs = append(svcs, r.reshard.manager)
 	}
+	svcs = append(svcs, r.retention)
 	r.services.start(context.Background(), svcs...)
 	r.record.now(ctx, top.Map)
 }
@@ -312,6 +331,7 @@ func (r *Router) apply(ctx context.Context, top *topology.Topology) {
 		return
 	}
 	r.broker.SetClusters(clusters)
+	r.setArchive(top)
 	if top.Map.Version() > r.table.Load().Version() {
 		r.record.now(ctx, top.Map) // on the clusters before it routes
 	}
@@ -419,6 +439,7 @@ func (r *Router) Close() {
 	if r.pools != nil {
 		r.pools.close()
 	}
+	r.closeArchive()
 	if r.replicas != nil {
 		r.replicas.close()
 	}

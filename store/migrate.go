@@ -28,6 +28,11 @@ var migrations = []migration{
 	}},
 	{4, "vshard owner record", func(time.Time) []string { return []string{createVShardOwner} }},
 	{5, "request id of trace events", func(time.Time) []string { return []string{addRequestIDColumn} }},
+	// 6–9 are another branch's. 10–13: retention (docs/retention.md).
+	{10, "warm archive of messages", func(time.Time) []string { return []string{createArchiveMessage} }},
+	{11, "warm archive of trace events", func(time.Time) []string { return []string{createArchiveTrace} }},
+	{12, "index of messages in cold files", func(time.Time) []string { return []string{createArchiveColdIndex} }},
+	{13, "retention job state", func(time.Time) []string { return []string{createRetentionState} }},
 }
 
 // SchemaVersion is the newest migration this build knows.
@@ -57,20 +62,14 @@ func (s *Store) Migrate(ctx context.Context, now time.Time) error {
 	if _, err := conn.ExecContext(ctx, createSchemaMigrations); err != nil {
 		return fmt.Errorf("migrate: create schema_migrations: %w", translate(err))
 	}
-	applied := map[int]bool{}
-	rows, err := conn.QueryContext(ctx, "SELECT version FROM schema_migrations")
+	versions, err := queryRows(ctx, conn, "migrate: read versions", "SELECT version FROM schema_migrations", nil, scanOne[int])
 	if err != nil {
-		return fmt.Errorf("migrate: read versions: %w", translate(err))
+		return translate(err)
 	}
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return fmt.Errorf("migrate: read versions: %w", err)
-		}
+	applied := map[int]bool{}
+	for _, v := range versions {
 		applied[v] = true
 	}
-	rows.Close()
 	for _, m := range migrations {
 		if applied[m.version] {
 			continue
