@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
 	"github.com/shardmq/shardmq/store"
@@ -53,7 +54,7 @@ func TestProduceRoutesEachItemToItsCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, r := range res {
-		if r.Status != "created" || r.Key != keys[i] || r.VShard != shardOf(keys[i]) || r.ID == 0 {
+		if r.Status != domain.ProduceCreated || r.Key != keys[i] || r.VShard != shardOf(keys[i]) || r.ID == 0 {
 			t.Errorf("item %d: %+v", i, r)
 		}
 		if _, ok := f.cluster(keys[i]).st.keys["t\x00"+keys[i]]; !ok {
@@ -94,7 +95,7 @@ func TestProduceFailureStaysWithItsItems(t *testing.T) {
 	}
 	want := []string{"created", "unavailable", "rejected"}
 	for i, r := range res {
-		if r.Status != want[i] {
+		if string(r.Status) != want[i] {
 			t.Errorf("item %d: %s (%v), want %s", i, r.Status, r.Err, want[i])
 		}
 	}
@@ -256,7 +257,7 @@ func TestAckAndNackGoToEachReceiptsCluster(t *testing.T) {
 	acks := []Receipt{byCluster[f.c1][0], byCluster[f.c2][0], byCluster[f.c1][1]}
 	res := f.b.Ack(ctx, append(acks, acks[0]))
 	for i, want := range []string{"ok", "ok", "ok", "not_found"} {
-		if res[i].Status != want {
+		if string(res[i].Status) != want {
 			t.Errorf("ack %d: %s (%v), want %s", i, res[i].Status, res[i].Err, want)
 		}
 	}
