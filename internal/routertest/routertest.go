@@ -6,6 +6,7 @@ package routertest
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -26,12 +27,17 @@ type Router struct {
 	Token string
 	// Database is the router's database on every cluster.
 	Database string
+	// CA holds the certificate of a TLS router.
+	CA *x509.CertPool
 }
 
 // Options tune Start.
 type Options struct {
 	// Token runs the router with a token file holding one admin token.
 	Token bool
+	// TLS serves HTTPS with a certificate made for the test; Router.CA
+	// trusts it.
+	TLS bool
 	// Tune adjusts the router's config.
 	Tune func(*server.Config)
 }
@@ -88,7 +94,14 @@ func Start(t testing.TB, bed *testbed.Bed, o Options) *Router {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(r.Handler())
+	srv := httptest.NewUnstartedServer(r.Handler())
+	if o.TLS {
+		srv.StartTLS()
+		out.CA = x509.NewCertPool()
+		out.CA.AddCert(srv.Certificate())
+	} else {
+		srv.Start()
+	}
 	out.URL = srv.URL
 	t.Cleanup(func() {
 		srv.Close()
