@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -37,7 +38,7 @@ func (c *Client) Claim(ctx context.Context, req ClaimRequest) ([]*Delivery, erro
 		return nil, fmt.Errorf("claim from %s/%s: %w", req.Topic, req.Subscription, err)
 	}
 	for _, d := range out.Messages {
-		d.Subscription = req.Subscription
+		d.Subscription, d.c = req.Subscription, c
 	}
 	return out.Messages, nil
 }
@@ -79,3 +80,43 @@ func (c *Client) PutSubscription(ctx context.Context, topic, sub string, s Subsc
 	}
 	return nil
 }
+
+// Ack acks the delivery and marks it settled, so a Consumer running the
+// handler that called it does not ack it again. It answers nil, or
+// ErrLeaseLost, ErrReceiptNotFound, or the request's error.
+func (d *Delivery) Ack(ctx context.Context) error {
+	if d.c == nil {
+		return errors.New("client: delivery was not claimed through a Client")
+	}
+	d.settled.Store(true)
+	_, err := d.c.AckOne(ctx, d.Receipt)
+	return err
+}
+
+// Nack fails the delivery with code and message (retryAfter nil: the
+// subscription's backoff) and marks it settled. It answers the new status
+// (retry_scheduled or dead).
+func (d *Delivery) Nack(ctx context.Context, code, message string, retryAfter *time.Duration) (string, error) {
+	if d.c == nil {
+		return "", errors.New("client: delivery was not claimed through a Client")
+	}
+	d.settled.Store(true)
+	item := NackItem{Receipt: d.Receipt, ErrorCode: code, Error: message}
+	if retryAfter != nil {
+		ms := retryAfter.Milliseconds()
+		item.RetryAfterMS = &ms
+	}
+	res, err := d.c.Nack(ctx, item)
+	if err != nil {
+		return "", err
+	}
+	return res[0].Status, res[0].Err()
+}
+
+// Abandon marks the delivery settled without telling the router: its
+// lease lapses and the message is delivered again. It is what a crashed
+// consumer does; tests use it to play one.
+func (d *Delivery) Abandon() { d.settled.Store(true) }
+
+// Settled reports whether Ack, Nack or Abandon was called.
+func (d *Delivery) Settled() bool { return d.settled.Load() }

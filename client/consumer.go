@@ -9,7 +9,8 @@ import (
 )
 
 // Handler processes one delivery. Returning nil acks it; returning an
-// error nacks it, with the code and retry time of a *HandlerError when the
+// error nacks it (unless the handler settled it itself with d.Ack, d.Nack
+// or d.Abandon), with the code and retry time of a *HandlerError when the
 // error wraps one (else code DefaultErrorCode and the subscription's
 // backoff). ctx ends when the consumer stops past its grace period or the
 // lease was lost (another consumer may then hold the message).
@@ -239,6 +240,9 @@ func (cn *Consumer) run(ctx context.Context, r *running) {
 	cn.mu.Unlock()
 	// Settling uses a context of its own: a stopping consumer still acks
 	// what its handlers finished.
+	if r.d.Settled() {
+		return // the handler acked, nacked or abandoned it itself
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), cn.c.cfg.Timeout)
 	defer cancel()
 	if err == nil {

@@ -250,3 +250,29 @@ func ExampleLeaseResult_Err() {
 		log.Print("already acked")
 	}
 }
+
+func ExampleDelivery_Ack() {
+	c, _ := client.New(client.Config{URL: "http://127.0.0.1:8080"})
+	ds, _ := c.Claim(context.Background(), client.ClaimRequest{Topic: "orders", Subscription: "points"})
+	for _, d := range ds {
+		if err := d.Ack(context.Background()); err != nil {
+			log.Print(err)
+		}
+	}
+}
+
+func ExampleDelivery_Nack() {
+	c, _ := client.New(client.Config{URL: "http://127.0.0.1:8080"})
+	ds, _ := c.Claim(context.Background(), client.ClaimRequest{Topic: "orders", Subscription: "points"})
+	for _, d := range ds {
+		status, err := d.Nack(context.Background(), "E_STOCK", "out of stock", nil)
+		fmt.Println(status, err)
+	}
+}
+
+func ExampleDelivery_Abandon() {
+	_ = client.Handler(func(ctx context.Context, d *client.Delivery) error {
+		d.Abandon() // the consumer neither acks nor nacks: the lease lapses
+		return nil
+	})
+}

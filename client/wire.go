@@ -2,6 +2,7 @@ package client
 
 import (
 	"encoding/json"
+	"sync/atomic"
 	"time"
 )
 
@@ -126,6 +127,9 @@ type Delivery struct {
 	// Subscription is the subscription it was claimed from (not on the
 	// wire; set by Claim).
 	Subscription string `json:"-"`
+
+	c       *Client
+	settled atomic.Bool
 }
 
 // Body is the payload's bytes: the JSON text, or the decoded base64.
