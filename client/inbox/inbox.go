@@ -133,8 +133,12 @@ func (in *Inbox) Handle(ctx context.Context, d *client.Delivery, fn func(ctx con
 	if err != nil {
 		return in.fail(ctx, d, sub, 0, err, Failed)
 	}
+	// Acks run even when ctx ended meanwhile (a stopping consumer): what
+	// is committed should be acked.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	if processed {
-		if err := d.Ack(ctx); err != nil {
+		if err := d.Ack(actx); err != nil {
 			in.cfg.Logger.Warn("inbox: ack of a duplicate failed; it will come again", "key", d.Key, "err", err)
 		}
 		return Duplicate, nil
@@ -161,7 +165,7 @@ func (in *Inbox) Handle(ctx context.Context, d *client.Delivery, fn func(ctx con
 			return Crashed, err
 		}
 	}
-	if err := d.Ack(ctx); err != nil {
+	if err := d.Ack(actx); err != nil {
 		in.cfg.Logger.Warn("inbox: ack after commit failed; the redelivery will be acked as a duplicate", "key", d.Key, "err", err)
 	}
 	return Processed, nil

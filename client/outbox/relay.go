@@ -110,9 +110,9 @@ type Relay struct {
 	pub Publisher
 	cfg RelayConfig
 
-	mu      sync.Mutex
-	cancel  context.CancelFunc
-	done    chan struct{}
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // NewRelay makes a relay over the service's database and a publisher
