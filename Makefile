@@ -180,3 +180,16 @@ bench-produce: deps loadtest-build
 # router/baseline: R.
 bench-consume: deps loadtest-build
 	bin/loadtest -scenario bench-consume $(LOADTEST_FLAGS) -out $(LOADTEST_OUT)/bench-consume $(LOADTEST_ARGS)
+
+# --- the Go client (issue 17; docs/client.md)
+# example-orders runs seed 001's order → points flow through the client's
+# outbox and inbox over the sandbox in $(SANDBOX_DIR) (started as `make run`
+# does when none answers there), with a router built from the current
+# source on a free port. Its two service databases, example_orders and
+# example_points, live on the sandbox's first primary. Last line:
+# orders: N, points changes: N, duplicates: 0.
+EXAMPLE_ORDERS ?= 500
+.PHONY: example-orders
+example-orders: deps loadtest-build
+	$(GO) build -o bin/example-orders ./examples/orders
+	bin/example-orders -sandbox $(SANDBOX_DIR) -router-bin bin/router -orders $(EXAMPLE_ORDERS) -out $(VAR)/example-orders
