@@ -110,9 +110,10 @@ type Relay struct {
 	pub Publisher
 	cfg RelayConfig
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	mu       sync.Mutex
+	stopping chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
 }
 
 // NewRelay makes a relay over the service's database and a publisher
@@ -289,14 +290,16 @@ func (r *Relay) UnlockExpired(ctx context.Context) (int64, error) {
 
 // Start runs the relay in the background until Stop or ctx's end: cycles
 // back to back while rows are due, a pause of Idle when none is, expired
-// leases unlocked every Lease.
+// leases unlocked every Lease. The end of ctx stops it at once, as a
+// killed process stops: rows of a cycle in progress stay leased until
+// their lease expires; Stop lets that cycle finish.
 func (r *Relay) Start(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.done != nil {
 		return
 	}
-	ctx, r.cancel = context.WithCancel(ctx)
+	r.stopping = make(chan struct{})
 	r.done = make(chan struct{})
 	go r.loop(ctx)
 }
@@ -306,6 +309,11 @@ func (r *Relay) loop(ctx context.Context) {
 	lastUnlock := time.Now()
 	failures := 0
 	for ctx.Err() == nil {
+		select {
+		case <-r.stopping:
+			return
+		default:
+		}
 		n, err := r.RunOnce(ctx)
 		if time.Since(lastUnlock) > r.cfg.Lease {
 			if _, uerr := r.UnlockExpired(ctx); uerr != nil && ctx.Err() == nil {
@@ -331,6 +339,7 @@ func (r *Relay) loop(ctx context.Context) {
 			t := time.NewTimer(pause)
 			select {
 			case <-ctx.Done():
+			case <-r.stopping:
 			case <-t.C:
 			}
 			t.Stop()
@@ -338,17 +347,17 @@ func (r *Relay) loop(ctx context.Context) {
 	}
 }
 
-// Stop ends the background loop and waits for it: a cycle in progress is
-// cancelled (its rows come back when their lease expires). Safe to call
-// twice, and without Start.
+// Stop ends the background loop after the cycle in progress (its rows
+// are published and marked) and waits for it. Safe to call twice, and
+// without Start.
 func (r *Relay) Stop() {
 	r.mu.Lock()
-	cancel, done := r.cancel, r.done
+	stopping, done := r.stopping, r.done
 	r.mu.Unlock()
-	if cancel == nil {
+	if done == nil {
 		return
 	}
-	cancel()
+	r.stopOnce.Do(func() { close(stopping) })
 	<-done
 }
 

@@ -146,8 +146,10 @@ func TestCrashesYieldOnePointsChangePerOrder(t *testing.T) {
 			Name: fmt.Sprintf("relay-%d", i), Batch: 20, Logger: quiet, Lease: 400 * time.Millisecond, Idle: 20 * time.Millisecond,
 			MaxAttempts: 1000, InitialBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 			Faults: outbox.FaultHooks{BeforePublish: beforePublish, BeforeMark: beforeMark}})
-		rl.Start(ctx)
-		return func() { rl.Stop(); p.Close(context.Background()) }
+		rctx, kill := context.WithCancel(ctx)
+		rl.Start(rctx)
+		// A kill: the cycle in progress is cancelled mid-step.
+		return func() { kill(); rl.Stop(); p.Close(context.Background()) }
 	}
 	newConsumer := func(i int) (stop func()) {
 		in := inbox.New(pointsDB, inbox.Config{Name: fmt.Sprintf("points-%d", i), Lock: 600 * time.Millisecond, Logger: quiet,
