@@ -120,3 +120,14 @@ func (d *Delivery) Abandon() { d.settled.Store(true) }
 
 // Settled reports whether Ack, Nack or Abandon was called.
 func (d *Delivery) Settled() bool { return d.settled.Load() }
+
+// GetSubscription reads a subscription's settings (consume scope). A
+// subscription that does not exist answers an *Error with code
+// not_found or unknown_subscription.
+func (c *Client) GetSubscription(ctx context.Context, topic, sub string) (Subscription, error) {
+	var out Subscription
+	if err := c.do(ctx, http.MethodGet, subscriptionPath(topic, sub), nil, 0, &out); err != nil {
+		return out, fmt.Errorf("get subscription %s/%s: %w", topic, sub, err)
+	}
+	return out, nil
+}

@@ -276,3 +276,12 @@ func ExampleDelivery_Abandon() {
 		return nil
 	})
 }
+
+func ExampleClient_GetSubscription() {
+	c, _ := client.New(client.Config{URL: "http://127.0.0.1:8080"})
+	s, err := c.GetSubscription(context.Background(), "orders", "points")
+	if errors.Is(err, client.ErrNotFound) || errors.Is(err, client.ErrUnknownSubscription) {
+		log.Print("no such subscription")
+	}
+	fmt.Println(s.MaxAttempts, s.Ordered)
+}
