@@ -193,3 +193,14 @@ EXAMPLE_ORDERS ?= 500
 example-orders: deps loadtest-build
 	$(GO) build -o bin/example-orders ./examples/orders
 	bin/example-orders -sandbox $(SANDBOX_DIR) -router-bin bin/router -orders $(EXAMPLE_ORDERS) -out $(VAR)/example-orders
+
+# test-watermill runs Watermill's universal Pub/Sub suite
+# (pubsub/tests.TestPubSub) against a router over a fresh test bed, through
+# the adapter in client/watermill — a Go module of its own, so the
+# product's go.mod does not depend on Watermill. Ends with go test's ok
+# line for the adapter's package.
+.PHONY: test-watermill
+test-watermill: deps
+	@mkdir -p bin
+	$(GO) build -o bin/sandbox ./cmd/sandbox
+	cd client/watermill && ../../bin/sandbox exec -clusters 2 -replicas 1 -- $(GO) test -race -count=1 -timeout 15m .
