@@ -94,16 +94,16 @@ type Consumer struct {
 	inflight map[string]*running // receipt → handler
 	started  bool
 
-	stopClaim   context.CancelFunc // ends the claim loop
-	stopWork    context.CancelFunc // ends the handlers' contexts
-	loopDone    chan struct{}
-	handlers    sync.WaitGroup
-	extendDone  chan struct{}
-	stopExtend  chan struct{}
-	slots       chan struct{}
-	stopOnce    sync.Once
-	stopErr     error
-	claimErrors int
+	stopClaim  context.CancelFunc // ends the claim loop
+	stopWork   context.CancelFunc // ends the handlers' contexts
+	loopDone   chan struct{}
+	handlers   sync.WaitGroup
+	extendDone chan struct{}
+	stopExtend chan struct{}
+	slots      chan struct{}
+	stopOnce   sync.Once
+	stopErr    error
+	stopped    chan struct{} // closed when Stop is done
 }
 
 type running struct {
@@ -118,7 +118,7 @@ func (c *Client) NewConsumer(cfg ConsumerConfig, h Handler) (*Consumer, error) {
 		return nil, err
 	}
 	return &Consumer{c: c, cfg: cfg, h: h, inflight: map[string]*running{},
-		loopDone: make(chan struct{}), extendDone: make(chan struct{}), stopExtend: make(chan struct{}),
+		loopDone: make(chan struct{}), extendDone: make(chan struct{}), stopExtend: make(chan struct{}), stopped: make(chan struct{}),
 		slots: make(chan struct{}, cfg.Concurrency)}, nil
 }
 
@@ -137,8 +137,11 @@ func (cn *Consumer) Start(ctx context.Context) error {
 	go cn.extendLoop()
 	go cn.claimLoop(claimCtx, workCtx)
 	go func() {
-		<-ctx.Done()
-		stopWork()
+		select {
+		case <-ctx.Done():
+			stopWork()
+		case <-cn.stopped:
+		}
 	}()
 	return nil
 }
@@ -174,6 +177,7 @@ func (cn *Consumer) Stop(ctx context.Context) error {
 		close(cn.stopExtend)
 		<-cn.extendDone
 		cn.stopWork()
+		close(cn.stopped)
 	})
 	return cn.stopErr
 }

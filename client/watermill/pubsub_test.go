@@ -53,3 +53,37 @@ func TestPubSub(t *testing.T) {
 		func(t *testing.T) (message.Publisher, message.Subscriber) { return newPubSub(t, "watermill") },
 		newPubSub)
 }
+
+// TestPubSubOrdered runs the suite again on ordered subscriptions with one
+// order key per topic, declaring guaranteed order: shardmq delivers one
+// order key's messages strictly in publish order, one in flight at a time.
+func TestPubSubOrdered(t *testing.T) {
+	r := routertest.Start(t, bed, routertest.Options{Token: true})
+	c, err := client.New(client.Config{URL: r.URL, Token: r.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	features := tests.Features{
+		ConsumerGroups:  true,
+		Persistent:      true,
+		GuaranteedOrder: true,
+	}
+	newPubSub := func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
+		pub, err := shardmqwatermill.NewPublisher(c, shardmqwatermill.PublisherConfig{
+			OrderKey: func(topic string, _ *message.Message) string { return topic }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := shardmqwatermill.NewSubscriber(c, shardmqwatermill.SubscriberConfig{Subscription: group,
+			Settings: client.Subscription{Ordered: true, MaxAttempts: 1000, Backoff: &client.Backoff{InitialMS: 10, MaxMS: 100, Multiplier: 2}},
+			Wait:     200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pub, sub
+	}
+	tests.TestPubSub(t, features,
+		func(t *testing.T) (message.Publisher, message.Subscriber) { return newPubSub(t, "watermill") },
+		newPubSub)
+}
