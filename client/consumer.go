@@ -25,7 +25,12 @@ type HandlerError struct {
 	RetryAfter *time.Duration
 }
 
-func (e *HandlerError) Error() string { return e.Code + ": " + e.Err.Error() }
+func (e *HandlerError) Error() string {
+	if e.Err == nil {
+		return e.Code
+	}
+	return e.Code + ": " + e.Err.Error()
+}
 func (e *HandlerError) Unwrap() error { return e.Err }
 
 // DefaultErrorCode is the nack code of a handler error without a
