@@ -285,3 +285,18 @@ func ExampleClient_GetSubscription() {
 	}
 	fmt.Println(s.MaxAttempts, s.Ordered)
 }
+
+func ExampleConsumer_Start() {
+	c, _ := client.New(client.Config{URL: "http://127.0.0.1:8080"})
+	cn, _ := c.NewConsumer(client.ConsumerConfig{Topic: "orders", Subscription: "points"},
+		func(ctx context.Context, d *client.Delivery) error { return nil })
+	// Start returns at once; the loop runs until Stop (or ctx's end).
+	if err := cn.Start(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func ExampleClient_Close() {
+	c, _ := client.New(client.Config{URL: "http://127.0.0.1:8080"})
+	defer c.Close() // releases idle connections
+}
