@@ -14,9 +14,11 @@ import (
 // client itself nothing but the standard library).
 func TestImportsNothingOfTheRouter(t *testing.T) {
 	allowed := map[string]func(string) bool{
-		".":      func(p string) bool { return !strings.Contains(strings.SplitN(p, "/", 2)[0], ".") },
-		"outbox": func(p string) bool { return p == "github.com/shardmq/shardmq/client" || p == "github.com/go-sql-driver/mysql" || !strings.Contains(p, ".") },
-		"inbox":  func(p string) bool { return p == "github.com/shardmq/shardmq/client" || !strings.Contains(p, ".") },
+		".": func(p string) bool { return !strings.Contains(strings.SplitN(p, "/", 2)[0], ".") },
+		"outbox": func(p string) bool {
+			return p == "github.com/shardmq/shardmq/client" || p == "github.com/go-sql-driver/mysql" || !strings.Contains(p, ".")
+		},
+		"inbox": func(p string) bool { return p == "github.com/shardmq/shardmq/client" || !strings.Contains(p, ".") },
 	}
 	for dir, ok := range allowed {
 		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
