@@ -332,7 +332,7 @@ func TestConsumerExtendsLeases(t *testing.T) {
 	started := make(chan struct{})
 	var handled atomic.Int64
 	cn, err := c.NewConsumer(client.ConsumerConfig{Topic: topic, Subscription: "default", Concurrency: 1,
-		Visibility: 300 * time.Millisecond, ExtendEvery: 80 * time.Millisecond, Wait: 100 * time.Millisecond},
+		Visibility: time.Second, ExtendEvery: 200 * time.Millisecond, Wait: 100 * time.Millisecond},
 		func(ctx context.Context, d *client.Delivery) error {
 			if handled.Add(1) == 1 {
 				close(started)
@@ -351,7 +351,7 @@ func TestConsumerExtendsLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-started
-	deadline := time.Now().Add(1200 * time.Millisecond) // four leases
+	deadline := time.Now().Add(3 * time.Second) // three leases
 	for time.Now().Before(deadline) {
 		ds, err := c.Claim(ctx, client.ClaimRequest{Topic: topic, Subscription: "default", Max: 1, Wait: 100 * time.Millisecond})
 		if err != nil {

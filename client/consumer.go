@@ -312,7 +312,9 @@ func (cn *Consumer) extendLoop() {
 		for len(receipts) > 0 {
 			chunk := receipts[:min(len(receipts), 1000)]
 			receipts = receipts[len(chunk):]
-			ctx, cancel := context.WithTimeout(context.Background(), cn.cfg.ExtendEvery)
+			// An extension is useful until the lease ends (one that arrives
+			// later still holds if nobody claimed the delivery meanwhile).
+			ctx, cancel := context.WithTimeout(context.Background(), min(cn.c.cfg.Timeout, cn.cfg.Visibility))
 			res, err := cn.c.Extend(ctx, cn.cfg.Visibility, chunk...)
 			cancel()
 			if err != nil {
