@@ -415,3 +415,83 @@ func TestConsumerStopReleases(t *testing.T) {
 		t.Errorf("second Stop: %v", err)
 	}
 }
+
+// itemFaultTransport answers the first produce request's first item
+// "unavailable" although the router stored it (as when a replica did not
+// confirm in time), and counts the messages each produce request carried.
+type itemFaultTransport struct {
+	base    http.RoundTripper
+	mu      sync.Mutex
+	faulted bool
+	sent    []int // messages per produce request
+}
+
+func (f *itemFaultTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !strings.HasSuffix(r.URL.Path, "/messages") {
+		return f.base.RoundTrip(r)
+	}
+	body, _ := io.ReadAll(r.Body)
+	var req struct{ Messages []json.RawMessage }
+	json.Unmarshal(body, &req)
+	r.Body = io.NopCloser(strings.NewReader(string(body)))
+	resp, err := f.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sent = append(f.sent, len(req.Messages))
+	if f.faulted {
+		return resp, nil
+	}
+	f.faulted = true
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var out map[string][]map[string]any
+	json.Unmarshal(data, &out)
+	out["results"][0]["status"] = "unavailable"
+	data, _ = json.Marshal(out)
+	resp.Body = io.NopCloser(strings.NewReader(string(data)))
+	resp.ContentLength = int64(len(data))
+	resp.Header.Del("Content-Length")
+	return resp, nil
+}
+
+// TestProducerRetriesOnlyUnavailableItems: of a batch, only the item
+// answered unavailable is sent again — with its key, so the router answers
+// duplicate with the id of the copy it had stored — and its caller sees
+// that answer; the others' callers got theirs from the first request.
+func TestProducerRetriesOnlyUnavailableItems(t *testing.T) {
+	r := routertest.Start(t, bed, routertest.Options{})
+	tr := &itemFaultTransport{base: http.DefaultTransport}
+	c := newClient(t, r, tr)
+	p, err := c.NewProducer(client.ProducerConfig{Linger: 50 * time.Millisecond, MaxInFlight: 1, InitialBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	topic := topicName(t)
+	const n = 10
+	msgs := make([]client.Message, n)
+	for i := range msgs {
+		msgs[i] = client.Message{Key: fmt.Sprintf("u%d", i), Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
+	}
+	out := p.SendMany(context.Background(), topic, msgs)
+	statuses := map[string]int{}
+	for _, o := range out {
+		if o.Err != nil || o.ID == "" {
+			t.Fatalf("%s: %+v", o.Key, o)
+		}
+		statuses[o.Status]++
+	}
+	if statuses[client.StatusCreated] != n-1 || statuses[client.StatusDuplicate] != 1 {
+		t.Errorf("statuses %v: want %d created and the retried one duplicate", statuses, n-1)
+	}
+	total := 0
+	for _, k := range tr.sent {
+		total += k
+	}
+	if total != n+1 {
+		t.Errorf("requests carried %v messages: want %d, only the unavailable one again", tr.sent, n+1)
+	}
+}
