@@ -495,3 +495,32 @@ func TestProducerRetriesOnlyUnavailableItems(t *testing.T) {
 		t.Errorf("requests carried %v messages: want %d, only the unavailable one again", tr.sent, n+1)
 	}
 }
+
+// TestProducerDurability: each durability level is sent and answered;
+// an unknown one is refused before anything is sent.
+func TestProducerDurability(t *testing.T) {
+	r := routertest.Start(t, bed, routertest.Options{})
+	c := newClient(t, r, nil)
+	for _, tc := range []struct {
+		durability string
+		ok         bool
+	}{{"", true}, {client.DurabilityPrimary, true}, {client.DurabilityReplicated, true}, {"quorum", false}} {
+		t.Run("durability="+tc.durability, func(t *testing.T) {
+			p, err := c.NewProducer(client.ProducerConfig{Durability: tc.durability})
+			if !tc.ok {
+				if err == nil {
+					t.Fatal("an unknown durability was accepted")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close(context.Background())
+			res, err := p.Send(context.Background(), topicName(t), client.Message{Key: "d", Payload: json.RawMessage(`{}`)})
+			if err != nil || res.Status != client.StatusCreated {
+				t.Fatalf("send: %+v, %v", res, err)
+			}
+		})
+	}
+}
