@@ -68,7 +68,7 @@ func newClient(t *testing.T, r *routertest.Router, tr http.RoundTripper) *client
 }
 
 func topicName(t *testing.T) string {
-	return strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()) + fmt.Sprint(time.Now().UnixNano()%100000)
+	return strings.NewReplacer("/", "-", "_", "-", "=", "-").Replace(t.Name()) + fmt.Sprint(time.Now().UnixNano()%100000)
 }
 
 // TestProducerGathersSingleSends: 64 goroutines sending one message at a
