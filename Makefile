@@ -93,11 +93,28 @@ router_info = echo; \
 
 # test runs every package with -race against one shared sandbox of real
 # MariaDB servers that lives as long as the run, then the bounded fuzz run.
-test: deps vet promtool-test
+test: deps browser-deps vet promtool-test
 	@mkdir -p bin
 	$(GO) build -o bin/sandbox ./cmd/sandbox
 	bin/sandbox exec -clusters 2 -replicas 1 -- $(GO) test -race -count=1 -timeout 15m ./...
 	@$(MAKE) --no-print-directory fuzz
+
+# browser-deps installs Debian's chromium when it is missing: the
+# headless-browser test of the operators' page (server's TestUIBrowser,
+# docs/ui.md) drives it; without it that test skips and says why.
+.PHONY: browser-deps ui-test
+browser-deps:
+	@if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/lib/chromium/chromium ]; then \
+		echo "chromium not found: installing chromium"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; \
+	fi
+
+# ui-test runs only the tests of the operators' page and CLI (the browser
+# test's screenshots go to var/ui-test/).
+ui-test: deps browser-deps
+	@mkdir -p bin
+	$(GO) build -o bin/sandbox ./cmd/sandbox
+	bin/sandbox exec -clusters 2 -replicas 1 -- $(GO) test -race -count=1 ./ui/ ./server/ -run 'TestHistory|TestUI|TestOperatorCLI'
 
 # fuzz runs each fuzz target of the request decoders, the query strings,
 # the strictness scan and the receipt parser for FUZZTIME (9 targets x 6s:
@@ -148,7 +165,11 @@ LOADTEST_ARGS   ?=
 FAULT           ?=
 FAULT_AT        ?= 20s
 FAULT_DOWN      ?= 5s
-LOADTEST_FLAGS   = -sandbox $(SANDBOX_DIR) $(if $(LOADTEST_ROUTER),-router $(LOADTEST_ROUTER),-router-bin bin/router)
+ROUTERS         ?= 1
+WORKERS         ?= 1
+LOADTEST_FLAGS   = -sandbox $(SANDBOX_DIR) $(if $(LOADTEST_ROUTER),-router $(LOADTEST_ROUTER),-router-bin bin/router) \
+	$(if $(filter-out 1,$(ROUTERS)),-routers $(ROUTERS)) $(if $(filter-out 1,$(WORKERS)),-workers $(WORKERS)) \
+	$(if $(filter-out 2,$(CLUSTERS)),-sandbox-clusters $(CLUSTERS)) $(if $(filter-out 1,$(REPLICAS)),-sandbox-replicas $(REPLICAS))
 
 .PHONY: loadtest bench-produce bench-consume loadtest-build
 
@@ -163,11 +184,15 @@ loadtest-build:
 # acknowledged message was consumed once. FAULT=c1-primary (any sandbox
 # instance) or FAULT=router kills it -9 FAULT_AT into the run and restarts
 # it FAULT_DOWN later. Last line: lost: N, duplicated: N, produced/s: X,
-# consumed/s: Y; exit status 1 if anything was lost.
+# consumed/s: Y; exit status 1 if anything was lost. ROUTERS=N runs N
+# routers over the same sandbox and spreads the requests over them;
+# WORKERS=N runs N generator processes on loopback that share the run, and
+# this one merges their books and histograms (docs/loadtest.md, "A fleet").
+# Either prints `routers: N, workers: M` before the last line.
 loadtest: deps loadtest-build
 	bin/loadtest -scenario mixed -duration 60s $(LOADTEST_FLAGS) \
 		$(if $(FAULT),-fault $(FAULT) -fault-at $(FAULT_AT) -fault-down $(FAULT_DOWN)) \
-		-out $(LOADTEST_OUT)/mixed$(if $(FAULT),-fault-$(FAULT)) $(LOADTEST_ARGS)
+		-out $(LOADTEST_OUT)/mixed$(if $(FAULT),-fault-$(FAULT))$(if $(filter-out 1,$(ROUTERS)),-r$(ROUTERS))$(if $(filter-out 1,$(WORKERS)),-w$(WORKERS)) $(LOADTEST_ARGS)
 
 # bench-produce: batched produce through the router and straight into
 # MySQL (the baseline), and one message per request from 64 clients, in

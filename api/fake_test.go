@@ -110,6 +110,11 @@ func (b *recordingBroker) PurgeDead(_ context.Context, topic, sub, errorCode str
 	return 0, nil
 }
 
+func (b *recordingBroker) DeadByCode(_ context.Context, topic, sub string, ids []uint64, errorCode string) (map[string]int64, error) {
+	b.record("dead_by_code", topic, sub, ids, errorCode)
+	return map[string]int64{}, nil
+}
+
 func (b *recordingBroker) ShardMap() *routing.Map { return nil }
 
 func (b *recordingBroker) Stats(context.Context) broker.Stats { return broker.Stats{} }

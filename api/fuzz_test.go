@@ -209,7 +209,8 @@ func FuzzSubscriptionPut(f *testing.F) {
 
 func FuzzRedrive(f *testing.F) {
 	const target = "/v1/topics/orders/subscriptions/default/dead-letters/redrive"
-	fuzzSeeds(f, target, `{"ids":["1","18446744073709551615"]}`, `{"error_code":"E_STOCK"}`, `{"all":true}`)
+	fuzzSeeds(f, target, `{"ids":["1","18446744073709551615"]}`, `{"error_code":"E_STOCK"}`, `{"all":true}`,
+		`{"error_code":"E_STOCK","dry_run":true}`, `{"ids":["7"],"dry_run":false}`)
 	s, b := newTestServer(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, c := range serveFuzz(t, s, b, "POST", target, body) {

@@ -79,6 +79,10 @@ var routePolicies = []struct {
 	{"GET /healthz", policy{open: true}},
 	{"GET /readyz", policy{open: true}},
 	{"GET /metrics", policy{scope: auth.Admin}},
+	// The operators' page: static files with no data (docs/ui.md); what
+	// it shows comes from the admin endpoints, with the token.
+	{"GET /ui", policy{open: true}},
+	{"GET /ui/", policy{open: true}},
 
 	{"POST /v1/topics/{topic}/messages", policy{scope: auth.Produce, topic: pathTopic}},
 	{"POST /v1/topics/{topic}/subscriptions/{sub}/claim", policy{scope: auth.Consume, topic: pathTopic}},
@@ -93,6 +97,7 @@ var routePolicies = []struct {
 	{"DELETE /v1/topics/{topic}/subscriptions/{sub}/dead-letters", policy{scope: auth.Admin, topic: pathTopic}},
 	{"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/redrive", policy{scope: auth.Admin, topic: pathTopic}},
 	{"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/claim", policy{scope: auth.Admin, topic: pathTopic}},
+	{"GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters/codes", policy{scope: auth.Consume, topic: pathTopic}},
 
 	{"GET /v1/messages/{key}/trace", policy{scope: auth.Consume, topic: queryTopic}},
 	{"GET /v1/transactions/{transaction_id}", policy{scope: auth.Consume}},
@@ -169,7 +174,7 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, e, "")
 		return
 	}
-	if origin := r.Header.Get("Origin"); origin != "" {
+	if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(r, origin) {
 		if !g.origins[origin] {
 			g.refuse(w, fail(CodeOriginNotAllowed, "requests from origin "+strconv.Quote(origin)+" are not served (the router's -allowed-origins)"), "")
 			return
@@ -187,6 +192,20 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	g.routes.ServeHTTP(w, r)
+}
+
+// sameOrigin says whether origin is the router's own, as the request
+// reached it: the operators' page (/ui) calling the API. Such a request
+// needs no CORS headers, and passes the same token checks as any other:
+// a page of another site that rebinds a DNS name to the router carries
+// that name as its origin and Host, but cannot read the page's token, and
+// an open router serves only localhost and IP literals (checkHost).
+func sameOrigin(r *http.Request, origin string) bool {
+	scheme := "http://"
+	if r.TLS != nil {
+		scheme = "https://"
+	}
+	return strings.EqualFold(origin, scheme+r.Host)
 }
 
 // checkHost refuses a Host header outside AllowedHosts (or, open and

@@ -33,6 +33,7 @@ func LimitsTable(l Limits) string {
 		{"nack `error`", num(maxLastError) + " bytes; a longer one is cut at a character boundary", "—"},
 		{"claim `consumer`", num(maxConsumer) + " bytes", "400 `invalid_request`"},
 		{"dead-letter list `limit`", "1–" + num(maxDeadPage) + " (default 100)", "400 `invalid_request`"},
+		{"queue table (`GET /v1/admin/queues`) `limit`; `filter`", "1–" + num(maxQueuesLimit) + " (default 50); 256 bytes", "400 `invalid_request`"},
 		{"`transaction_ids` per reconcile question", num(maxTransactionIDs), "413 `batch_too_large`"},
 		{"subscription `max_attempts`; `backoff` `initial_ms`, `max_ms`, `multiplier`, `jitter`",
 			"1–1,000; 1–86,400,000; `initial_ms`–604,800,000; 1–100; 0–1", "400 `invalid_request`"},

@@ -12,6 +12,7 @@ import (
 type Resharder interface {
 	Submit(ctx context.Context, ranges []rebalance.Range, dryRun bool) (*rebalance.Job, []rebalance.Move, error)
 	Get(ctx context.Context, id string) (*rebalance.Job, error)
+	List(ctx context.Context) ([]*rebalance.Job, error)
 	Pause(ctx context.Context, id string) (*rebalance.Job, error)
 	Resume(ctx context.Context, id string) (*rebalance.Job, error)
 	Abort(ctx context.Context, id string) (*rebalance.Job, error)
@@ -56,6 +57,18 @@ func (s *Server) RouteReshard(rs Resharder) {
 			return
 		}
 		writeJSON(w, http.StatusAccepted, map[string]any{"job": job.ID, "state": job.State})
+	})
+	s.mux.HandleFunc("GET /v1/admin/reshard", func(w http.ResponseWriter, r *http.Request) {
+		jobs, err := rs.List(r.Context())
+		if err != nil {
+			writeError(w, reshardError(err))
+			return
+		}
+		views := make([]rebalance.View, len(jobs))
+		for i, j := range jobs {
+			views[i] = j.View()
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"jobs": views})
 	})
 	s.mux.HandleFunc("GET /v1/admin/reshard/{job}", func(w http.ResponseWriter, r *http.Request) {
 		job, err := rs.Get(r.Context(), r.PathValue("job"))

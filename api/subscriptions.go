@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sort"
 	"strconv"
 	"time"
 
@@ -19,6 +20,7 @@ type Subscriptions interface {
 	DeleteSubscription(ctx context.Context, topic, name string) error
 	ListDead(ctx context.Context, topic, sub, errorCode, cursor string, limit int) (broker.DeadPage, error)
 	Redrive(ctx context.Context, topic, sub string, ids []uint64, errorCode string) (int64, error)
+	DeadByCode(ctx context.Context, topic, sub string, ids []uint64, errorCode string) (map[string]int64, error)
 	PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error)
 }
 
@@ -32,6 +34,7 @@ func (s *Server) routeSubscriptions(sb Subscriptions) {
 	s.mux.HandleFunc("GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters", s.listDead)
 	s.mux.HandleFunc("DELETE /v1/topics/{topic}/subscriptions/{sub}/dead-letters", s.purgeDead)
 	s.mux.HandleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/redrive", s.redrive)
+	s.mux.HandleFunc("GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters/codes", s.deadCodes)
 	s.mux.HandleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/claim", s.claimDead)
 }
 
@@ -272,6 +275,9 @@ type redriveBody struct {
 	IDs       []string `json:"ids"`
 	ErrorCode string   `json:"error_code"`
 	All       bool     `json:"all"`
+	// DryRun answers how many dead letters the redrive would make ready
+	// now, by error code, and changes nothing.
+	DryRun bool `json:"dry_run"`
 }
 
 func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
@@ -311,12 +317,65 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
 		}
 		ids[i] = id
 	}
+	if body.DryRun {
+		codes, err := s.subs.DeadByCode(r.Context(), topic, name, ids, body.ErrorCode)
+		if err != nil {
+			s.subscriptionError(w, r, topic, name, err)
+			return
+		}
+		var n int64
+		for _, c := range codes {
+			n += c
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "redriven": 0, "would_redrive": n, "by_error_code": codeCounts(codes)})
+		return
+	}
 	n, err := s.subs.Redrive(r.Context(), topic, name, ids, body.ErrorCode)
 	if err != nil {
 		s.subscriptionError(w, r, topic, name, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"redriven": n})
+}
+
+// deadCodes answers a subscription's dead letters counted by error code,
+// largest first (those leased to a dead-letter handler left out, as a
+// redrive would leave them).
+func (s *Server) deadCodes(w http.ResponseWriter, r *http.Request) {
+	topic, name, ok := topicAndSub(w, r)
+	if !ok {
+		return
+	}
+	codes, err := s.subs.DeadByCode(r.Context(), topic, name, nil, "")
+	if err != nil {
+		s.subscriptionError(w, r, topic, name, err)
+		return
+	}
+	var total int64
+	for _, n := range codes {
+		total += n
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"total": total, "codes": codeCounts(codes)})
+}
+
+type codeCount struct {
+	ErrorCode string `json:"error_code"`
+	Count     int64  `json:"count"`
+}
+
+// codeCounts lists counts by error code, largest first.
+func codeCounts(m map[string]int64) []codeCount {
+	out := make([]codeCount, 0, len(m))
+	for c, n := range m {
+		out = append(out, codeCount{ErrorCode: c, Count: n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Count != out[j].Count {
+			return out[i].Count > out[j].Count
+		}
+		return out[i].ErrorCode < out[j].ErrorCode
+	})
+	return out
 }
 
 func (s *Server) claimDead(w http.ResponseWriter, r *http.Request) {

@@ -41,6 +41,7 @@ type Shard interface {
 	Redrive(ctx context.Context, req store.RedriveRequest) (int64, error)
 	PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error)
 	CountDead(ctx context.Context, topic, sub string) (int64, error)
+	DeadByCode(ctx context.Context, req store.RedriveRequest) (map[string]int64, error)
 	ArchiveDead(ctx context.Context, topic, sub string, cutoff, now time.Time) (int64, error)
 	DropSubscription(ctx context.Context, topic, sub string, now time.Time) (int64, error)
 	Unpark(ctx context.Context, topic, sub string, now time.Time) (int64, error)

@@ -97,6 +97,29 @@ func (b *Broker) Redrive(ctx context.Context, topic, sub string, ids []uint64, e
 	return total, err
 }
 
+// DeadByCode counts, by error code and summed over every cluster, the dead
+// letters that Redrive with the same arguments would make ready now,
+// changing nothing: a redrive's dry run, and the page's dead letters by
+// error code (no ids, no code). An error names clusters that did not
+// answer; the counts of the others are returned with it.
+func (b *Broker) DeadByCode(ctx context.Context, topic, sub string, ids []uint64, errorCode string) (map[string]int64, error) {
+	if _, err := b.GetSubscription(ctx, topic, sub); err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	var mu sync.Mutex
+	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Shard) error {
+		m, err := sh.DeadByCode(ctx, store.RedriveRequest{Topic: topic, Subscription: sub, IDs: ids, ErrorCode: errorCode, Now: b.now().UTC()})
+		mu.Lock()
+		for code, n := range m {
+			out[code] += n
+		}
+		mu.Unlock()
+		return err
+	})
+	return out, err
+}
+
 // PurgeDead deletes dead letters (of one error code, or all) everywhere.
 func (b *Broker) PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error) {
 	if _, err := b.GetSubscription(ctx, topic, sub); err != nil {

@@ -189,6 +189,15 @@ func (s *Shard) CountDead(ctx context.Context, topic, sub string) (int64, error)
 	return s.count(ctx, func(ctx context.Context, sh broker.Shard) (int64, error) { return sh.CountDead(ctx, topic, sub) })
 }
 
+// DeadByCode implements broker.Shard.
+func (s *Shard) DeadByCode(ctx context.Context, req store.RedriveRequest) (out map[string]int64, err error) {
+	err = s.call(ctx, false, func(ctx context.Context, sh broker.Shard) (err error) {
+		out, err = sh.DeadByCode(ctx, req)
+		return err
+	})
+	return out, err
+}
+
 // ArchiveDead implements broker.Shard.
 func (s *Shard) ArchiveDead(ctx context.Context, topic, sub string, cutoff, now time.Time) (int64, error) {
 	return s.count(ctx, func(ctx context.Context, sh broker.Shard) (int64, error) {

@@ -11,9 +11,11 @@ import (
 // ClientTarget is the router reached through the Go client (package
 // client): produces go through a client.Producer, which gathers the
 // single-message Produce calls of many workers into batched requests, as
-// a service using the client would. Everything else is the Router's.
+// a service using the client would. Everything else (claims, acks,
+// subscriptions) is the wrapped target's. The client talks to one router,
+// the first of the run's.
 type ClientTarget struct {
-	*Router
+	Target
 	c *client.Client
 	p *client.Producer
 }
@@ -21,8 +23,8 @@ type ClientTarget struct {
 var _ Target = (*ClientTarget)(nil)
 
 // NewClientTarget makes a client over the router at base with token, its
-// producer configured by pc.
-func NewClientTarget(base, token string, pc client.ProducerConfig, r *Router) (*ClientTarget, error) {
+// producer configured by pc; the rest of Target is rest's.
+func NewClientTarget(base, token string, pc client.ProducerConfig, rest Target) (*ClientTarget, error) {
 	c, err := client.New(client.Config{URL: base, Token: token})
 	if err != nil {
 		return nil, err
@@ -31,13 +33,13 @@ func NewClientTarget(base, token string, pc client.ProducerConfig, r *Router) (*
 	if err != nil {
 		return nil, err
 	}
-	return &ClientTarget{Router: r, c: c, p: p}, nil
+	return &ClientTarget{Target: rest, c: c, p: p}, nil
 }
 
 // Name implements Target.
 func (t *ClientTarget) Name() string { return "client" }
 
-// Close stops the producer.
+// Close stops the producer (the wrapped target is its owner's to close).
 func (t *ClientTarget) Close() {
 	t.p.Close(context.Background())
 	t.c.Close()

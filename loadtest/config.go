@@ -56,6 +56,28 @@ type Config struct {
 	// Router is the router's base URL. Defaults to http://127.0.0.1:8080.
 	// Unused by the baseline scenario.
 	Router string
+	// Routers, when set, are several routers over the same clusters
+	// driven as one (Router is then ignored): requests are spread over
+	// them as Routing says (RouteRoundRobin or RouteByKey; round robin by
+	// default).
+	Routers []string
+	Routing string
+
+	// Workers > 0 makes this run the coordinator of that many generator
+	// processes (RunWorker) that share a mixed scenario: each takes
+	// 1/Workers of the rates with Producers and Consumers of its own, and
+	// streams its books here for one verification (coord.go). Listen is
+	// the coordinator's address (default 127.0.0.1:0); OnCoordinator is
+	// called with its URL once it listens (to start local workers).
+	// ShareToken hands Token to the workers in their plan (only for a
+	// token made for this run).
+	Workers int
+	Listen  string
+	// Capacity is the load and hosts the report's capacity model sizes a
+	// fleet for (defaults: 100k produced/s + 50k consumed/s).
+	Capacity      CapacityTarget
+	OnCoordinator func(url string) error
+	ShareToken    bool
 	// Token is the API token sent with every request to the router; ""
 	// sends none (a router without a token file).
 	Token string
@@ -172,8 +194,14 @@ func (c Config) withDefaults() (Config, error) {
 			*v = d
 		}
 	}
+	if len(c.Routers) > 0 {
+		c.Router = c.Routers[0]
+	}
 	if c.Router == "" {
 		c.Router = "http://127.0.0.1:8080"
+	}
+	if len(c.Routers) == 0 {
+		c.Routers = []string{c.Router}
 	}
 	if bench {
 		defD(&c.Duration, 12*time.Second)
@@ -216,6 +244,9 @@ func (c Config) withDefaults() (Config, error) {
 	defD(&c.Wait, time.Second)
 	defD(&c.FaultAt, 20*time.Second)
 	defD(&c.FaultDown, 5*time.Second)
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:0"
+	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
@@ -230,6 +261,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("config: %d consumers cannot serve %d subscriptions (one per consumer)", c.Consumers, c.Topics*c.Subscriptions)
 	case c.DupShare < 0 || c.DupShare >= 1 || c.NackShare < 0 || c.NackShare > 1 || c.RetryShare < 0 || c.RetryShare > 1 || c.DropShare < 0 || c.DropShare > 1:
 		return c, errors.New("config: shares must be within [0, 1] (DupShare below 1)")
+	case c.Workers > 0 && (!mixed || c.Scenario == ScenarioBaseline || c.Baseline):
+		return c, errors.New("config: Workers share the router mixed scenarios only (mixed, dedup, deadletter; no baseline)")
 	case (c.Baseline || c.Scenario == ScenarioBaseline) && c.Topology == nil:
 		return c, errors.New("config: the baseline needs Topology (the clusters' DSNs)")
 	case c.Durability != "" && c.Durability != "primary" && c.Durability != "replicated":

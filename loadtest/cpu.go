@@ -30,6 +30,10 @@ type CPUUse struct {
 	// Partial: a process of the source ended during the phase (a fault):
 	// up to a second of its time is missing.
 	Partial bool `json:"partial,omitempty"`
+	// MixSeconds is the part of Seconds spent before the mixed phase's
+	// producers stopped (the rest went on the drain, consumers only):
+	// what splits a message's cost between producing and consuming.
+	MixSeconds float64 `json:"mix_cpu_s,omitempty"`
 }
 
 // cpuTracker follows the CPU time of a phase's sources. It samples every
@@ -48,6 +52,10 @@ type cpuTracker struct {
 	first    []map[int]time.Duration // per source and pid: CPU when first seen (0 if it started later)
 	last     []map[int]time.Duration // and when last seen
 	gone     []bool                  // a process of the source ended
+	// At the mark: the machine's CPU and each source's since the start.
+	marked      bool
+	markMachine time.Duration
+	markSources []time.Duration
 }
 
 func newCPUTracker(sources []CPUSource) *cpuTracker {
@@ -97,6 +105,39 @@ func (t *cpuTracker) sample() {
 	}
 }
 
+// used is a source's CPU since the start; t.mu is held.
+func (t *cpuTracker) used(i int) time.Duration {
+	var d time.Duration
+	for pid, end := range t.last[i] {
+		d += end - t.first[i][pid]
+	}
+	return d
+}
+
+// mark takes a reading and keeps what each source used so far.
+func (t *cpuTracker) mark() {
+	t.sample()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.marked = true
+	t.markMachine = t.machine() - t.machine0
+	t.markSources = make([]time.Duration, len(t.sources))
+	for i := range t.sources {
+		t.markSources[i] = t.used(i)
+	}
+}
+
+// markAt marks at the given time unless stop is closed first.
+func (t *cpuTracker) markAt(at time.Time, stop <-chan struct{}) {
+	timer := time.NewTimer(time.Until(at))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		t.mark()
+	case <-stop:
+	}
+}
+
 // run samples every interval until stop is closed.
 func (t *cpuTracker) run(interval time.Duration, stop <-chan struct{}) {
 	tick := time.NewTicker(interval)
@@ -129,16 +170,18 @@ func (t *cpuTracker) finish(messages int64) []CPUUse {
 		return u
 	}
 	out := []CPUUse{use("machine", t.machine()-t.machine0)}
+	if t.marked {
+		out[0].MixSeconds = t.markMachine.Seconds()
+	}
 	for i, src := range t.sources {
 		if len(t.last[i]) == 0 {
 			continue
 		}
-		var d time.Duration
-		for pid, end := range t.last[i] {
-			d += end - t.first[i][pid]
-		}
-		u := use(src.Name, d)
+		u := use(src.Name, t.used(i))
 		u.Partial = t.gone[i]
+		if t.marked {
+			u.MixSeconds = t.markSources[i].Seconds()
+		}
 		out = append(out, u)
 	}
 	return out

@@ -355,3 +355,41 @@ func SandboxCPU(bed *testbed.Bed) CPUSource {
 		return pids
 	}}
 }
+
+// RoutersCPU is every router of a fleet this process runs as one
+// CPUSource named "router".
+func RoutersCPU(rps []*RouterProcess) CPUSource {
+	return CPUSource{Name: "router", PIDs: func() []int {
+		var pids []int
+		for _, rp := range rps {
+			pids = append(pids, rp.CPU().PIDs()...)
+		}
+		return pids
+	}}
+}
+
+// SandboxRoleCPU splits the sandbox's servers by the role they were
+// started in: "primary" and "replica" (the capacity model needs both; a
+// sandbox without replicas has no "replica" source).
+func SandboxRoleCPU(bed *testbed.Bed) []CPUSource {
+	var out []CPUSource
+	for _, role := range []string{testbed.RolePrimary, testbed.RoleReplica} {
+		var insts []*testbed.Instance
+		for _, inst := range bed.Instances() {
+			if inst.Role == role {
+				insts = append(insts, inst)
+			}
+		}
+		if len(insts) == 0 {
+			continue
+		}
+		out = append(out, CPUSource{Name: role, PIDs: func() []int {
+			var pids []int
+			for _, inst := range insts {
+				pids = append(pids, testbed.ServerPIDs(inst)...)
+			}
+			return pids
+		}})
+	}
+	return out
+}

@@ -43,6 +43,25 @@ func (l *Latency) Record(d time.Duration, inWindow bool) {
 	l.mu.Unlock()
 }
 
+// export is the whole window's histogram, to merge with other
+// generators'.
+func (l *Latency) export() *hdrhistogram.Snapshot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total.Export()
+}
+
+// mergeLatency merges exported histograms into one summary.
+func mergeLatency(snaps []*hdrhistogram.Snapshot) Percentiles {
+	h := hdrhistogram.New(1, maxLatencyUS, 3)
+	for _, s := range snaps {
+		if s != nil {
+			h.Merge(hdrhistogram.Import(s))
+		}
+	}
+	return percentiles(h)
+}
+
 // Percentiles summarises the whole window.
 func (l *Latency) Percentiles() Percentiles {
 	l.mu.Lock()
@@ -180,6 +199,14 @@ type Hot struct {
 	VShard int     `json:"vshard"`
 	Count  int64   `json:"count"`
 	Share  float64 `json:"share"`
+}
+
+func (v *vshardCounts) list() []int64 {
+	out := make([]int64, len(v))
+	for i := range v {
+		out[i] = v[i].Load()
+	}
+	return out
 }
 
 // top returns the n busiest vshards and how many vshards were used.

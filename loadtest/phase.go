@@ -23,12 +23,33 @@ type workload struct {
 	ks     *keyspace
 	topics []string
 	subs   []string
-	v      *Verifier
+	v      books
 	seqs   []uint64 // next sequence number per producer worker
 	lookup lookupFunc
 }
 
 func (w *workload) pairs() int { return len(w.topics) * len(w.subs) }
+
+// books is what a phase records its answers in: the Verifier itself, or
+// (a worker of a fleet of generators) a stream of records to the
+// coordinator's Verifier.
+type books interface {
+	Sent(k keyID, topic int)
+	Created(k keyID, id uint64)
+	StoredByDuplicate(k keyID, id uint64)
+	DuplicateOfFresh()
+	Conflict()
+	Received(pair int, k keyID, id uint64, attempt int) Action
+	Corrupt()
+	Unexpected()
+	Acked(pair int, k keyID, status string)
+	Nacked(pair int, k keyID, status string)
+	// Outstanding is the expected deliveries not settled yet (of the
+	// whole fleet, for a worker).
+	Outstanding() int64
+}
+
+var _ books = (*Verifier)(nil)
 
 // phaseSpec is one measured stretch of a run.
 type phaseSpec struct {
@@ -49,6 +70,12 @@ type phaseSpec struct {
 	FaultAt, FaultDown time.Duration
 	// Preload marks a phase that only prepares data (reported apart).
 	Preload bool
+	// KeyBase is added to the producer worker numbers in the keys: a
+	// generator of a fleet writes its own share of the key space.
+	KeyBase int
+	// Start, when set, is when the phase starts (every generator of a
+	// fleet follows one schedule); it waits until then.
+	Start time.Time
 }
 
 // phase is a running phaseSpec.
@@ -69,7 +96,8 @@ type phase struct {
 	produced, consumed                        atomic.Int64 // whole phase
 	offered                                   atomic.Int64 // new keys sent
 	clProduced, clConsumed                    []atomic.Int64
-	vshards                                   vshardCounts
+	vshards                                   vshardCounts // produced
+	vshardsC                                  vshardCounts // consumed
 	errs, statuses                            Counts
 	timeline                                  *Timeline
 	retry                                     retryQueue
@@ -109,7 +137,13 @@ func (p *phase) inWindow(t time.Time) bool { return !t.Before(p.measureFrom) && 
 // run runs the phase to its end and returns its report.
 func (p *phase) run(ctx context.Context, progress *progress) PhaseReport {
 	s := p.spec
+	if !s.Start.IsZero() {
+		sleepCtx(ctx, time.Until(s.Start))
+	}
 	p.start = time.Now()
+	if !s.Start.IsZero() && p.start.Sub(s.Start) < time.Second {
+		p.start = s.Start
+	}
 	p.measureFrom = p.start.Add(s.Warmup)
 	p.end = p.start.Add(s.Duration)
 	hardEnd := p.end.Add(s.Drain).Add(30 * time.Second)
@@ -124,6 +158,9 @@ func (p *phase) run(ctx context.Context, progress *progress) PhaseReport {
 	cpu.start()
 	stopCPU := make(chan struct{})
 	go cpu.run(time.Second, stopCPU)
+	if s.Kind == "mixed" {
+		go cpu.markAt(p.end, stopCPU)
+	}
 	var prod, cons, aux sync.WaitGroup
 	if s.Kind != "consume" {
 		for w := range s.Producers {
@@ -192,12 +229,12 @@ func (p *phase) producer(ctx context.Context, w int) {
 			if seq > 0 && s.DupShare > 0 && rnd.Float64() < s.DupShare {
 				// Repeat one of this worker's recent keys.
 				back := min(seq, 10000)
-				k := newKeyID(w, seq-1-rnd.Uint64N(back))
+				k := newKeyID(s.KeyBase+w, seq-1-rnd.Uint64N(back))
 				msgs = append(msgs, p.message(k, topic, true))
 				continue
 			}
 			wl.seqs[w]++
-			k := newKeyID(w, seq)
+			k := newKeyID(s.KeyBase+w, seq)
 			wl.v.Sent(k, topic)
 			msgs = append(msgs, p.message(k, topic, false))
 		}
@@ -400,7 +437,7 @@ func (p *phase) consumer(ctx context.Context, i int) {
 	wl, s := p.wl, p.spec
 	pair := i % wl.pairs()
 	topic, sub := wl.topics[pair/len(wl.subs)], wl.subs[pair%len(wl.subs)]
-	name := "lt-" + wl.ks.run + "-c" + strconv.Itoa(i)
+	name := "lt-" + wl.ks.run + "-c" + strconv.Itoa(s.KeyBase+i)
 	paced := s.ConsumeRate > 0 && s.Kind == "mixed"
 	for !p.consumersStop(ctx) {
 		intended := time.Now()
@@ -440,7 +477,7 @@ func (p *phase) settle(ctx context.Context, pair int, ds []Delivery, claimed tim
 	for _, d := range ds {
 		k, err := wl.ks.parse(d.Key)
 		if err != nil {
-			wl.v.c.unexpected.Add(1)
+			wl.v.Unexpected()
 			acks, ackKeys, ackVS = append(acks, d.Receipt), append(ackKeys, foreignKey), append(ackVS, d.VShard)
 			continue
 		}
@@ -482,6 +519,9 @@ func (p *phase) settle(ctx context.Context, pair int, ds []Delivery, claimed tim
 				continue
 			}
 			ok++
+			if v := ackVS[j]; v >= 0 && v < shard.Count {
+				p.vshardsC[v].Add(1)
+			}
 			if c := p.cluster(ackVS[j]); c >= 0 {
 				p.clConsumed[c].Add(1)
 			}

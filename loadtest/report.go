@@ -27,6 +27,9 @@ type Report struct {
 	Ratios       map[string]float64 `json:"ratios,omitempty"`
 	Verification []Verification     `json:"verification"`
 	Summary      Summary            `json:"summary"`
+	// Capacity is the fleet the CPU per message of this run asks for at
+	// the capacity target, and what limited the run (capacity.go).
+	Capacity *Capacity `json:"capacity,omitempty"`
 }
 
 // Host describes the machine the numbers come from.
@@ -66,6 +69,11 @@ type Settings struct {
 	FaultDownS     float64 `json:"fault_down_s,omitempty"`
 	BaselineIncl   bool    `json:"baseline"`
 	SandboxCluster int     `json:"clusters,omitempty"`
+	// Routers driven as one fleet and how requests were spread over them;
+	// Workers: generator processes that shared the run (coordinator mode).
+	Routers int    `json:"routers,omitempty"`
+	Routing string `json:"routing,omitempty"`
+	Workers int    `json:"workers,omitempty"`
 }
 
 // Result is one measured figure, summed over the rounds that measured it.
@@ -162,6 +170,17 @@ type PhaseReport struct {
 	Timeline    []Point          `json:"timeline"`
 	// CPU is where the machine's cores went during the phase.
 	CPU []CPUUse `json:"cpu,omitempty"`
+	// Generators are the workers of a fleet run, each on its own machine
+	// as far as it knows: how busy it kept that machine's cores.
+	Generators []GeneratorUse `json:"generators,omitempty"`
+}
+
+// GeneratorUse is one worker's CPU over its phase.
+type GeneratorUse struct {
+	Worker       int     `json:"worker"`
+	CPUs         int     `json:"cpus"`
+	Cores        float64 `json:"cores"`         // the worker process
+	MachineCores float64 `json:"machine_cores"` // its whole machine
 }
 
 func (p *phase) report() PhaseReport {
@@ -318,6 +337,9 @@ func (r *Report) Markdown() string {
 	if r.Router != "" {
 		w("- router: %s\n", r.Router)
 	}
+	if st := r.Settings; st.Routers > 1 || st.Workers > 0 {
+		w("- fleet: %d routers (requests spread %s), %d generator workers (one merged verification)\n", st.Routers, orDefault(st.Routing, "rr"), max(st.Workers, 1))
+	}
 	w("- host: %d CPUs, GOMAXPROCS %d, %s, load average at start %s\n", r.Host.CPUs, r.Host.GOMAXPROCS, r.Host.Go, r.Host.Load1)
 	st := r.Settings
 	w("- producers %d × batch %d, consumers %d × claim %d, payload %s bytes, keys %s, %d topic(s) × %d subscription(s), durability %s\n",
@@ -386,6 +408,7 @@ func (r *Report) Markdown() string {
 	}
 
 	r.writeCPU(w)
+	r.writeCapacity(w)
 
 	w("\n## Verification\n\n| workload | mode | acknowledged | expected deliveries | consumed | dead (asked) | ack unknown | lost | pending | duplicated | redelivered after nack | after lease expiry | unexpected | corrupt |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, v := range r.Verification {

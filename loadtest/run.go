@@ -21,7 +21,7 @@ type runner struct {
 	run      string
 	ks       *keyspace
 	progress *progress
-	router   *Router
+	router   *Fleet
 	direct   *Direct
 	report   *Report
 	faulted  bool
@@ -44,8 +44,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.report = &Report{RunID: r.run, Scenario: cfg.Scenario, Command: cfg.Command, Started: time.Now(), Host: host(), Settings: settings(&cfg)}
 
 	if cfg.Scenario != ScenarioBaseline {
-		r.router = NewRouter(cfg.Router, cfg.Producers+cfg.Consumers+cfg.SingleClients+8, cfg.Durability)
-		r.router.SetToken(cfg.Token)
+		var rs []*Router
+		for _, u := range cfg.Routers {
+			rt := NewRouter(u, cfg.Producers+cfg.Consumers+cfg.SingleClients+8, cfg.Durability)
+			rt.SetToken(cfg.Token)
+			rs = append(rs, rt)
+		}
+		if r.router, err = NewFleet(rs, cfg.Routing); err != nil {
+			return nil, err
+		}
 		defer r.router.Close()
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err := r.router.Ready(rctx)
@@ -53,7 +60,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.report.Router = cfg.Router
+		r.report.Router = strings.Join(cfg.Routers, ", ")
+		r.report.Settings.Routers, r.report.Settings.Routing = len(cfg.Routers), r.router.mode
 	}
 	if cfg.Topology != nil {
 		if r.direct, err = OpenDirect(ctx, cfg.Topology, store.Options{}); err != nil {
@@ -72,6 +80,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		err = r.benchProduce(ctx)
 	case ScenarioBenchConsume:
 		err = r.benchConsume(ctx)
+	case ScenarioMixed, ScenarioDedup, ScenarioDeadletter:
+		if cfg.Workers > 0 {
+			err = r.coordinate(ctx)
+			break
+		}
+		err = r.mixed(ctx)
 	default:
 		err = r.mixed(ctx)
 	}
@@ -181,7 +195,7 @@ func (r *runner) smap() *routing.Map {
 
 // verify closes a workload's books.
 func (r *runner) verify(ctx context.Context, wl *workload, name string, consumed bool) {
-	v := wl.v.Finish(ctx, consumed, 2000, wl.lookup, r.ks.key)
+	v := wl.v.(*Verifier).Finish(ctx, consumed, 2000, wl.lookup, r.ks.key)
 	v.Workload = name
 	r.report.Verification = append(r.report.Verification, v)
 }
@@ -451,6 +465,13 @@ func (r *runner) finish() {
 		sm.Problems = append(sm.Problems, fmt.Sprintf("the fault on %s was never injected (fault-at %s is past the phase)", r.cfg.Fault.Name(), r.cfg.FaultAt))
 	}
 	sm.Passed = len(sm.Problems) == 0
+	replicas := 0
+	if t := r.cfg.Topology; t != nil {
+		for _, c := range t.Clusters {
+			replicas = max(replicas, len(c.Replicas))
+		}
+	}
+	rep.Capacity = capacity(rep, r.cfg.Capacity, replicas)
 	// The headline rates: the router's (the baseline's when it ran alone).
 	want := "router"
 	if r.cfg.Scenario == ScenarioBaseline {
@@ -495,6 +516,9 @@ func (rep *Report) SummaryLines() []string {
 	default:
 		for _, k := range sortedKeys(rep.Ratios) {
 			out = append(out, fmt.Sprintf("%s ratio router/baseline: %.2f", k, rep.Ratios[k]))
+		}
+		if st := rep.Settings; st.Routers > 1 || st.Workers > 0 {
+			out = append(out, fmt.Sprintf("routers: %d, workers: %d", st.Routers, max(st.Workers, 1)))
 		}
 		out = append(out, verdict)
 	}

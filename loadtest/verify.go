@@ -202,17 +202,36 @@ func (v *Verifier) Received(pair int, k keyID, id uint64, attempt int) Action {
 		d.id = id
 	}
 	d.nacked = false
-	act := ActAck
-	switch {
-	case k.unit(saltPoison) < v.policy.NackShare:
-		act = ActNack
-	case attempt <= 1 && k.unit(saltRetry) < v.policy.RetryShare:
-		act = ActNack
-	case attempt <= 1 && k.unit(saltDrop) < v.policy.DropShare:
-		act = ActDrop
-	}
 	s.dels[dk] = d
-	return act
+	return v.policy.action(k, attempt)
+}
+
+// action is what the consumers do with attempt of k: it depends on the
+// key alone, so every generator of a fleet decides the same without
+// sharing the books.
+func (p ConsumerPolicy) action(k keyID, attempt int) Action {
+	switch {
+	case k.unit(saltPoison) < p.NackShare:
+		return ActNack
+	case attempt <= 1 && k.unit(saltRetry) < p.RetryShare:
+		return ActNack
+	case attempt <= 1 && k.unit(saltDrop) < p.DropShare:
+		return ActDrop
+	}
+	return ActAck
+}
+
+// Unexpected records a delivery of a key this run did not make.
+func (v *Verifier) Unexpected() { v.c.unexpected.Add(1) }
+
+// known reports whether k was sent (by any generator whose books reached
+// this Verifier).
+func (v *Verifier) known(k keyID) bool {
+	s := v.shard(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.keys[k]
+	return ok
 }
 
 // Corrupt records a delivery whose payload is not what was produced.

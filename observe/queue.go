@@ -50,6 +50,7 @@ type QueueHealth struct {
 
 	snap     atomic.Pointer[queueSnapshot]
 	failures atomic.Int64
+	onCount  func(at time.Time, subs []store.QueueStats)
 
 	startOnce, stopOnce sync.Once
 	cancel              context.CancelFunc
@@ -102,6 +103,11 @@ func NewQueueHealth(every time.Duration, src StatsSource, subs SubscriptionGette
 	}
 	return &QueueHealth{every: every, src: src, subs: subs, labels: labels, msgs: msgs, leading: leading, now: now, log: log}
 }
+
+// OnCount makes every count also call fn with the subscriptions counted
+// (the operators' page keeps its sparklines from it: ui.History). Call it
+// before Start.
+func (q *QueueHealth) OnCount(fn func(at time.Time, subs []store.QueueStats)) { q.onCount = fn }
 
 // Start counts at once and then every interval until Stop.
 func (q *QueueHealth) Start(ctx context.Context) {
@@ -164,7 +170,11 @@ func (q *QueueHealth) Refresh(ctx context.Context) {
 		q.failures.Add(1)
 		q.log.Warn("queue health counted without some clusters", "missing", st.Missing)
 	}
-	q.snap.Store(&queueSnapshot{at: q.now(), took: time.Since(start), missing: len(st.Missing), rows: q.rows(st.Subscriptions)})
+	at := q.now()
+	q.snap.Store(&queueSnapshot{at: at, took: time.Since(start), missing: len(st.Missing), rows: q.rows(st.Subscriptions)})
+	if q.onCount != nil {
+		q.onCount(at, st.Subscriptions)
+	}
 }
 
 // rows maps subscriptions to their bounded label values, summing those

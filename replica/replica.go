@@ -297,7 +297,7 @@ func (m *Monitor) check(ctx context.Context, c *clusterState) {
 	for _, r := range c.replicas {
 		reps = append(reps, r)
 	}
-	primary, lastBeat, firstBeat := c.primary, c.lastBeat, c.firstBeat
+	primary, lastBeat, firstBeat, purged := c.primary, c.lastBeat, c.firstBeat, c.purged
 	m.mu.Unlock()
 
 	var wg sync.WaitGroup
@@ -311,11 +311,15 @@ func (m *Monitor) check(ctx context.Context, c *clusterState) {
 	at := m.cfg.Now().UTC().Truncate(time.Microsecond)
 	wctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 	err := primary.WriteHeartbeat(wctx, m.cfg.Router, at)
-	if err == nil && !c.purged {
-		// Rows of routers gone for an hour; best effort.
+	if err == nil && !purged {
+		// Rows of routers gone for an hour; best effort. Update resets
+		// purged when the primary changes, so it is read and written under
+		// the lock and kept only for the primary it was done on.
 		if perr := m.purge(wctx, primary, at.Add(-time.Hour)); perr == nil {
 			m.mu.Lock()
-			c.purged = true
+			if c.primary == primary {
+				c.purged = true
+			}
 			m.mu.Unlock()
 		}
 	}

@@ -21,7 +21,7 @@ func TestOperatorCLI(t *testing.T) {
 	}
 	run := func(args ...string) (int, map[string]any, string) {
 		var stdout, stderr bytes.Buffer
-		code := ctl.Run(args, e.url, &stdout, &stderr, testClient)
+		code := ctl.Run(append([]string{"-json"}, args...), e.url, &stdout, &stderr, testClient)
 		var body map[string]any
 		json.Unmarshal(stdout.Bytes(), &body)
 		return code, body, stderr.String()

@@ -38,6 +38,9 @@ type env struct {
 	dbs   map[string]*sql.DB // cluster name → its primary
 	owner func(shard.ID) string
 	r     *Router
+	// topology is the router's topology file (a second router can serve
+	// the same clusters from it).
+	topology string
 }
 
 func setup(t *testing.T) *env {
@@ -81,6 +84,7 @@ func setupOn(t *testing.T, bed *testbed.Bed, tune func(*Config)) *env {
 	if err := os.WriteFile(path, []byte(y.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	e.topology = path
 	cfg := Config{TopologyFile: path}
 	if tune != nil {
 		tune(&cfg)

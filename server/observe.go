@@ -7,6 +7,7 @@ import (
 	"github.com/shardmq/shardmq/api"
 	"github.com/shardmq/shardmq/observe"
 	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/ui"
 )
 
 // observability is the router's share of package observe: message
@@ -19,7 +20,10 @@ type observability struct {
 	msgs   *observe.Messages
 	shards *observe.Shards
 	queue  *observe.QueueHealth
-	cancel context.CancelFunc
+	// history keeps the last hour of queue counts for the operators'
+	// page (/ui): fed by queue health, so only while this router leads.
+	history *ui.History
+	cancel  context.CancelFunc
 }
 
 // newObservability registers what needs no broker yet; the router's
@@ -27,7 +31,7 @@ type observability struct {
 func newObservability(r *Router) *observability {
 	cfg := r.cfg.Observe.WithDefaults()
 	reg := r.Metrics()
-	o := &observability{cfg: cfg, labels: observe.NewLabels(cfg.MaxLabelValues)}
+	o := &observability{cfg: cfg, labels: observe.NewLabels(cfg.MaxLabelValues), history: ui.NewHistory(r.cfg.UI.SampleEvery, r.cfg.UI.Samples)}
 	observe.RegisterRuntime(reg)
 	o.msgs = observe.NewMessages(reg, o.labels)
 	o.shards = observe.NewShards(reg)
@@ -41,6 +45,7 @@ func (o *observability) start(r *Router) {
 	reg := r.Metrics()
 	r.api.Instrument(api.NewHTTPMetrics(reg))
 	o.queue = observe.NewQueueHealth(o.cfg.QueueEvery, r.broker, r.subs, o.labels, o.msgs, r.leading, r.cfg.Now, r.cfg.Log)
+	o.queue.OnCount(o.history.Record)
 	reg.MustRegister(o.queue)
 	ctx, cancel := context.WithCancel(context.Background())
 	o.cancel = cancel

@@ -29,6 +29,14 @@ import (
 // none yet.
 func setupReshard(t *testing.T, tune func(*Config)) *env {
 	t.Helper()
+	return setupReshardOn(t, tune, false)
+}
+
+// setupReshardOn is setupReshard; with replicas each cluster lists its
+// server's replicas (c3 those of c1's server, which replicate its
+// database too).
+func setupReshardOn(t *testing.T, tune func(*Config), replicas bool) *env {
+	t.Helper()
 	ctx := context.Background()
 	name := testbed.TestDatabase(t, bed, "t_rs_")
 	name3 := name + "_c3"
@@ -41,10 +49,27 @@ func setupReshard(t *testing.T, tune func(*Config)) *env {
 		dsn[c.Name] = c.Primary.DSN(name)
 	}
 	dsn["c3"] = bed.Clusters[0].Primary.DSN(name3)
+	reps := map[string][]string{}
+	if replicas {
+		for _, c := range bed.Clusters {
+			for _, r := range c.Replicas {
+				reps[c.Name] = append(reps[c.Name], r.DSN(name))
+				if c.Name == bed.Clusters[0].Name {
+					reps["c3"] = append(reps["c3"], r.DSN(name3))
+				}
+			}
+		}
+	}
 	var y strings.Builder
 	y.WriteString("clusters:\n")
 	for _, c := range []string{"c1", "c2", "c3"} {
 		fmt.Fprintf(&y, "  - name: %s\n    primary: %q\n", c, dsn[c])
+		if len(reps[c]) > 0 {
+			y.WriteString("    replicas:\n")
+			for _, r := range reps[c] {
+				fmt.Fprintf(&y, "      - %q\n", r)
+			}
+		}
 		db, err := sql.Open("mysql", dsn[c])
 		if err != nil {
 			t.Fatal(err)
@@ -767,7 +792,7 @@ func TestReshardCLI(t *testing.T) {
 	e := setupReshard(t, nil)
 	run := func(args ...string) (int, map[string]any) {
 		var stdout, stderr bytes.Buffer
-		code := ctl.Run(args, e.url, &stdout, &stderr, testClient)
+		code := ctl.Run(append([]string{"-json"}, args...), e.url, &stdout, &stderr, testClient)
 		var body map[string]any
 		json.Unmarshal(stdout.Bytes(), &body)
 		return code, body

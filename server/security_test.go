@@ -136,6 +136,8 @@ func TestEndpointScopeTable(t *testing.T) {
 		{"GET", "/healthz", "", need{open: true}},
 		{"GET", "/readyz", "", need{open: true}},
 		{"GET", "/metrics", "", need{scope: auth.Admin, global: true}},
+		{"GET", "/ui/", "", need{open: true}},
+		{"GET", "/ui/app.js", "", need{open: true}},
 		{"POST", "/v1/topics/" + topic + "/messages", `{"messages":[{"key":"k1","payload":{"n":1}}]}`, need{scope: auth.Produce}},
 		{"POST", sub + "default/claim", `{"max":1,"wait_ms":0}`, need{scope: auth.Consume}},
 		{"POST", "/v1/ack", `{"receipts":["` + rc + `"]}`, need{scope: auth.Consume}},
@@ -147,6 +149,8 @@ func TestEndpointScopeTable(t *testing.T) {
 		{"GET", sub + "default/dead-letters", "", need{scope: auth.Consume}},
 		{"DELETE", sub + "default/dead-letters", "", need{scope: auth.Admin}},
 		{"POST", sub + "default/dead-letters/redrive", `{"all":true}`, need{scope: auth.Admin}},
+		{"POST", sub + "default/dead-letters/redrive", `{"all":true,"dry_run":true}`, need{scope: auth.Admin}},
+		{"GET", sub + "default/dead-letters/codes", "", need{scope: auth.Consume}},
 		{"POST", sub + "default/dead-letters/claim", `{"max":1}`, need{scope: auth.Admin}},
 		{"GET", "/v1/messages/k1/trace?topic=" + topic, "", need{scope: auth.Consume}},
 		{"GET", "/v1/transactions/tx-1", "", need{scope: auth.Consume, global: true}},
@@ -158,6 +162,8 @@ func TestEndpointScopeTable(t *testing.T) {
 		{"POST", "/v1/admin/reconcile/transactions", `{"transaction_ids":["tx-1"]}`, need{scope: auth.Admin, global: true}},
 		{"POST", "/v1/admin/reshard", `{"ranges":[],"dry_run":true}`, need{scope: auth.Admin, global: true}},
 		{"GET", "/v1/admin/reshard/job-1", "", need{scope: auth.Admin, global: true}},
+		{"GET", "/v1/admin/reshard", "", need{scope: auth.Admin, global: true}},
+		{"GET", "/v1/admin/queues?limit=10", "", need{scope: auth.Admin, global: true}},
 	}
 	// allowed says what each token may do, written out from the token
 	// file above rather than computed by the code under test.

@@ -96,6 +96,8 @@ type Config struct {
 	// Reshard tunes resharding jobs (see rebalance.Config for each
 	// default); its Leader defaults to Leader.
 	Reshard rebalance.Config
+	// UI tunes the operators' page at /ui (docs/ui.md).
+	UI UIConfig
 	// Log defaults to discarding.
 	Log *slog.Logger
 	// Now is the clock. Defaults to time.Now.
@@ -126,6 +128,15 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// UIConfig tunes the operators' page (docs/ui.md).
+type UIConfig struct {
+	// SampleEvery is the time between two samples of the queue
+	// sparklines. Defaults to 1m.
+	SampleEvery time.Duration
+	// Samples is how many are kept. Defaults to 60 (the last hour).
+	Samples int
 }
 
 // Router is one running router.
@@ -222,6 +233,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	}
 	r.broker = broker.New(cfg.Broker, r.table, shards, r.subs, r.replicas, r.ids, cfg.Now, cfg.Log)
 	r.api = api.New(observe.WrapBroker(r.broker, r.obs.msgs), cfg.Limits, r.ready, cfg.Log)
+	r.api.RouteUI(r.obs.history)
 	if err := r.ha.start(top); err != nil {
 		r.Close()
 		return nil, err

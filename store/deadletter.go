@@ -114,6 +114,14 @@ func (s *Store) CountDead(ctx context.Context, topic, sub string) (int64, error)
 	return n, translate(err)
 }
 
+// DeadByCode counts, by error code, the dead letters on this cluster that
+// Redrive(req) would make ready now; it changes nothing (a redrive's dry
+// run, and the dead letters by error code).
+func (s *Store) DeadByCode(ctx context.Context, req RedriveRequest) (map[string]int64, error) {
+	out, err := countDeadByCode(ctx, s.db, req.Topic, req.Subscription, req.ErrorCode, req.IDs, req.Now)
+	return out, translate(err)
+}
+
 // ArchiveDead moves a subscription's dead letters that died before cutoff
 // (and are not leased) into dead_letter_archive, in batches; each is traced
 // archived. It returns how many moved.

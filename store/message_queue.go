@@ -481,6 +481,45 @@ func countDead(ctx context.Context, q queryer, topic, sub string) (int64, error)
 	return n, row.Err()
 }
 
+// countDeadByCode counts, by error code, the dead letters a redrive with
+// the same selection would take (lockDead's conditions: not leased to a
+// dead-letter handler at freeAt).
+func countDeadByCode(ctx context.Context, q queryer, topic, sub, errorCode string, ids []uint64, freeAt time.Time) (map[string]int64, error) {
+	query := `SELECT COALESCE(error_code, ''), COUNT(*) FROM message_queue
+WHERE topic = ? AND subscription = ? AND is_dead = 1`
+	args := []any{topic, sub}
+	if !freeAt.IsZero() {
+		query += " AND (claim_token = 0 OR available_at <= ?)"
+		args = append(args, freeAt)
+	}
+	if errorCode != "" {
+		query += " AND error_code = ?"
+		args = append(args, errorCode)
+	}
+	if len(ids) > 0 {
+		query += " AND message_id IN (" + strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",") + ")"
+		for _, id := range ids {
+			args = append(args, id)
+		}
+	}
+	query += " GROUP BY COALESCE(error_code, '')"
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("count dead by code message_queue: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var code string
+		var n int64
+		if err := rows.Scan(&code, &n); err != nil {
+			return nil, fmt.Errorf("count dead by code message_queue: %w", err)
+		}
+		out[code] = n
+	}
+	return out, rows.Err()
+}
+
 // droppedDelivery is a delivery of a deleted subscription, as its trace
 // event records it.
 type droppedDelivery struct {

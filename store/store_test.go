@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -491,5 +492,50 @@ func TestRedriveOrderedAndLeasedDeadLetters(t *testing.T) {
 	}
 	if n, err := f.st.Redrive(ctx, RedriveRequest{Topic: "t", Subscription: "default", Ordered: true, Now: at}); err != nil || n != 0 {
 		t.Fatalf("redrive of a leased dead letter: %d %v, want 0", n, err)
+	}
+}
+
+// DeadByCode counts, by error code, exactly what Redrive with the same
+// request would take — leased dead letters left out, selections by code
+// and by ids — and changes nothing.
+func TestDeadByCodeCountsWhatRedriveTakes(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	var items []ProduceItem
+	for _, k := range []string{"a", "b", "c", "d", "e", "live"} {
+		items = append(items, f.item("t", k, `1`))
+	}
+	if _, err := f.st.Produce(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	id := func(i int) uint64 { return items[i].Msg.ID }
+	f.db.Exec("UPDATE message_queue SET is_dead = 1, error_code = 'E_STOCK', dead_at = ? WHERE message_id IN (?, ?, ?)", f.now, id(0), id(1), id(2))
+	f.db.Exec("UPDATE message_queue SET is_dead = 1, error_code = 'E_PAY', dead_at = ? WHERE message_id IN (?, ?)", f.now, id(3), id(4))
+	// c is leased to a dead-letter handler until after now.
+	f.db.Exec("UPDATE message_queue SET claim_token = 7, available_at = ? WHERE message_id = ?", f.now.Add(time.Minute), id(2))
+	for _, c := range []struct {
+		name string
+		req  RedriveRequest
+		want map[string]int64
+	}{
+		{"all", RedriveRequest{}, map[string]int64{"E_STOCK": 2, "E_PAY": 2}},
+		{"one code", RedriveRequest{ErrorCode: "E_PAY"}, map[string]int64{"E_PAY": 2}},
+		{"unknown code", RedriveRequest{ErrorCode: "E_NONE"}, map[string]int64{}},
+		{"ids, a live one among them", RedriveRequest{IDs: []uint64{id(0), id(3), id(5)}}, map[string]int64{"E_STOCK": 1, "E_PAY": 1}},
+		{"the leased one", RedriveRequest{IDs: []uint64{id(2)}}, map[string]int64{}},
+	} {
+		c.req.Topic, c.req.Subscription, c.req.Now = "t", "default", f.now
+		got, err := f.st.DeadByCode(ctx, c.req)
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Fatalf("%s: %v %v, want %v", c.name, got, err, c.want)
+		}
+	}
+	if n := f.count(t, "SELECT COUNT(*) FROM message_queue WHERE is_dead = 1"); n != 5 {
+		t.Fatalf("%d dead letters after counting, want 5", n)
+	}
+	want, _ := f.st.DeadByCode(ctx, RedriveRequest{Topic: "t", Subscription: "default", ErrorCode: "E_STOCK", Now: f.now})
+	if n, err := f.st.Redrive(ctx, RedriveRequest{Topic: "t", Subscription: "default", ErrorCode: "E_STOCK", Now: f.now}); err != nil || n != want["E_STOCK"] {
+		t.Fatalf("redrive took %d (%v), the count said %d", n, err, want["E_STOCK"])
 	}
 }

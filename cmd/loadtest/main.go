@@ -17,6 +17,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
@@ -45,13 +46,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var cfg loadtest.Config
 	fs.StringVar(&cfg.Scenario, "scenario", "mixed", "one of "+strings.Join(loadtest.Scenarios, ", "))
-	fs.StringVar(&cfg.Router, "router", "", "router base URL (default http://127.0.0.1:8080 unless -router-bin)")
+	routerList := fs.String("router", "", "router base URL, or several over the same clusters separated by commas (default http://127.0.0.1:8080 unless -router-bin)")
 	routerBin := fs.String("router-bin", "", "run this router binary as a child on a free port over the topology (measures the current build; needed for -fault router)")
+	nRouters := fs.Int("routers", 1, "with -router-bin: how many routers to run, each on its own free port over the same topology")
+	fs.StringVar(&cfg.Routing, "routing", "rr", "how requests are spread over several routers: rr (each request to the next router) or key (each message to the router its key hashes to)")
 	routerArgs := fs.String("router-args", "", "extra flags for the -router-bin router, space separated (e.g. \"-commit-workers 2\")")
 	token := fs.String("token", "", "API token for -router (default $SHARDMQ_TOKEN, else the first line of -token-file); a -router-bin child gets a token made for the run")
 	tokenFile := fs.String("token-file", "", "file holding the API token for -router (default "+ctl.DefaultTokenFile+" when it exists)")
 	routerLog := fs.String("router-log", "", "log file of the child router (default OUT/router.log)")
 	sandbox := fs.String("sandbox", "", "sandbox directory (var/sandbox): use the one running there or start one as `make run` does; gives -topology and the instances for -fault")
+	sbClusters := fs.Int("sandbox-clusters", 2, "clusters of a sandbox -sandbox starts (one that runs is used as it is)")
+	sbReplicas := fs.Int("sandbox-replicas", 1, "replicas per cluster of a sandbox -sandbox starts")
 	topoPath := fs.String("topology", "", "static topology file: the clusters for the baseline, per-cluster figures and key lookups")
 	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run the workload straight into MySQL and report router/baseline ratios")
 	fs.DurationVar(&cfg.Duration, "duration", 0, "each measured phase (default 60s; 12s per phase for bench-*)")
@@ -83,6 +88,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fault := fs.String("fault", "", "kill -9 this sandbox instance (e.g. c1-primary) or the child router (router) mid-run, then restart it")
 	fs.DurationVar(&cfg.FaultAt, "fault-at", 0, "when into the first router phase to kill (default 20s)")
 	fs.DurationVar(&cfg.FaultDown, "fault-down", 0, "how long it stays down (default 5s)")
+	fs.IntVar(&cfg.Workers, "workers", 0, "coordinate this many generator processes sharing the run (mixed scenarios); without -coordinator they are started here on loopback")
+	coordAddr := fs.String("coordinator", "", "listen on this address as the coordinator of -workers generators started elsewhere with -worker (e.g. 0.0.0.0:9300)")
+	workerOf := fs.String("worker", "", "run as a generator of the coordinator at this URL: take the plan, produce and consume its share, stream the books back")
+	fs.Float64Var(&cfg.Capacity.Produce, "capacity-produce", 100000, "capacity model: messages/s written the fleet must carry")
+	fs.Float64Var(&cfg.Capacity.Consume, "capacity-consume", 50000, "capacity model: messages/s consumed the fleet must carry")
+	fs.Float64Var(&cfg.Capacity.Utilization, "capacity-utilization", 0.7, "capacity model: share of each host's cores used at the target (the rest is headroom)")
+	fs.IntVar(&cfg.Capacity.DBCores, "capacity-db-cores", 16, "capacity model: cores of a database host (primary or replica)")
+	fs.IntVar(&cfg.Capacity.RouterCores, "capacity-router-cores", 8, "capacity model: cores of a router host")
+	fs.Float64Var(&cfg.Capacity.ClusterRate, "capacity-cluster-rate", 0, "capacity model: messages moved/s one cluster carries at most (its commit rate, from production hardware); 0 sizes clusters by CPU only")
+	fs.IntVar(&cfg.Capacity.GeneratorCores, "capacity-generator-cores", 8, "capacity model: cores of a load-generator machine")
 	out := fs.String("out", "", "report directory (default var/loadtest/SCENARIO)")
 	cpuProfile := fs.String("cpuprofile", "", "write the generator's own CPU profile to this file (to see what the load tester costs)")
 	prog := fs.String("progress", "auto", "auto (a live line on a terminal, a line every 5s otherwise), live, lines or off")
@@ -119,10 +134,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	if *workerOf != "" {
+		return runWorker(ctx, *workerOf, *token, *tokenFile, cfg.Progress, stdout, stderr)
+	}
+
 	var bed *testbed.Bed
 	if *sandbox != "" {
 		var started bool
-		bed, started, err = loadtest.EnsureSandbox(ctx, *sandbox, 2, 1, stdout)
+		bed, started, err = loadtest.EnsureSandbox(ctx, *sandbox, *sbClusters, *sbReplicas, stdout)
 		if err != nil {
 			return fail("sandbox: %v", err)
 		}
@@ -138,7 +157,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return fail("%v", err)
 		}
 	}
-	var rp *loadtest.RouterProcess
+	if *routerList != "" {
+		cfg.Routers = strings.Split(*routerList, ",")
+	}
+	if *nRouters < 1 || (*nRouters > 1 && *routerBin == "") {
+		return fail("-routers %d: want 1, or more with -router-bin", *nRouters)
+	}
+	var rps []*loadtest.RouterProcess
 	if *routerBin != "" {
 		if *topoPath == "" {
 			return fail("-router-bin needs -topology or -sandbox")
@@ -155,19 +180,28 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail("%v", err)
 		}
-		rp = &loadtest.RouterProcess{Bin: *routerBin, Topology: *topoPath, LogPath: *routerLog,
-			Args: append([]string{"-tokens", tokens}, strings.Fields(*routerArgs)...)}
-		if cfg.Router == "" {
+		if len(cfg.Routers) == 0 {
 			cfg.Token = secret
 		}
-		if err := rp.Start(ctx); err != nil {
-			return fail("%v", err)
+		var urls []string
+		for i := range *nRouters {
+			logPath := *routerLog
+			if i > 0 {
+				logPath = strings.TrimSuffix(logPath, ".log") + fmt.Sprintf("-%d.log", i+1)
+			}
+			rp := &loadtest.RouterProcess{Bin: *routerBin, Topology: *topoPath, LogPath: logPath,
+				Args: append([]string{"-tokens", tokens}, strings.Fields(*routerArgs)...)}
+			if err := rp.Start(ctx); err != nil {
+				return fail("%v", err)
+			}
+			defer rp.Stop()
+			rps = append(rps, rp)
+			urls = append(urls, rp.URL())
+			fmt.Fprintf(stdout, "router %s (%s, log %s)\n", rp.URL(), *routerBin, logPath)
 		}
-		defer rp.Stop()
-		if cfg.Router == "" {
-			cfg.Router = rp.URL()
+		if len(cfg.Routers) == 0 {
+			cfg.Routers = urls
 		}
-		fmt.Fprintf(stdout, "router %s (%s, log %s)\n", rp.URL(), *routerBin, *routerLog)
 	}
 	if cfg.Token == "" {
 		if cfg.Token, err = ctl.ResolveToken(*token, *tokenFile); err != nil {
@@ -177,10 +211,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case *fault == "":
 	case *fault == "router":
-		if rp == nil {
+		if len(rps) == 0 {
 			return fail("-fault router needs -router-bin (the load test can only restart a router it runs)")
 		}
-		cfg.Fault = rp
+		cfg.Fault = rps[0]
 	default:
 		if bed == nil {
 			return fail("-fault %s needs -sandbox", *fault)
@@ -192,12 +226,67 @@ func run(args []string, stdout, stderr io.Writer) int {
 		cfg.Fault = f
 	}
 
+	var workers []*exec.Cmd
+	switch {
+	case cfg.Workers <= 0:
+	case *coordAddr != "":
+		cfg.Listen = *coordAddr
+	default:
+		// Local workers: this binary again, one process each, logging to
+		// OUT/worker-N.log; they exit once their result is sent.
+		self, err := os.Executable()
+		if err != nil {
+			return fail("workers: %v", err)
+		}
+		cfg.ShareToken = len(rps) > 0
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			return fail("%v", err)
+		}
+		cfg.OnCoordinator = func(url string) error {
+			for i := range cfg.Workers {
+				logf, err := os.Create(filepath.Join(*out, fmt.Sprintf("worker-%d.log", i+1)))
+				if err != nil {
+					return err
+				}
+				defer logf.Close()
+				cmd := exec.Command(self, "-worker", url, "-progress", "lines")
+				if !cfg.ShareToken {
+					cmd.Env = append(os.Environ(), "SHARDMQ_TOKEN="+cfg.Token)
+				}
+				cmd.Stdout, cmd.Stderr = logf, logf
+				cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+				if err := cmd.Start(); err != nil {
+					return fmt.Errorf("workers: start %s: %w", self, err)
+				}
+				workers = append(workers, cmd)
+			}
+			fmt.Fprintf(stdout, "%d workers started (logs %s)\n", cfg.Workers, filepath.Join(*out, "worker-N.log"))
+			return nil
+		}
+	}
+	defer func() {
+		// Workers end once their result is sent, or a minute after the
+		// coordinator stopped answering; one that does not is killed.
+		deadline := time.After(2 * time.Minute)
+		for _, w := range workers {
+			done := make(chan struct{})
+			go func() { w.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-deadline:
+				w.Process.Kill()
+				<-done
+			}
+		}
+	}()
+
 	cfg.CPU = append(cfg.CPU, loadtest.SelfCPU())
-	if rp != nil {
-		cfg.CPU = append(cfg.CPU, rp.CPU())
+	if len(rps) > 0 {
+		cfg.CPU = append(cfg.CPU, loadtest.RoutersCPU(rps))
 	}
 	if bed != nil {
 		cfg.CPU = append(cfg.CPU, loadtest.SandboxCPU(bed))
+		cfg.CPU = append(cfg.CPU, loadtest.SandboxRoleCPU(bed)...)
 	}
 
 	if *cpuProfile != "" {
@@ -229,6 +318,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if !rep.Summary.Passed {
 		return 1
 	}
+	return 0
+}
+
+// runWorker is `loadtest -worker URL`: one generator of a coordinator's
+// run.
+func runWorker(ctx context.Context, url, token, tokenFile string, progress, stdout, stderr io.Writer) int {
+	tok, err := ctl.ResolveToken(token, tokenFile)
+	if err != nil {
+		tok = "" // the plan may carry the run's token
+	}
+	if progress == nil {
+		progress = io.Discard
+	}
+	res, err := loadtest.RunWorker(ctx, strings.TrimSuffix(url, "/"), loadtest.WorkerOptions{Token: tok, Progress: progress, CPU: []loadtest.CPUSource{loadtest.SelfCPU()}})
+	if err != nil {
+		fmt.Fprintf(stderr, "loadtest: %v\n", err)
+		return 2
+	}
+	p := res.Phase
+	fmt.Fprintf(stdout, "worker %d done: produced %d, consumed %d in the window\n", res.Worker, p.Produce.Messages, p.Consume.Messages)
 	return 0
 }
 

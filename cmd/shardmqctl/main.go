@@ -18,8 +18,15 @@ func main() {
 	router := flag.String("router", def, "the router's base URL")
 	token := flag.String("token", "", "API token (default $SHARDMQ_TOKEN, else the first line of -token-file)")
 	tokenFile := flag.String("token-file", "", "file holding the API token (default "+ctl.DefaultTokenFile+" when it exists)")
+	asJSON := flag.Bool("json", false, "print the router's JSON answers instead of tables")
 	flag.Parse()
 	args := flag.Args()
+	if len(args) > 0 && args[0] == "completion" {
+		os.Exit(ctl.Run(args, *router, os.Stdout, os.Stderr, nil))
+	}
+	if *asJSON {
+		args = append([]string{"-json"}, args...)
+	}
 	if len(args) > 0 && args[0] == "token" {
 		os.Exit(ctl.RunToken(args[1:], os.Stdout, os.Stderr))
 	}

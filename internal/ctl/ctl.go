@@ -17,28 +17,35 @@ import (
 	"time"
 )
 
-const usage = `usage: shardmqctl [-router URL] COMMAND [ARGS]
+const usage = `usage: shardmqctl [-router URL] [-json] COMMAND [ARGS]
 
   topology                              clusters, endpoints, breakers, replica lag
-  shardmap                              the shard map (version, ranges, states)
+  shardmap [-heat]                      the shard map: ranges, or a text heat map of the 1024 vshards
   stats                                 queue depth per subscription
   trace KEY -topic T [-order-key K]     a message's full trace
   tx TRANSACTION_ID                     every message of a transaction
   reconcile [-tx ID,ID,…]               run reconciliation now (or ask which transaction ids have no message)
   sub get|put|delete TOPIC SUB [-config JSON]
   dlq list TOPIC SUB [-error-code E] [-limit N] [-cursor C]
-  dlq redrive TOPIC SUB (-ids ID,ID,… | -error-code E | -all)
+  dlq codes TOPIC SUB                   dead letters counted by error code
+  dlq redrive TOPIC SUB (-ids ID,ID,… | -error-code E | -all) [-dry-run]
   dlq purge TOPIC SUB [-error-code E]
-  reshard move FROM-TO:TARGET[,…] [-dry-run]   move vshard ranges to clusters
-  reshard add-cluster NAME [-dry-run]          give a cluster an even share of the vshards
-  reshard drain NAME [-dry-run]                move every vshard off a cluster
-  reshard status|pause|resume|abort JOB
+  reshard plan WHAT                     what a reshard would move, starting nothing
+  reshard start WHAT [-follow]          start one (and follow it to its end with a progress bar)
+      WHAT is: move FROM-TO:TARGET[,…] | add-cluster NAME | drain NAME
+  reshard status [JOB] [-watch]         every job, or one (-watch: a progress bar until it ends)
+  reshard pause|resume|abort JOB
+  reshard move|add-cluster|drain ARG [-dry-run]   (plan and start in one; kept for scripts)
+  completion bash                       a bash completion script: source <(shardmqctl completion bash)
 
   token new -name N [-produce|-consume|-admin PATTERNS] [-tokens FILE] [-out FILE]
                                         make an API token (its hash into the router's token file)
 
-The router defaults to $SHARDMQ_ROUTER or http://127.0.0.1:8080; the token
-to -token, else $SHARDMQ_TOKEN, else the first line of var/router.token.
+Answers print as tables (or text) by default; -json prints the router's
+JSON answer as it is, for scripts. trace, tx, reconcile and sub always
+print JSON. The router defaults to $SHARDMQ_ROUTER or
+http://127.0.0.1:8080; the token to -token, else $SHARDMQ_TOKEN, else the
+first line of var/router.token.
 `
 
 // Run executes one command and returns the process exit code: 0 on a 2xx
@@ -51,8 +58,20 @@ func Run(args []string, router string, stdout, stderr io.Writer, client *http.Cl
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	c := &cmd{router: strings.TrimSuffix(router, "/"), out: stdout, errw: stderr, client: client}
-	err := c.dispatch(args)
+	c := &cmd{router: strings.TrimSuffix(router, "/"), out: stdout, errw: stderr, client: client, every: 500 * time.Millisecond}
+	rest := args[:0:0]
+	for _, a := range args {
+		if a == "-json" || a == "--json" {
+			c.json = true
+			continue
+		}
+		rest = append(rest, a)
+	}
+	if len(rest) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	err := c.dispatch(rest)
 	var ue usageError
 	switch {
 	case err == nil:
@@ -75,17 +94,33 @@ type cmd struct {
 	out    io.Writer
 	errw   io.Writer
 	client *http.Client
+	json   bool          // print the router's JSON instead of tables
+	every  time.Duration // how often -watch and -follow ask
 }
 
 func (c *cmd) dispatch(args []string) error {
 	name, rest := args[0], args[1:]
 	switch name {
 	case "topology":
-		return c.call("GET", "/v1/admin/topology", nil)
+		return c.show("GET", "/v1/admin/topology", nil, c.topologyTable)
 	case "shardmap":
-		return c.call("GET", "/v1/admin/shardmap", nil)
+		fs := newFlags("shardmap")
+		heat := fs.Bool("heat", false, "a text heat map of the 1024 vshards")
+		if err := fs.Parse(rest); err != nil {
+			return usageError(err.Error())
+		}
+		if *heat && !c.json {
+			return c.heatMap()
+		}
+		return c.show("GET", "/v1/admin/shardmap", nil, c.shardMapTable)
 	case "stats":
-		return c.call("GET", "/v1/admin/stats", nil)
+		return c.show("GET", "/v1/admin/stats", nil, c.statsTable)
+	case "completion":
+		if len(rest) != 1 || rest[0] != "bash" {
+			return usageError("completion takes bash")
+		}
+		_, err := io.WriteString(c.out, bashCompletion)
+		return err
 	case "trace":
 		return c.trace(rest)
 	case "tx":
@@ -186,6 +221,7 @@ func (c *cmd) dlq(args []string) error {
 	cursor := fs.String("cursor", "", "list: next_cursor of the previous page")
 	ids := fs.String("ids", "", "redrive: comma-separated message ids")
 	all := fs.Bool("all", false, "redrive: every dead letter")
+	dry := fs.Bool("dry-run", false, "redrive: count what would be redriven, change nothing")
 	if err := fs.Parse(rest); err != nil {
 		return usageError(err.Error())
 	}
@@ -198,13 +234,18 @@ func (c *cmd) dlq(args []string) error {
 		if *cursor != "" {
 			q.Set("cursor", *cursor)
 		}
-		return c.call("GET", path+"?"+q.Encode(), nil)
+		return c.show("GET", path+"?"+q.Encode(), nil, c.deadTable)
+	case "codes":
+		return c.show("GET", path+"/codes", nil, c.codesTable)
 	case "purge":
 		q := ""
 		if *code != "" {
 			q = "?error_code=" + url.QueryEscape(*code)
 		}
-		return c.call("DELETE", path+q, nil)
+		return c.show("DELETE", path+q, nil, func(m map[string]any) error {
+			_, err := fmt.Fprintf(c.out, "purged: %v\n", num(m["purged"]))
+			return err
+		})
 	case "redrive":
 		body := map[string]any{}
 		switch {
@@ -217,92 +258,112 @@ func (c *cmd) dlq(args []string) error {
 		default:
 			return usageError("dlq redrive needs -ids, -error-code or -all")
 		}
-		return c.call("POST", path+"/redrive", body)
+		if *dry {
+			body["dry_run"] = true
+		}
+		return c.show("POST", path+"/redrive", body, c.redriveText)
 	}
-	return usageError("dlq takes list, redrive or purge")
+	return usageError("dlq takes list, codes, redrive or purge")
 }
 
-// call sends one request and prints the JSON answer indented. A non-2xx
-// answer is printed too and returned as an error carrying its code.
-func (c *cmd) call(method, path string, body any) error {
+// apiError is a non-2xx answer: its status and the router's error code.
+type apiError struct {
+	method, path, status, code string
+}
+
+func (e *apiError) Error() string {
+	if e.code != "" {
+		return fmt.Sprintf("%s %s: %s (%s)", e.method, e.path, e.status, e.code)
+	}
+	return fmt.Sprintf("%s %s: %s", e.method, e.path, e.status)
+}
+
+// fetch sends one request and returns the answer's body. A non-2xx
+// answer is printed to stderr and returned as an *apiError.
+func (c *cmd) fetch(method, path string, body any) ([]byte, error) {
 	var rd io.Reader
 	if body != nil {
 		data, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rd = bytes.NewReader(data)
 	}
 	req, err := http.NewRequest(method, c.router+path, rd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
-	}
-	var pretty bytes.Buffer
-	if json.Indent(&pretty, data, "", "  ") == nil {
-		data = append(pretty.Bytes(), '\n')
+		return nil, fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		c.errw.Write(data)
-		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
+		var e struct {
+			Error struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		json.Unmarshal(data, &e)
+		c.errw.Write(indent(data))
+		return nil, &apiError{method: method, path: path, status: resp.Status, code: e.Error.Code}
 	}
-	_, err = c.out.Write(data)
+	return data, nil
+}
+
+func indent(data []byte) []byte {
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, data, "", "  ") == nil {
+		return append(pretty.Bytes(), '\n')
+	}
+	return data
+}
+
+// call sends one request and prints the JSON answer indented.
+func (c *cmd) call(method, path string, body any) error {
+	data, err := c.fetch(method, path, body)
+	if err != nil {
+		return err
+	}
+	_, err = c.out.Write(indent(data))
 	return err
 }
 
-func (c *cmd) reshard(args []string) error {
-	pos, rest, err := positional(args, 2)
+// show sends one request and prints its answer with table, or as JSON
+// under -json.
+func (c *cmd) show(method, path string, body any, table func(map[string]any) error) error {
+	if c.json {
+		return c.call(method, path, body)
+	}
+	data, err := c.fetch(method, path, body)
 	if err != nil {
-		return usageError("reshard takes move|add-cluster|drain|status|pause|resume|abort and an argument")
+		return err
 	}
-	fs := newFlags("reshard " + pos[0])
-	dry := fs.Bool("dry-run", false, "show the plan, start nothing")
-	if err := fs.Parse(rest); err != nil {
-		return usageError(err.Error())
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		return fmt.Errorf("%s %s: the answer is not a JSON object: %w", method, path, err)
 	}
-	job := "/v1/admin/reshard/" + url.PathEscape(pos[1])
-	switch pos[0] {
-	case "move":
-		var ranges []any
-		for _, part := range strings.Split(pos[1], ",") {
-			var from, to int
-			var target string
-			span, target, ok := strings.Cut(part, ":")
-			if !ok || target == "" {
-				return usageError(fmt.Sprintf("reshard move: %q is not FROM-TO:TARGET", part))
-			}
-			lo, hi, isRange := strings.Cut(span, "-")
-			if !isRange {
-				hi = lo
-			}
-			if _, err := fmt.Sscan(lo, &from); err != nil {
-				return usageError(fmt.Sprintf("reshard move: %q: from is not a number", part))
-			}
-			if _, err := fmt.Sscan(hi, &to); err != nil {
-				return usageError(fmt.Sprintf("reshard move: %q: to is not a number", part))
-			}
-			ranges = append(ranges, map[string]any{"from": from, "to": to, "target": target})
-		}
-		return c.call("POST", "/v1/admin/reshard", map[string]any{"ranges": ranges, "dry_run": *dry})
-	case "add-cluster":
-		return c.call("POST", "/v1/admin/reshard", map[string]any{"add_cluster": pos[1], "dry_run": *dry})
-	case "drain":
-		return c.call("POST", "/v1/admin/reshard", map[string]any{"drain": pos[1], "dry_run": *dry})
-	case "status":
-		return c.call("GET", job, nil)
-	case "pause", "resume", "abort":
-		return c.call("POST", job+"/"+pos[0], nil)
+	return table(m)
+}
+
+// fetchQuiet is fetch without printing an error answer.
+func (c *cmd) fetchQuiet(method, path string) ([]byte, error) {
+	errw := c.errw
+	c.errw = io.Discard
+	defer func() { c.errw = errw }()
+	return c.fetch(method, path, nil)
+}
+
+func jsonObject(data []byte, v *map[string]any) error {
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("the answer is not a JSON object: %w", err)
 	}
-	return usageError("reshard takes move, add-cluster, drain, status, pause, resume or abort")
+	return nil
 }
