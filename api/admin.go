@@ -9,10 +9,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/lookup"
 	"github.com/shardmq/shardmq/reconcile"
 	"github.com/shardmq/shardmq/shard"
-	"github.com/shardmq/shardmq/store"
 )
 
 // Admin is what the operations endpoints need.
@@ -32,7 +32,7 @@ type Admin interface {
 const maxTransactionIDs = 10000
 
 func (s *Server) routeAdmin(a Admin) {
-	s.mux.HandleFunc("GET /v1/admin/topology", func(w http.ResponseWriter, r *http.Request) {
+	s.handleFunc("GET /v1/admin/topology", func(w http.ResponseWriter, r *http.Request) {
 		top, err := a.Topology(r.Context())
 		if err != nil {
 			writeError(w, s.hide(r, CodeInternal, err))
@@ -40,8 +40,8 @@ func (s *Server) routeAdmin(a Admin) {
 		}
 		writeJSON(w, http.StatusOK, top)
 	})
-	s.mux.HandleFunc("POST /v1/admin/reconcile", func(w http.ResponseWriter, r *http.Request) { s.reconcile(w, r, a) })
-	s.mux.HandleFunc("GET /v1/admin/reconcile", func(w http.ResponseWriter, r *http.Request) {
+	s.handleFunc("POST /v1/admin/reconcile", func(w http.ResponseWriter, r *http.Request) { s.reconcile(w, r, a) })
+	s.handleFunc("GET /v1/admin/reconcile", func(w http.ResponseWriter, r *http.Request) {
 		rep := a.LastReconcile()
 		if rep == nil {
 			writeError(w, fail(CodeNotFound, "no reconciliation has run on this router yet"))
@@ -49,10 +49,8 @@ func (s *Server) routeAdmin(a Admin) {
 		}
 		writeJSON(w, http.StatusOK, viewReport(rep))
 	})
-	s.mux.HandleFunc("POST /v1/admin/reconcile/transactions", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			TransactionIDs []string `json:"transaction_ids"`
-		}
+	s.handleFunc("POST /v1/admin/reconcile/transactions", func(w http.ResponseWriter, r *http.Request) {
+		var req missingTransactionsRequest
 		if e := s.decode(w, r, &req); e != nil {
 			writeError(w, e)
 			return
@@ -83,6 +81,10 @@ func (s *Server) validTransactionIDs(ids []string, required bool) *apiError {
 		}
 	}
 	return nil
+}
+
+type missingTransactionsRequest struct {
+	TransactionIDs []string `json:"transaction_ids"`
 }
 
 type reconcileRequest struct {
@@ -194,7 +196,7 @@ func viewReport(rep *reconcile.Report) map[string]any {
 		"found": rep.Found, "repaired": rep.Repaired, "clusters": clusters, "failed_clusters": failed}
 }
 
-func viewFinding(f store.Finding) findingView {
+func viewFinding(f domain.Finding) findingView {
 	return findingView{Kind: f.Kind, MessageID: strconv.FormatUint(f.MessageID, 10), VShard: int(f.VShard), Topic: f.Topic, Key: f.Key,
 		Subscription: f.Subscription, Have: f.Have, Want: f.Want, Repaired: f.Repaired}
 }

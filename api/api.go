@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/broker"
-	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/topology"
 )
 
@@ -37,9 +37,9 @@ var _ Broker = (*broker.Broker)(nil)
 type Limits struct {
 	MaxBody      int64         // request body; defaults to 16 MiB
 	MaxBatch     int           // messages per produce, receipts per ack/nack/extend; defaults to 1000
-	MaxPayload   int           // one message's payload bytes; defaults to 1 MiB, at most store.MaxPayloadBytes
-	MaxKey       int           // key, order_key, transaction_id bytes; defaults to and at most store.MaxKeyBytes (256)
-	MaxHeaders   int           // headers encoded as JSON; defaults to and at most store.MaxHeadersBytes (65,535)
+	MaxPayload   int           // one message's payload bytes; defaults to 1 MiB, at most domain.MaxPayloadBytes
+	MaxKey       int           // key, order_key, transaction_id bytes; defaults to and at most domain.MaxKeyBytes (256)
+	MaxHeaders   int           // headers encoded as JSON; defaults to and at most domain.MaxHeadersBytes (65,535)
 	MaxClaim     int           // claim max; defaults to 1000
 	MaxWait      time.Duration // claim wait_ms; defaults to 20s
 	DefaultLease time.Duration // claim visibility_timeout_ms when absent; defaults to 30s
@@ -65,11 +65,11 @@ func (l Limits) WithDefaults() Limits {
 	}
 	def(&l.MaxBatch, 1000)
 	def(&l.MaxPayload, 1<<20)
-	def(&l.MaxKey, store.MaxKeyBytes)
-	def(&l.MaxHeaders, store.MaxHeadersBytes)
-	l.MaxPayload = min(l.MaxPayload, store.MaxPayloadBytes)
-	l.MaxKey = min(l.MaxKey, store.MaxKeyBytes)
-	l.MaxHeaders = min(l.MaxHeaders, store.MaxHeadersBytes)
+	def(&l.MaxKey, domain.MaxKeyBytes)
+	def(&l.MaxHeaders, domain.MaxHeadersBytes)
+	l.MaxPayload = min(l.MaxPayload, domain.MaxPayloadBytes)
+	l.MaxKey = min(l.MaxKey, domain.MaxKeyBytes)
+	l.MaxHeaders = min(l.MaxHeaders, domain.MaxHeadersBytes)
 	def(&l.MaxClaim, 1000)
 	def(&l.MaxClaimBytes, 8<<20)
 	defDur := func(v *time.Duration, d time.Duration) {
@@ -94,6 +94,7 @@ type Server struct {
 	ready  Health
 	log    *slog.Logger
 	mux    *http.ServeMux
+	routes []string // the patterns registered on mux, in order
 	subs   Subscriptions
 	// metrics count requests when set (Instrument; metrics.go).
 	metrics *HTTPMetrics
@@ -105,15 +106,15 @@ func New(b Broker, limits Limits, ready Health, log *slog.Logger) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{b: b, limits: limits.WithDefaults(), ready: ready, log: log, mux: http.NewServeMux()}
-	s.mux.HandleFunc("POST /v1/topics/{topic}/messages", s.produce)
-	s.mux.HandleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/claim", s.claim)
-	s.mux.HandleFunc("POST /v1/ack", s.ack)
-	s.mux.HandleFunc("POST /v1/nack", s.nack)
-	s.mux.HandleFunc("POST /v1/extend", s.extend)
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	s.handleFunc("POST /v1/topics/{topic}/messages", s.produce)
+	s.handleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/claim", s.claim)
+	s.handleFunc("POST /v1/ack", s.ack)
+	s.handleFunc("POST /v1/nack", s.nack)
+	s.handleFunc("POST /v1/extend", s.extend)
+	s.handleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.handleFunc("GET /readyz", s.readyz)
 	s.routeSubscriptions(b)
 	if b != nil {
 		s.routeOperator(b)
@@ -122,7 +123,12 @@ func New(b Broker, limits Limits, ready Health, log *slog.Logger) *Server {
 }
 
 // Handle registers another handler on the API's mux (admin, metrics).
-func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+func (s *Server) Handle(pattern string, h http.Handler) {
+	s.routes = append(s.routes, pattern)
+	s.mux.Handle(pattern, h)
+}
+
+func (s *Server) handleFunc(pattern string, h http.HandlerFunc) { s.Handle(pattern, h) }
 
 // ServeHTTP implements http.Handler. Unknown paths and methods answer with
 // the JSON error shape too.

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/lookup"
 	"github.com/shardmq/shardmq/routing"
-	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/subscription"
 )
 
@@ -121,7 +121,7 @@ func (b *recordingBroker) Stats(context.Context) broker.Stats { return broker.St
 
 func (b *recordingBroker) Trace(_ context.Context, topic, key, orderKey string) (*lookup.Trace, error) {
 	b.record("trace", topic, key, orderKey)
-	return nil, store.ErrNotFound
+	return nil, domain.ErrNotFound
 }
 
 func (b *recordingBroker) Transaction(_ context.Context, txID string) (*lookup.TransactionResult, error) {

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/subscription"
 )
 
@@ -33,11 +34,11 @@ type produceMessage struct {
 }
 
 type produceResult struct {
-	Key    string    `json:"key"`
-	ID     string    `json:"id,omitempty"`
-	VShard int       `json:"vshard"`
-	Status string    `json:"status"`
-	Error  *apiError `json:"error,omitempty"`
+	Key    string               `json:"key"`
+	ID     string               `json:"id,omitempty"`
+	VShard int                  `json:"vshard"`
+	Status domain.ProduceStatus `json:"status"`
+	Error  *apiError            `json:"error,omitempty"`
 }
 
 func (s *Server) produce(w http.ResponseWriter, r *http.Request) {
@@ -77,12 +78,12 @@ func (s *Server) produce(w http.ResponseWriter, r *http.Request) {
 			out[i].ID = strconv.FormatUint(pr.ID, 10)
 		}
 		switch pr.Status {
-		case "unavailable":
+		case domain.ProduceUnavailable:
 			w.Header().Set("Retry-After", retryAfterSeconds)
 			if pr.Err != nil {
 				out[i].Error = hide(CodeUnavailable, pr.Err)
 			}
-		case "rejected": // the database refused a value: no retry can succeed
+		case domain.ProduceRejected: // the database refused a value: no retry can succeed
 			if pr.Err != nil {
 				out[i].Error = fail(CodeInvalidRequest, pr.Err.Error())
 			}
@@ -288,10 +289,10 @@ type receiptsRequest struct {
 }
 
 type leaseResult struct {
-	Receipt string    `json:"receipt"`
-	Status  string    `json:"status"`
-	Expires string    `json:"lease_expires_at,omitempty"`
-	Error   *apiError `json:"error,omitempty"`
+	Receipt string             `json:"receipt"`
+	Status  domain.LeaseStatus `json:"status"`
+	Expires string             `json:"lease_expires_at,omitempty"`
+	Error   *apiError          `json:"error,omitempty"`
 }
 
 func (s *Server) receipts(w http.ResponseWriter, r *http.Request, req *receiptsRequest) ([]broker.Receipt, bool) {
@@ -320,7 +321,7 @@ func (s *Server) writeLeaseResults(w http.ResponseWriter, r *http.Request, recei
 	hide := s.hider(r)
 	for i, lr := range res {
 		out[i] = leaseResult{Receipt: receipts[i], Status: lr.Status, Expires: formatTime(lr.Expires)}
-		if lr.Status == "unavailable" {
+		if lr.Status == domain.LeaseUnavailable {
 			w.Header().Set("Retry-After", retryAfterSeconds)
 			if lr.Err != nil {
 				out[i].Error = hide(CodeUnavailable, lr.Err)
@@ -366,10 +367,10 @@ type nackRequest struct {
 }
 
 type nackResult struct {
-	Receipt       string    `json:"receipt"`
-	Status        string    `json:"status"`
-	NextAttemptAt string    `json:"next_attempt_at,omitempty"`
-	Error         *apiError `json:"error,omitempty"`
+	Receipt       string            `json:"receipt"`
+	Status        domain.NackStatus `json:"status"`
+	NextAttemptAt string            `json:"next_attempt_at,omitempty"`
+	Error         *apiError         `json:"error,omitempty"`
 }
 
 func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
@@ -413,7 +414,7 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
 	hide := s.hider(r)
 	for i, nr := range res {
 		out[i] = nackResult{Receipt: req.Items[i].Receipt, Status: nr.Status, NextAttemptAt: formatTime(nr.NextAttemptAt)}
-		if nr.Status == "unavailable" {
+		if nr.Status == domain.NackUnavailable {
 			w.Header().Set("Retry-After", retryAfterSeconds)
 			if nr.Err != nil {
 				out[i].Error = hide(CodeUnavailable, nr.Err)

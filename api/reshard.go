@@ -21,16 +21,18 @@ type Resharder interface {
 
 var _ Resharder = (*rebalance.Manager)(nil)
 
+type reshardRequest struct {
+	Ranges []rebalance.Range `json:"ranges"`
+	DryRun bool              `json:"dry_run"`
+	// AddCluster or Drain ask the planner for the ranges instead.
+	AddCluster string `json:"add_cluster"`
+	Drain      string `json:"drain"`
+}
+
 // RouteReshard registers the resharding endpoints.
 func (s *Server) RouteReshard(rs Resharder) {
-	s.mux.HandleFunc("POST /v1/admin/reshard", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Ranges []rebalance.Range `json:"ranges"`
-			DryRun bool              `json:"dry_run"`
-			// AddCluster or Drain ask the planner for the ranges instead.
-			AddCluster string `json:"add_cluster"`
-			Drain      string `json:"drain"`
-		}
+	s.handleFunc("POST /v1/admin/reshard", func(w http.ResponseWriter, r *http.Request) {
+		var req reshardRequest
 		if e := s.decode(w, r, &req); e != nil {
 			writeError(w, e)
 			return
@@ -58,7 +60,7 @@ func (s *Server) RouteReshard(rs Resharder) {
 		}
 		writeJSON(w, http.StatusAccepted, map[string]any{"job": job.ID, "state": job.State})
 	})
-	s.mux.HandleFunc("GET /v1/admin/reshard", func(w http.ResponseWriter, r *http.Request) {
+	s.handleFunc("GET /v1/admin/reshard", func(w http.ResponseWriter, r *http.Request) {
 		jobs, err := rs.List(r.Context())
 		if err != nil {
 			writeError(w, reshardError(err))
@@ -70,7 +72,7 @@ func (s *Server) RouteReshard(rs Resharder) {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"jobs": views})
 	})
-	s.mux.HandleFunc("GET /v1/admin/reshard/{job}", func(w http.ResponseWriter, r *http.Request) {
+	s.handleFunc("GET /v1/admin/reshard/{job}", func(w http.ResponseWriter, r *http.Request) {
 		job, err := rs.Get(r.Context(), r.PathValue("job"))
 		if err != nil {
 			writeError(w, reshardError(err))
@@ -81,7 +83,7 @@ func (s *Server) RouteReshard(rs Resharder) {
 	for action, op := range map[string]func(context.Context, string) (*rebalance.Job, error){
 		"pause": rs.Pause, "resume": rs.Resume, "abort": rs.Abort,
 	} {
-		s.mux.HandleFunc("POST /v1/admin/reshard/{job}/"+action, func(w http.ResponseWriter, r *http.Request) {
+		s.handleFunc("POST /v1/admin/reshard/{job}/"+action, func(w http.ResponseWriter, r *http.Request) {
 			job, err := op(r.Context(), r.PathValue("job"))
 			if err != nil {
 				writeError(w, reshardError(err))

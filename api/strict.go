@@ -14,7 +14,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/domain"
 )
 
 // Request strictness (DESIGN §5 "Strictness"): unknown fields, duplicate
@@ -28,9 +28,9 @@ import (
 
 // Bounds of fields kept in a column of their own size (store/limits.go).
 const (
-	maxConsumer  = store.MaxConsumerBytes
-	maxErrorCode = store.MaxErrorCodeBytes
-	maxLastError = store.MaxLastErrorBytes
+	maxConsumer  = domain.MaxConsumerBytes
+	maxErrorCode = domain.MaxErrorCodeBytes
+	maxLastError = domain.MaxLastErrorBytes
 )
 
 // strictError is what checkJSON found wrong, with where.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/shardmq/shardmq/api/apitest"
 	"github.com/shardmq/shardmq/broker"
-	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/domain"
 )
 
 func testReceipt(t testing.TB) string {
@@ -74,9 +74,9 @@ func TestStrictAcceptsWhatIsValid(t *testing.T) {
 				}
 			}},
 		{"headers filling the column", "POST", "/v1/topics/orders/messages",
-			`{"messages":[{"payload":1,"headers":` + apitest.HeadersOf(store.MaxHeadersBytes) + `}]}`,
+			`{"messages":[{"payload":1,"headers":` + apitest.HeadersOf(domain.MaxHeadersBytes) + `}]}`,
 			func(t *testing.T, c call) {
-				if n := len(c.args[1].([]broker.Message)[0].Headers); n != store.MaxHeadersBytes {
+				if n := len(c.args[1].([]broker.Message)[0].Headers); n != domain.MaxHeadersBytes {
 					t.Errorf("headers %d bytes", n)
 				}
 			}},
@@ -105,7 +105,7 @@ func TestStrictAcceptsWhatIsValid(t *testing.T) {
 			`{"items":[{"receipt":` + rc + `,"error":"` + strings.Repeat("é", 1500) + `"}]}`,
 			func(t *testing.T, c call) {
 				e := c.args[0].([]broker.NackItem)[0].Error
-				if len(e) > store.MaxLastErrorBytes || !utf8.ValidString(e) || len(e) < store.MaxLastErrorBytes-1 {
+				if len(e) > domain.MaxLastErrorBytes || !utf8.ValidString(e) || len(e) < domain.MaxLastErrorBytes-1 {
 					t.Errorf("error cut to %d bytes, valid UTF-8 %v", len(e), utf8.ValidString(e))
 				}
 			}},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/subscription"
 )
 
@@ -28,14 +29,14 @@ var _ Subscriptions = (*broker.Broker)(nil)
 
 func (s *Server) routeSubscriptions(sb Subscriptions) {
 	s.subs = sb
-	s.mux.HandleFunc("PUT /v1/topics/{topic}/subscriptions/{sub}", s.putSubscription)
-	s.mux.HandleFunc("GET /v1/topics/{topic}/subscriptions/{sub}", s.getSubscription)
-	s.mux.HandleFunc("DELETE /v1/topics/{topic}/subscriptions/{sub}", s.deleteSubscription)
-	s.mux.HandleFunc("GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters", s.listDead)
-	s.mux.HandleFunc("DELETE /v1/topics/{topic}/subscriptions/{sub}/dead-letters", s.purgeDead)
-	s.mux.HandleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/redrive", s.redrive)
-	s.mux.HandleFunc("GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters/codes", s.deadCodes)
-	s.mux.HandleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/claim", s.claimDead)
+	s.handleFunc("PUT /v1/topics/{topic}/subscriptions/{sub}", s.putSubscription)
+	s.handleFunc("GET /v1/topics/{topic}/subscriptions/{sub}", s.getSubscription)
+	s.handleFunc("DELETE /v1/topics/{topic}/subscriptions/{sub}", s.deleteSubscription)
+	s.handleFunc("GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters", s.listDead)
+	s.handleFunc("DELETE /v1/topics/{topic}/subscriptions/{sub}/dead-letters", s.purgeDead)
+	s.handleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/redrive", s.redrive)
+	s.handleFunc("GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters/codes", s.deadCodes)
+	s.handleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/claim", s.claimDead)
 }
 
 // subscriptionBody is a PUT body: omitted fields take their defaults (a PUT
@@ -67,7 +68,7 @@ func (b subscriptionBody) build(topic, name string) (subscription.Subscription, 
 		}
 		sub.MaxAttempts = *b.MaxAttempts
 	}
-	jitter := 0.2
+	jitter := domain.DefaultBackoffJitter
 	if b.Backoff != nil {
 		if v := b.Backoff.InitialMS; v != nil {
 			if *v <= 0 {

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/lookup"
-	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/topology"
 )
 
@@ -24,8 +24,8 @@ var _ Tracer = (*lookup.Service)(nil)
 // RouteOps registers the trace and lookup endpoints (DESIGN §5 "Trace and
 // lookup") and, when a is not nil, the operations endpoints of admin.go.
 func (s *Server) RouteOps(t Tracer, a Admin) {
-	s.mux.HandleFunc("GET /v1/messages/{key}/trace", func(w http.ResponseWriter, r *http.Request) { s.trace(w, r, t) })
-	s.mux.HandleFunc("GET /v1/transactions/{transaction_id}", func(w http.ResponseWriter, r *http.Request) { s.transaction(w, r, t) })
+	s.handleFunc("GET /v1/messages/{key}/trace", func(w http.ResponseWriter, r *http.Request) { s.trace(w, r, t) })
+	s.handleFunc("GET /v1/transactions/{transaction_id}", func(w http.ResponseWriter, r *http.Request) { s.transaction(w, r, t) })
 	if a != nil {
 		s.routeAdmin(a)
 	}
@@ -47,7 +47,7 @@ type messageBody struct {
 	ProducedAt    string            `json:"produced_at"`
 }
 
-func (s *Server) bodyOf(m *store.Message) messageBody {
+func (s *Server) bodyOf(m *domain.Message) messageBody {
 	v := messageBody{ID: strconv.FormatUint(m.ID, 10), Key: m.Key, Topic: m.Topic, VShard: int(m.VShard),
 		Headers: map[string]string{}, Priority: m.Priority, OrderKey: m.OrderKey, TransactionID: m.TransactionID,
 		ProducedAt: formatTime(m.CreatedAt)}
@@ -68,24 +68,24 @@ func (s *Server) bodyOf(m *store.Message) messageBody {
 // messageView is a stored message as the trace and lookups show it.
 type messageView struct {
 	messageBody
-	Cluster string `json:"cluster,omitempty"`
-	Status  string `json:"status"`
+	Cluster string               `json:"cluster,omitempty"`
+	Status  domain.MessageStatus `json:"status"`
 }
 
-func (s *Server) viewMessage(m *store.Message, cluster string) messageView {
-	return messageView{messageBody: s.bodyOf(m), Cluster: cluster, Status: store.StatusName(m.Status)}
+func (s *Server) viewMessage(m *domain.Message, cluster string) messageView {
+	return messageView{messageBody: s.bodyOf(m), Cluster: cluster, Status: m.Status}
 }
 
 type deliveryView struct {
-	Subscription  string `json:"subscription"`
-	State         string `json:"state"`
-	Attempts      int    `json:"attempts"`
-	Consumer      string `json:"consumer,omitempty"`
-	ErrorCode     string `json:"error_code,omitempty"`
-	LastError     string `json:"last_error,omitempty"`
-	NextAttemptAt string `json:"next_attempt_at,omitempty"`
-	LeaseExpires  string `json:"lease_expires_at,omitempty"`
-	DoneAt        string `json:"done_at,omitempty"`
+	Subscription  string               `json:"subscription"`
+	State         domain.DeliveryState `json:"state"`
+	Attempts      int                  `json:"attempts"`
+	Consumer      string               `json:"consumer,omitempty"`
+	ErrorCode     string               `json:"error_code,omitempty"`
+	LastError     string               `json:"last_error,omitempty"`
+	NextAttemptAt string               `json:"next_attempt_at,omitempty"`
+	LeaseExpires  string               `json:"lease_expires_at,omitempty"`
+	DoneAt        string               `json:"done_at,omitempty"`
 }
 
 type eventView struct {
@@ -113,9 +113,9 @@ type traceResponse struct {
 // lookupError maps a lookup failure to the error answered.
 func (s *Server) lookupError(r *http.Request, err error, what string) *apiError {
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, domain.ErrNotFound):
 		return fail(CodeNotFound, what+" not found")
-	case errors.Is(err, store.ErrUnavailable):
+	case errors.Is(err, domain.ErrUnavailable):
 		return s.hide(r, CodeUnavailable, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return s.hide(r, CodeUnavailable, err)

@@ -32,9 +32,9 @@ const staleQueues = 5 * time.Minute
 // every answer is then counted live, without samples.
 func (s *Server) RouteUI(hist QueueHistory) {
 	page := ui.Handler()
-	s.mux.Handle("GET /ui", page)
-	s.mux.Handle("GET /ui/", page)
-	s.mux.HandleFunc("GET /v1/admin/queues", func(w http.ResponseWriter, r *http.Request) { s.queues(w, r, hist) })
+	s.Handle("GET /ui", page)
+	s.Handle("GET /ui/", page)
+	s.handleFunc("GET /v1/admin/queues", func(w http.ResponseWriter, r *http.Request) { s.queues(w, r, hist) })
 }
 
 func (s *Server) queues(w http.ResponseWriter, r *http.Request, hist QueueHistory) {
@@ -88,20 +88,14 @@ func (s *Server) queues(w http.ResponseWriter, r *http.Request, hist QueueHistor
 		Dead     []uint32 `json:"dead"`
 	}
 	type row struct {
-		Topic        string `json:"topic"`
-		Subscription string `json:"subscription"`
-		Depth        int64  `json:"depth"`
-		Ready        int64  `json:"ready"`
-		Delayed      int64  `json:"delayed"`
-		InFlight     int64  `json:"in_flight"`
-		Parked       int64  `json:"parked"`
-		Dead         int64  `json:"dead"`
-		History      series `json:"history"`
+		subscriptionStats
+		History series `json:"history"`
 	}
 	rows := make([]row, len(p.Rows))
 	for i, x := range p.Rows {
-		rows[i] = row{Topic: x.Topic, Subscription: x.Subscription, Depth: x.Depth, Ready: x.Ready, Delayed: x.Delayed,
-			InFlight: x.InFlight, Parked: x.Parked, Dead: x.Dead, History: series{Depth: x.DepthHist, InFlight: x.InFlightHist, Dead: x.DeadHist}}
+		rows[i] = row{subscriptionStats: subscriptionStats{Topic: x.Topic, Subscription: x.Subscription, Depth: x.Depth, Ready: x.Ready,
+			Delayed: x.Delayed, InFlight: x.InFlight, Parked: x.Parked, Dead: x.Dead},
+			History: series{Depth: x.DepthHist, InFlight: x.InFlightHist, Dead: x.DeadHist}}
 	}
 	times := make([]string, len(p.Times))
 	for i, t := range p.Times {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
 
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
@@ -251,8 +252,8 @@ type ProduceResult struct {
 	Key    string
 	ID     uint64
 	VShard shard.ID
-	Status string // created | duplicate | conflict | unavailable | rejected
-	Err    error  // why unavailable or rejected
+	Status domain.ProduceStatus
+	Err    error // why unavailable or rejected
 }
 
 // PayloadHash is what tells a duplicate (same key, same payload) from a
@@ -317,7 +318,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 				if string(rk.hash[:]) == string(hash) {
 					status = store.Duplicate
 				}
-				results[i].Status = status.String()
+				results[i].Status = status
 				b.rejected.add(b.ids.Next(), status, rk, hash)
 				skip[i] = true
 				continue
@@ -360,7 +361,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 	})
 	for i, err := range errs {
 		if err != nil {
-			results[i].Status, results[i].Err = "unavailable", err
+			results[i].Status, results[i].Err = domain.ProduceUnavailable, err
 		}
 	}
 	var wg sync.WaitGroup
@@ -393,15 +394,15 @@ func (b *Broker) produceOn(ctx context.Context, cs *clusterShard, topic string, 
 	var gtid string
 	for j, i := range idx {
 		if err := resp.errs[j]; err != nil {
-			results[i].Status, results[i].Err = "unavailable", err
+			results[i].Status, results[i].Err = domain.ProduceUnavailable, err
 			if errors.Is(err, store.ErrInvalidData) {
-				results[i].Status = "rejected" // deterministic: a retry cannot succeed
+				results[i].Status = domain.ProduceRejected // deterministic: a retry cannot succeed
 			}
 			continue
 		}
 		r := resp.res[j]
 		results[i].ID = r.ID
-		results[i].Status = r.Status.String()
+		results[i].Status = r.Status
 		if r.GTID != "" {
 			gtid = r.GTID
 		}
@@ -432,9 +433,9 @@ func (b *Broker) confirmReplicated(ctx context.Context, name, gtid string, idx [
 		return
 	}
 	for _, i := range idx {
-		if results[i].Status == "created" || results[i].Status == "duplicate" {
+		if results[i].Status == domain.ProduceCreated || results[i].Status == domain.ProduceDuplicate {
 			results[i].Err = &NotReplicatedError{Cluster: name, Err: err}
-			results[i].Status = "unavailable"
+			results[i].Status = domain.ProduceUnavailable
 		}
 	}
 }
@@ -653,10 +654,9 @@ func MessageBytes(m *store.Message) int {
 	return len(m.Payload) + len(m.Headers) + len(m.Key) + len(m.OrderKey) + len(m.TransactionID)
 }
 
-// LeaseResult is one ack's or extend's outcome: ok | lease_lost |
-// not_found | unavailable.
+// LeaseResult is one ack's or extend's outcome.
 type LeaseResult struct {
-	Status  string
+	Status  domain.LeaseStatus
 	Expires time.Time
 	Err     error
 }
@@ -699,10 +699,10 @@ func (b *Broker) leaseOp(ctx context.Context, receipts []Receipt, op func(Shard,
 		st, exp, err := op(cs, leases)
 		for j, i := range idx {
 			if err != nil {
-				out[i] = LeaseResult{Status: "unavailable", Err: fmt.Errorf("cluster %s: %w", name, err)}
+				out[i] = LeaseResult{Status: domain.LeaseUnavailable, Err: fmt.Errorf("cluster %s: %w", name, err)}
 				continue
 			}
-			out[i] = LeaseResult{Status: st[j].String()}
+			out[i] = LeaseResult{Status: st[j]}
 			if st[j] == store.LeaseOK {
 				out[i].Expires = exp
 			}
@@ -710,7 +710,7 @@ func (b *Broker) leaseOp(ctx context.Context, receipts []Receipt, op func(Shard,
 	})
 	for i, err := range errs {
 		if err != nil {
-			out[i] = LeaseResult{Status: "unavailable", Err: err}
+			out[i] = LeaseResult{Status: domain.LeaseUnavailable, Err: err}
 		}
 	}
 	return out
@@ -724,10 +724,9 @@ type NackItem struct {
 	RetryAfter time.Duration
 }
 
-// NackResult is one nack's outcome: retry_scheduled | dead | lease_lost |
-// not_found | unavailable.
+// NackResult is one nack's outcome.
 type NackResult struct {
-	Status        string
+	Status        domain.NackStatus
 	NextAttemptAt time.Time
 	Err           error
 }
@@ -762,15 +761,15 @@ func (b *Broker) Nack(ctx context.Context, items []NackItem) []NackResult {
 		res, err := cs.Nack(ctx, batch, policy, rand.Float64, b.now().UTC())
 		for j, i := range idx {
 			if err != nil {
-				out[i] = NackResult{Status: "unavailable", Err: fmt.Errorf("cluster %s: %w", name, err)}
+				out[i] = NackResult{Status: domain.NackUnavailable, Err: fmt.Errorf("cluster %s: %w", name, err)}
 				continue
 			}
-			out[i] = NackResult{Status: res[j].Status.String(), NextAttemptAt: res[j].NextAttemptAt}
+			out[i] = NackResult{Status: res[j].Status, NextAttemptAt: res[j].NextAttemptAt}
 		}
 	})
 	for i, err := range errs {
 		if err != nil {
-			out[i] = NackResult{Status: "unavailable", Err: err}
+			out[i] = NackResult{Status: domain.NackUnavailable, Err: err}
 		}
 	}
 	return out

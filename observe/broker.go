@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/domain"
 )
 
 // Broker is the broker as the API sees it, counting what each call
@@ -23,26 +24,26 @@ func WrapBroker(b *broker.Broker, m *Messages) *Broker { return &Broker{Broker: 
 func (b *Broker) Produce(ctx context.Context, topic string, msgs []broker.Message, dur broker.Durability) ([]broker.ProduceResult, error) {
 	res, err := b.Broker.Produce(ctx, topic, msgs, dur)
 	if err != nil {
-		b.m.Produced(topic, "unavailable", len(msgs))
+		b.m.Produced(topic, domain.ProduceUnavailable.String(), len(msgs))
 		return res, err
 	}
 	var created, dup, conflict, unavailable int
 	for _, r := range res {
 		switch r.Status {
-		case "created":
+		case domain.ProduceCreated:
 			created++
-		case "duplicate":
+		case domain.ProduceDuplicate:
 			dup++
-		case "conflict":
+		case domain.ProduceConflict:
 			conflict++
 		default:
 			unavailable++
 		}
 	}
-	b.m.Produced(topic, "created", created)
-	b.m.Produced(topic, "duplicate", dup)
-	b.m.Produced(topic, "conflict", conflict)
-	b.m.Produced(topic, "unavailable", unavailable)
+	b.m.Produced(topic, domain.ProduceCreated.String(), created)
+	b.m.Produced(topic, domain.ProduceDuplicate.String(), dup)
+	b.m.Produced(topic, domain.ProduceConflict.String(), conflict)
+	b.m.Produced(topic, domain.ProduceUnavailable.String(), unavailable)
 	return res, nil
 }
 
@@ -60,8 +61,8 @@ func (b *Broker) Claim(ctx context.Context, req broker.ClaimRequest) ([]broker.D
 func (b *Broker) Ack(ctx context.Context, receipts []broker.Receipt) []broker.LeaseResult {
 	res := b.Broker.Ack(ctx, receipts)
 	for i, r := range res {
-		b.m.Result("ack", r.Status)
-		if r.Status == "ok" {
+		b.m.Result("ack", r.Status.String())
+		if r.Status == domain.LeaseOK {
 			b.m.Acked(receipts[i].Topic, receipts[i].Subscription, 1)
 		}
 	}
@@ -73,8 +74,8 @@ func (b *Broker) Ack(ctx context.Context, receipts []broker.Receipt) []broker.Le
 func (b *Broker) Nack(ctx context.Context, items []broker.NackItem) []broker.NackResult {
 	res := b.Broker.Nack(ctx, items)
 	for i, r := range res {
-		b.m.Result("nack", r.Status)
-		if r.Status == "retry_scheduled" || r.Status == "dead" {
+		b.m.Result("nack", r.Status.String())
+		if r.Status == domain.NackRetryScheduled || r.Status == domain.NackDead {
 			b.m.Nacked(items[i].Receipt.Topic, items[i].Receipt.Subscription, 1)
 		}
 	}
@@ -85,7 +86,7 @@ func (b *Broker) Nack(ctx context.Context, items []broker.NackItem) []broker.Nac
 func (b *Broker) Extend(ctx context.Context, receipts []broker.Receipt, lease time.Duration) []broker.LeaseResult {
 	res := b.Broker.Extend(ctx, receipts, lease)
 	for _, r := range res {
-		b.m.Result("extend", r.Status)
+		b.m.Result("extend", r.Status.String())
 	}
 	return res
 }

@@ -209,10 +209,12 @@ func TestKillPrimaryFailsFastThenFailsOver(t *testing.T) {
 		t.Fatal("the router wrote to a read-only replica named primary")
 	}
 	phase.Store(2)
+	// Taken before the promotion: a request that starts while it
+	// completes may rightly be created on the new primary.
+	edited := time.Now()
 	if err := own.Promote(ctx, victim.Replicas[0]); err != nil {
 		t.Fatal(err)
 	}
-	edited := time.Now()
 	waitFor(t, 10*time.Second, func() bool { return created(victim.Name, edited) > 0 })
 	var back time.Time
 	mu.Lock()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"time"
+
+	"github.com/shardmq/shardmq/domain"
 )
 
 // ClaimRequest asks for up to Max deliveries of one subscription.
@@ -228,7 +230,7 @@ func (s *Store) Release(ctx context.Context, leases []Lease, countAttempt bool, 
 		return 0, nil
 	}
 	var n int64
-	err := s.inTx(ctx, 5, s.retryHook("release"), func(tx *sql.Tx) error {
+	err := s.inTx(ctx, txAttempts, s.retryHook("release"), func(tx *sql.Tx) error {
 		n = 0
 		type group struct {
 			sub   string
@@ -323,22 +325,14 @@ type Lease struct {
 }
 
 // LeaseStatus is the outcome of an ack or extend.
-type LeaseStatus int
+type LeaseStatus = domain.LeaseStatus
 
+// The outcomes an ack's or extend's transaction decides (see domain).
 const (
-	// LeaseOK: done.
-	LeaseOK LeaseStatus = iota
-	// LeaseLost: the delivery exists but the receipt's lease is no longer
-	// the current one (it expired and was claimed again, or it was nacked,
-	// acked by a newer lease or dead-lettered).
-	LeaseLost
-	// LeaseNotFound: no such delivery (already acked, or never existed).
-	LeaseNotFound
+	LeaseOK       = domain.LeaseOK
+	LeaseLost     = domain.LeaseLost
+	LeaseNotFound = domain.LeaseNotFound
 )
-
-func (s LeaseStatus) String() string {
-	return [...]string{"ok", "lease_lost", "not_found"}[s]
-}
 
 // holds classifies a locked delivery against a lease.
 func holds(d delivery, found bool, l Lease) LeaseStatus {
@@ -384,7 +378,7 @@ func lockLeases(ctx context.Context, tx *sql.Tx, leases []Lease) (map[Lease]deli
 // of the key is un-parked. Results are in the order of leases.
 func (s *Store) Ack(ctx context.Context, leases []Lease, now time.Time) ([]LeaseStatus, error) {
 	out := make([]LeaseStatus, len(leases))
-	err := s.inTx(ctx, 5, s.retryHook("ack"), func(tx *sql.Tx) error {
+	err := s.inTx(ctx, txAttempts, s.retryHook("ack"), func(tx *sql.Tx) error {
 		rows, found, err := lockLeases(ctx, tx, leases)
 		if err != nil {
 			return err
@@ -444,18 +438,15 @@ type NackItem struct {
 }
 
 // NackStatus is the outcome of a nack.
-type NackStatus int
+type NackStatus = domain.NackStatus
 
+// The outcomes a nack's transaction decides (see domain).
 const (
-	RetryScheduled NackStatus = iota
-	Dead
-	NackLeaseLost
-	NackNotFound
+	RetryScheduled = domain.NackRetryScheduled
+	Dead           = domain.NackDead
+	NackLeaseLost  = domain.NackLeaseLost
+	NackNotFound   = domain.NackNotFound
 )
-
-func (s NackStatus) String() string {
-	return [...]string{"retry_scheduled", "dead", "lease_lost", "not_found"}[s]
-}
 
 // NackResult is one nack's outcome; NextAttemptAt is set for retries.
 type NackResult struct {
@@ -479,7 +470,7 @@ func (s *Store) Nack(ctx context.Context, items []NackItem, policy func(topic, s
 		leases[i] = it.Lease
 	}
 	var died []delivery // for OnDeliveries, of the run that committed
-	err := s.inTx(ctx, 5, s.retryHook("nack"), func(tx *sql.Tx) error {
+	err := s.inTx(ctx, txAttempts, s.retryHook("nack"), func(tx *sql.Tx) error {
 		died = died[:0]
 		rows, found, err := lockLeases(ctx, tx, leases)
 		if err != nil {
@@ -568,7 +559,7 @@ func (s *Store) Nack(ctx context.Context, items []NackItem, policy func(topic, s
 func (s *Store) Extend(ctx context.Context, leases []Lease, lease time.Duration, now time.Time) ([]LeaseStatus, time.Time, error) {
 	out := make([]LeaseStatus, len(leases))
 	expires := now.Add(lease)
-	err := s.inTx(ctx, 5, s.retryHook("extend"), func(tx *sql.Tx) error {
+	err := s.inTx(ctx, txAttempts, s.retryHook("extend"), func(tx *sql.Tx) error {
 		rows, found, err := lockLeases(ctx, tx, leases)
 		if err != nil {
 			return err

@@ -47,7 +47,7 @@ func (s *Store) inBatches(ctx context.Context, op string, batch func(tx *sql.Tx)
 	var total int64
 	for {
 		var n int
-		err := s.inTx(ctx, 5, s.retryHook(op), func(tx *sql.Tx) error {
+		err := s.inTx(ctx, txAttempts, s.retryHook(op), func(tx *sql.Tx) error {
 			var err error
 			n, err = batch(tx)
 			return err

@@ -1,27 +1,26 @@
 package store
 
-import "errors"
+import "github.com/shardmq/shardmq/domain"
 
 // Column capacities: the most each column of the schema holds, in bytes.
-// The API's limits never exceed them (api.Limits.WithDefaults clamps to
-// them), so that a value the router accepts always fits and a too-long
-// value is refused before SQL instead of failing in it. TestColumnCapacities
-// checks them against the tables of a migrated database.
+// They are domain's capacities, which the API's limits never exceed
+// (api.Limits.WithDefaults clamps to them), so that a value the router
+// accepts always fits and a too-long value is refused before SQL instead of
+// failing in it. TestColumnCapacities checks them against the tables of a
+// migrated database.
 const (
-	MaxTopicBytes     = 128       // topic, subscription: VARBINARY(128)
-	MaxKeyBytes       = 256       // msg_key, order_key, transaction_id: VARBINARY(256)
-	MaxHeadersBytes   = 65535     // message_store.headers: BLOB
-	MaxPayloadBytes   = 1<<24 - 1 // message_store.payload: MEDIUMBLOB
-	MaxConsumerBytes  = 128       // message_queue.locked_by, message_trace.consumer: VARBINARY(128)
-	MaxErrorCodeBytes = 64        // error_code: VARBINARY(64)
-	MaxLastErrorBytes = 2048      // message_queue.last_error, message_trace.error: VARBINARY(2048)
+	MaxTopicBytes     = domain.MaxTopicBytes     // topic, subscription: VARBINARY(128)
+	MaxKeyBytes       = domain.MaxKeyBytes       // msg_key, order_key, transaction_id: VARBINARY(256)
+	MaxHeadersBytes   = domain.MaxHeadersBytes   // message_store.headers: BLOB
+	MaxPayloadBytes   = domain.MaxPayloadBytes   // message_store.payload: MEDIUMBLOB
+	MaxConsumerBytes  = domain.MaxConsumerBytes  // message_queue.locked_by, message_trace.consumer: VARBINARY(128)
+	MaxErrorCodeBytes = domain.MaxErrorCodeBytes // error_code: VARBINARY(64)
+	MaxLastErrorBytes = domain.MaxLastErrorBytes // message_queue.last_error, message_trace.error: VARBINARY(2048)
 )
 
-// ErrInvalidData: the database refused a value of the row itself (too long
-// for its column, out of range, not a valid value). Sending the same item
-// again fails the same way, so it is never reported as unavailable; the
-// API's limits keep such values from reaching SQL in the first place.
-var ErrInvalidData = errors.New("value refused by the database")
+// ErrInvalidData: the database refused a value of the row itself (see
+// domain.ErrInvalidData).
+var ErrInvalidData = domain.ErrInvalidData
 
 // MySQL/MariaDB errors about a value, not about the server or the
 // connection.

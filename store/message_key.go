@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -65,66 +64,45 @@ type registeredKey struct {
 	hash      []byte
 }
 
+// keysIn is "(topic, msg_key) IN (…)" for n keys.
+func keysIn(n int) string {
+	return "(topic, msg_key) IN (" + placeholders(n, 2) + ")"
+}
+
 // selectKeys reads who holds each (topic, key), with a shared lock so that
 // the answer is the committed or our own row, never a stale snapshot.
 func selectKeys(ctx context.Context, tx *sql.Tx, rows []keyRow) (map[[2]string]registeredKey, error) {
-	var b strings.Builder
 	args := make([]any, 0, len(rows)*2)
-	b.WriteString("SELECT topic, msg_key, message_id, vshard, payload_hash FROM message_key WHERE (topic, msg_key) IN (")
-	for i, r := range rows {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("(?,?)")
+	for _, r := range rows {
 		args = append(args, r.topic, r.key)
 	}
-	b.WriteString(") LOCK IN SHARE MODE")
-	res, err := tx.QueryContext(ctx, b.String(), args...)
-	if err != nil {
-		return nil, fmt.Errorf("select message_key: %w", err)
-	}
-	defer res.Close()
-	out := make(map[[2]string]registeredKey, len(rows))
-	for res.Next() {
+	return queryMap(ctx, tx, "select message_key", "SELECT topic, msg_key, message_id, vshard, payload_hash FROM message_key WHERE "+
+		keysIn(len(rows))+" LOCK IN SHARE MODE", args, func(res *sql.Rows) ([2]string, registeredKey, error) {
 		var topic, key string
 		var k registeredKey
-		if err := res.Scan(&topic, &key, &k.messageID, &k.vshard, &k.hash); err != nil {
-			return nil, fmt.Errorf("select message_key: %w", err)
-		}
-		out[[2]string{topic, key}] = k
-	}
-	return out, res.Err()
+		err := res.Scan(&topic, &key, &k.messageID, &k.vshard, &k.hash)
+		return [2]string{topic, key}, k, err
+	})
 }
 
 // LookupKey returns the message id registered for (topic, key).
 func (s *Store) LookupKey(ctx context.Context, topic, key string) (uint64, error) {
-	var id uint64
-	err := s.db.QueryRowContext(ctx, "SELECT message_id FROM message_key WHERE topic = ? AND msg_key = ?", topic, key).Scan(&id)
-	if err != nil {
-		return 0, translate(err)
-	}
-	return id, nil
+	id, err := selectKeyID(ctx, s.db, topic, key)
+	return id, translate(err)
 }
 
-// selectKeyID returns the message id registered for (topic, key), for the
-// read paths (trace); ErrNotFound when none is.
+// selectKeyID returns the message id registered for (topic, key);
+// ErrNotFound when none is.
 func selectKeyID(ctx context.Context, q queryer, topic, key string) (uint64, error) {
-	rows, err := q.QueryContext(ctx, "SELECT message_id FROM message_key WHERE topic = ? AND msg_key = ?", topic, key)
+	ids, err := queryRows(ctx, q, "select message_key", "SELECT message_id FROM message_key WHERE topic = ? AND msg_key = ?",
+		[]any{topic, key}, scanOne[uint64])
 	if err != nil {
-		return 0, fmt.Errorf("select message_key: %w", err)
+		return 0, err
 	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return 0, fmt.Errorf("select message_key: %w", err)
-		}
+	if len(ids) == 0 {
 		return 0, ErrNotFound
 	}
-	var id uint64
-	if err := rows.Scan(&id); err != nil {
-		return 0, fmt.Errorf("select message_key: %w", err)
-	}
-	return id, rows.Err()
+	return ids[0], nil
 }
 
 // selectKeyHolders returns, for each (topic, key) of msgs that is
@@ -134,32 +112,17 @@ func selectKeyHolders(ctx context.Context, q queryer, msgs []*Message) (map[[2]s
 	if len(msgs) == 0 {
 		return nil, nil
 	}
-	var b strings.Builder
 	args := make([]any, 0, len(msgs)*2)
-	b.WriteString("SELECT topic, msg_key, message_id FROM message_key WHERE (topic, msg_key) IN (")
-	for i, m := range msgs {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("(?,?)")
+	for _, m := range msgs {
 		args = append(args, m.Topic, m.Key)
 	}
-	b.WriteByte(')')
-	rows, err := q.QueryContext(ctx, b.String(), args...)
-	if err != nil {
-		return nil, fmt.Errorf("select message_key holders: %w", err)
-	}
-	defer rows.Close()
-	out := make(map[[2]string]uint64, len(msgs))
-	for rows.Next() {
-		var topic, key string
-		var id uint64
-		if err := rows.Scan(&topic, &key, &id); err != nil {
-			return nil, fmt.Errorf("select message_key holders: %w", err)
-		}
-		out[[2]string{topic, key}] = id
-	}
-	return out, rows.Err()
+	return queryMap(ctx, q, "select message_key holders", "SELECT topic, msg_key, message_id FROM message_key WHERE "+keysIn(len(msgs)),
+		args, func(rows *sql.Rows) ([2]string, uint64, error) {
+			var topic, key string
+			var id uint64
+			err := rows.Scan(&topic, &key, &id)
+			return [2]string{topic, key}, id, err
+		})
 }
 
 // messageKeyMove moves dedup keys with their vshard (see move.go): a key

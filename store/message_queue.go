@@ -79,6 +79,12 @@ func insertDeliveriesSQL(msgs []*Message, subs []string, at map[uint64]time.Time
 		placeholders(len(msgs)*len(subs), 7), args
 }
 
+// subscriptionIDs is the condition "these deliveries of one subscription"
+// and args followed by its arguments.
+func subscriptionIDs(args []any, sub string, ids []uint64) (string, []any) {
+	return "subscription = ? AND message_id IN (" + inList(len(ids)) + ")", appendArgs(append(args, sub), ids)
+}
+
 func insertDeliveries(ctx context.Context, tx *sql.Tx, msgs []*Message, subs []string, at map[uint64]time.Time) error {
 	q, args := insertDeliveriesSQL(msgs, subs, at)
 	_, err := tx.ExecContext(ctx, q, args...)
@@ -103,7 +109,7 @@ WHERE topic = ? AND subscription = ? AND is_dead = ? AND parked = 0 AND availabl
 	if exclude > 0 {
 		// Frozen vshards (resharding cut-over): their deliveries are
 		// being copied to another cluster and must not change here.
-		q += " AND vshard NOT IN (" + strings.TrimSuffix(strings.Repeat("?,", exclude), ",") + ")"
+		q += " AND vshard NOT IN (" + inList(exclude) + ")"
 	}
 	return q + "\nORDER BY priority DESC, message_id\nLIMIT ? FOR UPDATE SKIP LOCKED"
 }
@@ -115,24 +121,12 @@ func claimCandidates(ctx context.Context, tx *sql.Tx, topic, sub string, now tim
 	if errorCode != "" {
 		args = append(args, errorCode)
 	}
-	for _, v := range exclude {
-		args = append(args, v)
-	}
-	args = append(args, max)
-	rows, err := tx.QueryContext(ctx, claimQuery(errorCode != "", len(exclude)), args...)
-	if err != nil {
-		return nil, fmt.Errorf("select claimable message_queue: %w", err)
-	}
-	defer rows.Close()
-	var out []delivery
-	for rows.Next() {
+	args = append(appendArgs(args, exclude), max)
+	return queryRows(ctx, tx, "select claimable message_queue", claimQuery(errorCode != "", len(exclude)), args, func(rows *sql.Rows) (delivery, error) {
 		d := delivery{subscription: sub, topic: topic, isDead: dead}
-		if err := rows.Scan(&d.messageID, &d.vshard, &d.attempts, &d.lockedBy, &d.claimToken, &d.orderKey, &d.errorCode); err != nil {
-			return nil, fmt.Errorf("select claimable message_queue: %w", err)
-		}
-		out = append(out, d)
-	}
-	return out, rows.Err()
+		err := rows.Scan(&d.messageID, &d.vshard, &d.attempts, &d.lockedBy, &d.claimToken, &d.orderKey, &d.errorCode)
+		return d, err
+	})
 }
 
 // leaseDeliveries gives the rows to a consumer: a new attempt, a new claim
@@ -144,12 +138,9 @@ func leaseDeliveries(ctx context.Context, tx *sql.Tx, sub string, ids []uint64, 
 	if countAttempt {
 		inc = 1
 	}
-	args := []any{inc, consumer, token, now, expires, sub}
-	for _, id := range ids {
-		args = append(args, id)
-	}
+	where, args := subscriptionIDs([]any{inc, consumer, token, now, expires}, sub, ids)
 	_, err := tx.ExecContext(ctx, `UPDATE message_queue SET attempts = attempts + ?, locked_by = ?, claim_token = ?, claimed_at = ?, available_at = ?
-WHERE subscription = ? AND message_id IN (`+strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")+")", args...)
+WHERE `+where, args...)
 	if err != nil {
 		return fmt.Errorf("lease message_queue: %w", err)
 	}
@@ -163,14 +154,10 @@ func releaseDeliveries(ctx context.Context, tx *sql.Tx, sub string, token uint64
 	if countAttempt {
 		dec = 1
 	}
-	args := []any{dec, now, sub, token}
-	for _, id := range ids {
-		args = append(args, id)
-	}
+	where, args := subscriptionIDs([]any{dec, dec, now}, sub, ids)
 	res, err := tx.ExecContext(ctx, `UPDATE message_queue SET attempts = GREATEST(attempts, ?) - ?, locked_by = NULL, claim_token = 0, claimed_at = NULL,
   available_at = ?
-WHERE subscription = ? AND claim_token = ? AND message_id IN (`+strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")+")",
-		append([]any{dec}, args...)...)
+WHERE `+where+" AND claim_token = ?", append(args, token)...)
 	if err != nil {
 		return 0, fmt.Errorf("release message_queue: %w", err)
 	}
@@ -181,39 +168,24 @@ WHERE subscription = ? AND claim_token = ? AND message_id IN (`+strings.TrimSuff
 // lockDeliveries reads and locks deliveries of one subscription by message
 // id; absent ids are simply not in the result.
 func lockDeliveries(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) (map[uint64]delivery, error) {
-	args := []any{sub}
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	rows, err := tx.QueryContext(ctx, `SELECT message_id, topic, vshard, attempts, COALESCE(locked_by, ''), claim_token, claimed_at, is_dead, available_at,
+	where, args := subscriptionIDs(nil, sub, ids)
+	out, err := queryMap(ctx, tx, "lock message_queue", `SELECT message_id, topic, vshard, attempts, COALESCE(locked_by, ''), claim_token, claimed_at, is_dead, available_at,
   COALESCE(order_key, '')
-FROM message_queue WHERE subscription = ? AND message_id IN (`+strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")+") FOR UPDATE", args...)
-	if err != nil {
-		return nil, fmt.Errorf("lock message_queue: %w", err)
-	}
-	defer rows.Close()
-	out := make(map[uint64]delivery, len(ids))
-	for rows.Next() {
+FROM message_queue WHERE `+where+" FOR UPDATE", args, func(rows *sql.Rows) (uint64, delivery, error) {
 		d := delivery{subscription: sub}
 		var claimedAt sql.NullTime
-		if err := rows.Scan(&d.messageID, &d.topic, &d.vshard, &d.attempts, &d.lockedBy, &d.claimToken, &claimedAt, &d.isDead, &d.availableAt, &d.orderKey); err != nil {
-			return nil, fmt.Errorf("lock message_queue: %w", err)
-		}
+		err := rows.Scan(&d.messageID, &d.topic, &d.vshard, &d.attempts, &d.lockedBy, &d.claimToken, &claimedAt, &d.isDead, &d.availableAt, &d.orderKey)
 		d.claimedAt = claimedAt.Time
-		out[d.messageID] = d
-	}
-	return out, rows.Err()
+		return d.messageID, d, err
+	})
+	return out, err
 }
 
 // deleteDeliveries removes acked deliveries; the caller holds their locks
 // and checked their claim tokens, and the count must match.
 func deleteDeliveries(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) error {
-	args := []any{sub}
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	res, err := tx.ExecContext(ctx, "DELETE FROM message_queue WHERE subscription = ? AND message_id IN ("+
-		strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")+")", args...)
+	where, args := subscriptionIDs(nil, sub, ids)
+	res, err := tx.ExecContext(ctx, "DELETE FROM message_queue WHERE "+where, args...)
 	if err != nil {
 		return fmt.Errorf("delete message_queue: %w", err)
 	}
@@ -251,12 +223,8 @@ WHERE subscription = ? AND message_id = ? AND claim_token = ?`, now, now, nullSt
 
 // extendLeases moves the expiry of leases the caller verified under lock.
 func extendLeases(ctx context.Context, tx *sql.Tx, sub string, ids []uint64, expires time.Time) error {
-	args := []any{expires, sub}
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	_, err := tx.ExecContext(ctx, "UPDATE message_queue SET available_at = ? WHERE subscription = ? AND message_id IN ("+
-		strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")+")", args...)
+	where, args := subscriptionIDs([]any{expires}, sub, ids)
+	_, err := tx.ExecContext(ctx, "UPDATE message_queue SET available_at = ? WHERE "+where, args...)
 	if err != nil {
 		return fmt.Errorf("extend message_queue: %w", err)
 	}
@@ -272,21 +240,13 @@ func orderHeads(ctx context.Context, tx *sql.Tx, topic, sub string, keys []strin
 	for _, k := range keys {
 		args = append(args, topic, sub, k)
 	}
-	rows, err := tx.QueryContext(ctx, orderHeadsQuery(len(keys)), args...)
-	if err != nil {
-		return nil, fmt.Errorf("select order heads in message_queue: %w", err)
-	}
-	defer rows.Close()
-	out := make(map[string]uint64, len(keys))
-	for rows.Next() {
+	out, err := queryMap(ctx, tx, "select order heads in message_queue", orderHeadsQuery(len(keys)), args, func(rows *sql.Rows) (string, uint64, error) {
 		var k string
 		var id uint64
-		if err := rows.Scan(&k, &id); err != nil {
-			return nil, fmt.Errorf("select order heads in message_queue: %w", err)
-		}
-		out[k] = id
-	}
-	return out, rows.Err()
+		err := rows.Scan(&k, &id)
+		return k, id, err
+	})
+	return out, err
 }
 
 // orderHeadsQuery reads each key's head with one index dive per key (a
@@ -304,12 +264,8 @@ WHERE topic = ? AND subscription = ? AND order_key = ? AND is_dead = 0 ORDER BY 
 
 // parkDeliveries parks deliveries the caller holds locked.
 func parkDeliveries(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) error {
-	args := []any{sub}
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	_, err := tx.ExecContext(ctx, "UPDATE message_queue SET parked = 1 WHERE subscription = ? AND message_id IN ("+
-		strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")+")", args...)
+	where, args := subscriptionIDs(nil, sub, ids)
+	_, err := tx.ExecContext(ctx, "UPDATE message_queue SET parked = 1 WHERE "+where, args...)
 	if err != nil {
 		return fmt.Errorf("park message_queue: %w", err)
 	}
@@ -382,61 +338,47 @@ FROM message_queue WHERE topic = ? AND subscription = ? AND is_dead = 1`
 		args = append(args, before)
 	}
 	query += " ORDER BY message_id DESC LIMIT ?"
-	args = append(args, limit)
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list dead message_queue: %w", err)
-	}
-	defer rows.Close()
-	var out []DeadLetter
-	for rows.Next() {
+	return queryRows(ctx, q, "list dead message_queue", query, append(args, limit), func(rows *sql.Rows) (DeadLetter, error) {
 		d := DeadLetter{Subscription: sub}
-		if err := rows.Scan(&d.MessageID, &d.VShard, &d.Attempts, &d.ErrorCode, &d.LastError, &d.DeadAt, &d.OrderKey, &d.InFlight); err != nil {
-			return nil, fmt.Errorf("list dead message_queue: %w", err)
-		}
-		out = append(out, d)
-	}
-	return out, rows.Err()
+		err := rows.Scan(&d.MessageID, &d.VShard, &d.Attempts, &d.ErrorCode, &d.LastError, &d.DeadAt, &d.OrderKey, &d.InFlight)
+		return d, err
+	})
 }
 
 // lockDead locks up to limit dead letters of a subscription (all, one
 // error code, or the given ids). With freeAt set it skips those leased on
 // the dead-letter channel at that time: a handler is working on them.
 func lockDead(ctx context.Context, tx *sql.Tx, topic, sub, errorCode string, ids []uint64, limit int, freeAt time.Time) ([]delivery, error) {
-	query := `SELECT message_id, vshard, attempts, COALESCE(order_key, ''), COALESCE(error_code, '') FROM message_queue
-WHERE topic = ? AND subscription = ? AND is_dead = 1`
+	where, args := deadSelection(topic, sub, errorCode, ids, freeAt)
+	query := "SELECT message_id, vshard, attempts, COALESCE(order_key, ''), COALESCE(error_code, '') FROM message_queue\nWHERE " + where +
+		" ORDER BY message_id LIMIT ? FOR UPDATE"
+	return queryRows(ctx, tx, "lock dead message_queue", query, append(args, limit), func(rows *sql.Rows) (delivery, error) {
+		d := delivery{topic: topic, subscription: sub, isDead: true}
+		var code string
+		err := rows.Scan(&d.messageID, &d.vshard, &d.attempts, &d.orderKey, &code)
+		return d, err
+	})
+}
+
+// deadSelection is the condition "these dead letters of a subscription"
+// (all, one error code, or the given ids; with freeAt set, not those
+// leased on the dead-letter channel at that time) and its arguments.
+func deadSelection(topic, sub, errorCode string, ids []uint64, freeAt time.Time) (string, []any) {
+	where := "topic = ? AND subscription = ? AND is_dead = 1"
 	args := []any{topic, sub}
 	if !freeAt.IsZero() {
-		query += " AND (claim_token = 0 OR available_at <= ?)"
+		where += " AND (claim_token = 0 OR available_at <= ?)"
 		args = append(args, freeAt)
 	}
 	if errorCode != "" {
-		query += " AND error_code = ?"
+		where += " AND error_code = ?"
 		args = append(args, errorCode)
 	}
 	if len(ids) > 0 {
-		query += " AND message_id IN (" + strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",") + ")"
-		for _, id := range ids {
-			args = append(args, id)
-		}
+		where += " AND message_id IN (" + inList(len(ids)) + ")"
+		args = appendArgs(args, ids)
 	}
-	query += " ORDER BY message_id LIMIT ? FOR UPDATE"
-	args = append(args, limit)
-	rows, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("lock dead message_queue: %w", err)
-	}
-	defer rows.Close()
-	var out []delivery
-	for rows.Next() {
-		d := delivery{topic: topic, subscription: sub, isDead: true}
-		var code string
-		if err := rows.Scan(&d.messageID, &d.vshard, &d.attempts, &d.orderKey, &code); err != nil {
-			return nil, fmt.Errorf("lock dead message_queue: %w", err)
-		}
-		out = append(out, d)
-	}
-	return out, rows.Err()
+	return where, args
 }
 
 // reviveDelivery makes a dead letter ready again with its attempts reset;
@@ -467,57 +409,25 @@ func deleteDeadBatch(ctx context.Context, tx *sql.Tx, topic, sub, errorCode stri
 
 // countDead counts a subscription's dead letters (an index range).
 func countDead(ctx context.Context, q queryer, topic, sub string) (int64, error) {
-	var n int64
-	row, err := q.QueryContext(ctx, "SELECT COUNT(*) FROM message_queue WHERE topic = ? AND subscription = ? AND is_dead = 1", topic, sub)
-	if err != nil {
-		return 0, fmt.Errorf("count dead message_queue: %w", err)
+	n, err := queryRows(ctx, q, "count dead message_queue", "SELECT COUNT(*) FROM message_queue WHERE topic = ? AND subscription = ? AND is_dead = 1",
+		[]any{topic, sub}, scanOne[int64])
+	if err != nil || len(n) == 0 {
+		return 0, err
 	}
-	defer row.Close()
-	if row.Next() {
-		if err := row.Scan(&n); err != nil {
-			return 0, fmt.Errorf("count dead message_queue: %w", err)
-		}
-	}
-	return n, row.Err()
+	return n[0], nil
 }
 
 // countDeadByCode counts, by error code, the dead letters a redrive with
 // the same selection would take (lockDead's conditions: not leased to a
 // dead-letter handler at freeAt).
 func countDeadByCode(ctx context.Context, q queryer, topic, sub, errorCode string, ids []uint64, freeAt time.Time) (map[string]int64, error) {
-	query := `SELECT COALESCE(error_code, ''), COUNT(*) FROM message_queue
-WHERE topic = ? AND subscription = ? AND is_dead = 1`
-	args := []any{topic, sub}
-	if !freeAt.IsZero() {
-		query += " AND (claim_token = 0 OR available_at <= ?)"
-		args = append(args, freeAt)
-	}
-	if errorCode != "" {
-		query += " AND error_code = ?"
-		args = append(args, errorCode)
-	}
-	if len(ids) > 0 {
-		query += " AND message_id IN (" + strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",") + ")"
-		for _, id := range ids {
-			args = append(args, id)
-		}
-	}
-	query += " GROUP BY COALESCE(error_code, '')"
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("count dead by code message_queue: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var code string
-		var n int64
-		if err := rows.Scan(&code, &n); err != nil {
-			return nil, fmt.Errorf("count dead by code message_queue: %w", err)
-		}
-		out[code] = n
-	}
-	return out, rows.Err()
+	where, args := deadSelection(topic, sub, errorCode, ids, freeAt)
+	return queryMap(ctx, q, "count dead by code message_queue",
+		"SELECT COALESCE(error_code, ''), COUNT(*) FROM message_queue\nWHERE "+where+" GROUP BY COALESCE(error_code, '')", args,
+		func(rows *sql.Rows) (code string, n int64, err error) {
+			err = rows.Scan(&code, &n)
+			return code, n, err
+		})
 }
 
 // droppedDelivery is a delivery of a deleted subscription, as its trace
@@ -532,42 +442,27 @@ type droppedDelivery struct {
 
 // lockSubscriptionBatch locks up to limit deliveries of a subscription.
 func lockSubscriptionBatch(ctx context.Context, tx *sql.Tx, topic, sub string, limit int) ([]droppedDelivery, error) {
-	rows, err := tx.QueryContext(ctx, "SELECT message_id, vshard, attempts, is_dead, claim_token <> 0 FROM message_queue WHERE topic = ? AND subscription = ? LIMIT ? FOR UPDATE", topic, sub, limit)
-	if err != nil {
-		return nil, fmt.Errorf("lock message_queue of a subscription: %w", err)
-	}
-	defer rows.Close()
-	var out []droppedDelivery
-	for rows.Next() {
-		var d droppedDelivery
-		if err := rows.Scan(&d.messageID, &d.vshard, &d.attempts, &d.dead, &d.leased); err != nil {
-			return nil, fmt.Errorf("lock message_queue of a subscription: %w", err)
-		}
-		out = append(out, d)
-	}
-	return out, rows.Err()
+	return queryRows(ctx, tx, "lock message_queue of a subscription",
+		"SELECT message_id, vshard, attempts, is_dead, claim_token <> 0 FROM message_queue WHERE topic = ? AND subscription = ? LIMIT ? FOR UPDATE",
+		[]any{topic, sub, limit}, func(rows *sql.Rows) (droppedDelivery, error) {
+			var d droppedDelivery
+			err := rows.Scan(&d.messageID, &d.vshard, &d.attempts, &d.dead, &d.leased)
+			return d, err
+		})
 }
 
 // lockStaleDead locks up to limit dead letters of a subscription that died
 // before cutoff and are not leased on the dead-letter channel, with every
 // column the archive keeps.
 func lockStaleDead(ctx context.Context, tx *sql.Tx, topic, sub string, cutoff time.Time, limit int) ([]DeadLetter, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT message_id, vshard, subscription, attempts, COALESCE(error_code, ''), COALESCE(last_error, ''), dead_at,
+	return queryRows(ctx, tx, "lock stale dead message_queue", `SELECT message_id, vshard, subscription, attempts, COALESCE(error_code, ''), COALESCE(last_error, ''), dead_at,
   COALESCE(order_key, '')
-FROM message_queue WHERE topic = ? AND subscription = ? AND is_dead = 1 AND dead_at < ? AND claim_token = 0 LIMIT ? FOR UPDATE`, topic, sub, cutoff, limit)
-	if err != nil {
-		return nil, fmt.Errorf("lock stale dead message_queue: %w", err)
-	}
-	defer rows.Close()
-	var out []DeadLetter
-	for rows.Next() {
-		var d DeadLetter
-		if err := rows.Scan(&d.MessageID, &d.VShard, &d.Subscription, &d.Attempts, &d.ErrorCode, &d.LastError, &d.DeadAt, &d.OrderKey); err != nil {
-			return nil, fmt.Errorf("lock stale dead message_queue: %w", err)
-		}
-		out = append(out, d)
-	}
-	return out, rows.Err()
+FROM message_queue WHERE topic = ? AND subscription = ? AND is_dead = 1 AND dead_at < ? AND claim_token = 0 LIMIT ? FOR UPDATE`,
+		[]any{topic, sub, cutoff, limit}, func(rows *sql.Rows) (DeadLetter, error) {
+			var d DeadLetter
+			err := rows.Scan(&d.MessageID, &d.VShard, &d.Subscription, &d.Attempts, &d.ErrorCode, &d.LastError, &d.DeadAt, &d.OrderKey)
+			return d, err
+		})
 }
 
 // deliveryRow is a whole message_queue row, for the trace and
@@ -588,31 +483,18 @@ func deliveriesOf(ctx context.Context, q queryer, ids []uint64, lock bool) ([]de
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	query := selectDeliveryRows + strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",") + ") ORDER BY message_id, subscription"
+	query := selectDeliveryRows + inList(len(ids)) + ") ORDER BY message_id, subscription"
 	if lock {
 		query += " FOR UPDATE"
 	}
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("select message_queue by message: %w", err)
-	}
-	defer rows.Close()
-	var out []deliveryRow
-	for rows.Next() {
+	return queryRows(ctx, q, "select message_queue by message", query, appendArgs(nil, ids), func(rows *sql.Rows) (deliveryRow, error) {
 		var d deliveryRow
 		var claimedAt, deadAt sql.NullTime
-		if err := rows.Scan(&d.messageID, &d.subscription, &d.topic, &d.vshard, &d.priority, &d.orderKey, &d.availableAt, &d.attempts,
-			&d.lockedBy, &d.claimToken, &claimedAt, &d.isDead, &deadAt, &d.errorCode, &d.lastError); err != nil {
-			return nil, fmt.Errorf("select message_queue by message: %w", err)
-		}
+		err := rows.Scan(&d.messageID, &d.subscription, &d.topic, &d.vshard, &d.priority, &d.orderKey, &d.availableAt, &d.attempts,
+			&d.lockedBy, &d.claimToken, &claimedAt, &d.isDead, &deadAt, &d.errorCode, &d.lastError)
 		d.claimedAt, d.deadAt = claimedAt.Time, deadAt.Time
-		out = append(out, d)
-	}
-	return out, rows.Err()
+		return d, err
+	})
 }
 
 // orphanDeliveries reads up to limit deliveries, after the cursor
@@ -624,21 +506,11 @@ WHERE (q.message_id, q.subscription) > (?, ?)`)
 	args := []any{afterID, afterSub}
 	args = vshardIn(&b, args, "q.vshard", vshards)
 	b.WriteString(" AND NOT EXISTS (SELECT 1 FROM message_store s WHERE s.id = q.message_id) ORDER BY q.message_id, q.subscription LIMIT ?")
-	args = append(args, limit)
-	rows, err := q.QueryContext(ctx, b.String(), args...)
-	if err != nil {
-		return nil, fmt.Errorf("select orphan message_queue rows: %w", err)
-	}
-	defer rows.Close()
-	var out []deliveryRow
-	for rows.Next() {
+	return queryRows(ctx, q, "select orphan message_queue rows", b.String(), append(args, limit), func(rows *sql.Rows) (deliveryRow, error) {
 		var d deliveryRow
-		if err := rows.Scan(&d.messageID, &d.subscription, &d.topic, &d.vshard, &d.attempts, &d.isDead); err != nil {
-			return nil, fmt.Errorf("select orphan message_queue rows: %w", err)
-		}
-		out = append(out, d)
-	}
-	return out, rows.Err()
+		err := rows.Scan(&d.messageID, &d.subscription, &d.topic, &d.vshard, &d.attempts, &d.isDead)
+		return d, err
+	})
 }
 
 // restoreDeliveries re-creates lost deliveries as ready now, first attempt;
@@ -685,22 +557,13 @@ FROM message_queue GROUP BY topic, subscription`
 // operator's question and the queue-health metrics' periodic refresh, not
 // a hot path.
 func queueStats(ctx context.Context, q queryer, now time.Time) ([]QueueStats, error) {
-	rows, err := q.QueryContext(ctx, queueStatsQuery, now, now, now, now)
-	if err != nil {
-		return nil, fmt.Errorf("count message_queue: %w", err)
-	}
-	defer rows.Close()
-	var out []QueueStats
-	for rows.Next() {
+	return queryRows(ctx, q, "count message_queue", queueStatsQuery, []any{now, now, now, now}, func(rows *sql.Rows) (QueueStats, error) {
 		var s QueueStats
 		var oldest sql.Null[uint64]
-		if err := rows.Scan(&s.Topic, &s.Subscription, &s.Ready, &s.Delayed, &s.InFlight, &s.Parked, &s.Dead, &oldest); err != nil {
-			return nil, fmt.Errorf("count message_queue: %w", err)
-		}
+		err := rows.Scan(&s.Topic, &s.Subscription, &s.Ready, &s.Delayed, &s.InFlight, &s.Parked, &s.Dead, &oldest)
 		s.OldestReady = oldest.V
-		out = append(out, s)
-	}
-	return out, rows.Err()
+		return s, err
+	})
 }
 
 // messageQueueMove moves deliveries, leases included (claim tokens and

@@ -7,25 +7,38 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/internal/idgen"
 )
 
-// Message status values of message_store.msg_status.
+// Message statuses; message_store.msg_status stores each as a number
+// (statusCode), the rest of the router knows them by name.
 const (
-	StatusPending  = 0
-	StatusConsumed = 1
-	StatusDead     = 2
+	StatusPending  = domain.MessagePending
+	StatusConsumed = domain.MessageConsumed
+	StatusDead     = domain.MessageDead
 )
 
-// StatusName is the API name of a msg_status value.
-func StatusName(s int) string {
+// statusCode is the msg_status value of a status.
+func statusCode(s domain.MessageStatus) int {
 	switch s {
 	case StatusConsumed:
-		return "consumed"
+		return 1
 	case StatusDead:
-		return "dead"
+		return 2
 	}
-	return "pending"
+	return 0
+}
+
+// statusOf is the status of a msg_status value.
+func statusOf(code int) domain.MessageStatus {
+	switch code {
+	case 1:
+		return StatusConsumed
+	case 2:
+		return StatusDead
+	}
+	return StatusPending
 }
 
 // message_store holds each message once, immutable but for its status,
@@ -54,20 +67,7 @@ func createMessageStore(now time.Time) string {
 }
 
 // Message is a stored message.
-type Message struct {
-	ID            uint64
-	VShard        uint16
-	Topic         string
-	Key           string
-	OrderKey      string
-	TransactionID string
-	Priority      int
-	Headers       []byte // JSON object, or nil
-	PayloadJSON   bool   // payload is JSON text (else opaque bytes)
-	Payload       []byte
-	Status        int
-	CreatedAt     time.Time
-}
+type Message = domain.Message
 
 func insertMessagesSQL(msgs []*Message) (string, []any) {
 	args := make([]any, 0, len(msgs)*11)
@@ -91,25 +91,52 @@ func insertMessages(ctx context.Context, tx *sql.Tx, msgs []*Message) error {
 // idList writes "id IN (…) AND created_at IN (…)" for ids, naming the
 // partitions through the creation times encoded in the ids.
 func idList(b *strings.Builder, args []any, ids []uint64) []any {
-	b.WriteString("id IN (")
 	seen := map[time.Time]bool{}
-	var times []any
-	for i, id := range ids {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteByte('?')
-		args = append(args, id)
-		t := idgen.Time(id)
-		if !seen[t] {
+	var times []time.Time
+	for _, id := range ids {
+		if t := idgen.Time(id); !seen[t] {
 			seen[t] = true
 			times = append(times, t)
 		}
 	}
-	b.WriteString(") AND created_at IN (")
-	b.WriteString(strings.TrimSuffix(strings.Repeat("?,", len(times)), ","))
-	b.WriteByte(')')
-	return append(args, times...)
+	b.WriteString("id IN (" + inList(len(ids)) + ") AND created_at IN (" + inList(len(times)) + ")")
+	return appendArgs(appendArgs(args, ids), times)
+}
+
+// messageCols are the columns scanMessage reads; messageBodyCols add the
+// headers and the payload.
+const (
+	messageCols     = `id, created_at, vshard, topic, msg_key, COALESCE(order_key, ''), COALESCE(transaction_id, ''), priority, msg_status`
+	messageBodyCols = messageCols + `, headers, payload_json, payload`
+)
+
+// scanMessage reads a row of messageCols, or of messageBodyCols with body.
+func scanMessage(body bool) func(*sql.Rows) (*Message, error) {
+	return func(rows *sql.Rows) (*Message, error) {
+		m := &Message{}
+		var code int
+		dest := []any{&m.ID, &m.CreatedAt, &m.VShard, &m.Topic, &m.Key, &m.OrderKey, &m.TransactionID, &m.Priority, &code}
+		if body {
+			dest = append(dest, &m.Headers, &m.PayloadJSON, &m.Payload)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		m.Status = statusOf(code)
+		return m, nil
+	}
+}
+
+// byID indexes messages by id.
+func byID(msgs []*Message, err error) (map[uint64]*Message, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[uint64]*Message, len(msgs))
+	for _, m := range msgs {
+		out[m.ID] = m
+	}
+	return out, nil
 }
 
 // selectMessages reads messages by id.
@@ -118,24 +145,9 @@ func selectMessages(ctx context.Context, q queryer, ids []uint64) (map[uint64]*M
 		return nil, nil
 	}
 	var b strings.Builder
-	b.WriteString(`SELECT id, created_at, vshard, topic, msg_key, COALESCE(order_key, ''), COALESCE(transaction_id, ''), priority,
-  headers, payload_json, payload, msg_status FROM message_store WHERE `)
+	b.WriteString("SELECT " + messageBodyCols + " FROM message_store WHERE ")
 	args := idList(&b, nil, ids)
-	rows, err := q.QueryContext(ctx, b.String(), args...)
-	if err != nil {
-		return nil, fmt.Errorf("select message_store: %w", err)
-	}
-	defer rows.Close()
-	out := make(map[uint64]*Message, len(ids))
-	for rows.Next() {
-		m := &Message{}
-		if err := rows.Scan(&m.ID, &m.CreatedAt, &m.VShard, &m.Topic, &m.Key, &m.OrderKey, &m.TransactionID, &m.Priority,
-			&m.Headers, &m.PayloadJSON, &m.Payload, &m.Status); err != nil {
-			return nil, fmt.Errorf("select message_store: %w", err)
-		}
-		out[m.ID] = m
-	}
-	return out, rows.Err()
+	return byID(queryRows(ctx, q, "select message_store", b.String(), args, scanMessage(true)))
 }
 
 // messageSizes reads how many bytes each message's payload, headers and
@@ -145,112 +157,67 @@ func messageSizes(ctx context.Context, q queryer, ids []uint64) (map[uint64]int,
 	b.WriteString(`SELECT id, LENGTH(payload) + COALESCE(LENGTH(headers), 0) + LENGTH(msg_key) + COALESCE(LENGTH(order_key), 0) +
   COALESCE(LENGTH(transaction_id), 0) FROM message_store WHERE `)
 	args := idList(&b, nil, ids)
-	rows, err := q.QueryContext(ctx, b.String(), args...)
-	if err != nil {
-		return nil, fmt.Errorf("select message_store sizes: %w", err)
-	}
-	defer rows.Close()
-	out := make(map[uint64]int, len(ids))
-	for rows.Next() {
+	out, err := queryMap(ctx, q, "select message_store sizes", b.String(), args, func(rows *sql.Rows) (uint64, int, error) {
 		var id uint64
 		var n int
-		if err := rows.Scan(&id, &n); err != nil {
-			return nil, fmt.Errorf("select message_store sizes: %w", err)
-		}
-		out[id] = n
-	}
-	return out, rows.Err()
+		err := rows.Scan(&id, &n)
+		return id, n, err
+	})
+	return out, err
 }
 
 // markConsumed sets consumed on those of ids that have no delivery left in
 // message_queue: every subscription has acked (a dead letter acked on the
 // dead-letter channel counts as handled).
 func markConsumed(ctx context.Context, tx *sql.Tx, ids []uint64, now time.Time) error {
-	var b strings.Builder
-	b.WriteString("UPDATE message_store SET msg_status = ?, status_at = ? WHERE ")
-	args := idList(&b, []any{StatusConsumed, now}, ids)
-	b.WriteString(" AND msg_status <> ? AND NOT EXISTS (SELECT 1 FROM message_queue q WHERE q.message_id = message_store.id)")
-	args = append(args, StatusConsumed)
-	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
-		return fmt.Errorf("mark message_store consumed: %w", err)
-	}
-	return nil
+	return markStatus(ctx, tx, ids, StatusConsumed, now,
+		" AND msg_status <> ? AND NOT EXISTS (SELECT 1 FROM message_queue q WHERE q.message_id = message_store.id)", statusCode(StatusConsumed))
 }
 
 // markRevived sets pending on dead messages of ids that have no dead
 // delivery left (their dead letters were redriven).
 func markRevived(ctx context.Context, tx *sql.Tx, ids []uint64, now time.Time) error {
-	var b strings.Builder
-	b.WriteString("UPDATE message_store SET msg_status = ?, status_at = ? WHERE ")
-	args := idList(&b, []any{StatusPending, now}, ids)
-	b.WriteString(" AND msg_status = ? AND NOT EXISTS (SELECT 1 FROM message_queue q WHERE q.message_id = message_store.id AND q.is_dead = 1)")
-	args = append(args, StatusDead)
-	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
-		return fmt.Errorf("mark message_store pending: %w", err)
-	}
-	return nil
+	return markStatus(ctx, tx, ids, StatusPending, now,
+		" AND msg_status = ? AND NOT EXISTS (SELECT 1 FROM message_queue q WHERE q.message_id = message_store.id AND q.is_dead = 1)", statusCode(StatusDead))
 }
 
 // markDead sets dead on messages one of whose deliveries died.
 func markDead(ctx context.Context, tx *sql.Tx, ids []uint64, now time.Time) error {
-	var b strings.Builder
-	b.WriteString("UPDATE message_store SET msg_status = ?, status_at = ? WHERE ")
-	args := idList(&b, []any{StatusDead, now}, ids)
-	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
-		return fmt.Errorf("mark message_store dead: %w", err)
-	}
-	return nil
+	return markStatus(ctx, tx, ids, StatusDead, now, "")
 }
 
-// queryer is what reads need: a pool or a transaction.
-type queryer interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+// markStatus sets status to on those of ids that also meet cond (SQL
+// starting with " AND", with its arguments condArgs).
+func markStatus(ctx context.Context, tx *sql.Tx, ids []uint64, to domain.MessageStatus, now time.Time, cond string, condArgs ...any) error {
+	var b strings.Builder
+	b.WriteString("UPDATE message_store SET msg_status = ?, status_at = ? WHERE ")
+	args := idList(&b, []any{statusCode(to), now}, ids)
+	b.WriteString(cond)
+	if _, err := tx.ExecContext(ctx, b.String(), append(args, condArgs...)...); err != nil {
+		return fmt.Errorf("mark message_store %s: %w", to, err)
+	}
+	return nil
 }
 
 // selectMessagesByTransaction reads up to limit messages that carry
 // transaction id txID, oldest first, through idx_transaction.
 func selectMessagesByTransaction(ctx context.Context, q queryer, txID string, limit int) ([]*Message, error) {
-	rows, err := q.QueryContext(ctx, `SELECT id, created_at, vshard, topic, msg_key, COALESCE(order_key, ''), COALESCE(transaction_id, ''), priority,
-  headers, payload_json, payload, msg_status FROM message_store WHERE transaction_id = ? ORDER BY id LIMIT ?`, txID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("select message_store by transaction: %w", err)
-	}
-	defer rows.Close()
-	var out []*Message
-	for rows.Next() {
-		m := &Message{}
-		if err := rows.Scan(&m.ID, &m.CreatedAt, &m.VShard, &m.Topic, &m.Key, &m.OrderKey, &m.TransactionID, &m.Priority,
-			&m.Headers, &m.PayloadJSON, &m.Payload, &m.Status); err != nil {
-			return nil, fmt.Errorf("select message_store by transaction: %w", err)
-		}
-		out = append(out, m)
-	}
-	return out, rows.Err()
+	return queryRows(ctx, q, "select message_store by transaction",
+		"SELECT "+messageBodyCols+" FROM message_store WHERE transaction_id = ? ORDER BY id LIMIT ?", []any{txID, limit}, scanMessage(true))
 }
 
 // countTransactions returns how many messages carry each of ids, for those
 // that have any. idx_transaction covers it: no row is read.
 func countTransactions(ctx context.Context, q queryer, ids []string) (map[string]int, error) {
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	rows, err := q.QueryContext(ctx, "SELECT transaction_id, COUNT(*) FROM message_store WHERE transaction_id IN ("+
-		strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")+") GROUP BY transaction_id", args...)
-	if err != nil {
-		return nil, fmt.Errorf("count message_store by transaction: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var id string
-		var n int
-		if err := rows.Scan(&id, &n); err != nil {
-			return nil, fmt.Errorf("count message_store by transaction: %w", err)
-		}
-		out[id] = n
-	}
-	return out, rows.Err()
+	out, err := queryMap(ctx, q, "count message_store by transaction",
+		"SELECT transaction_id, COUNT(*) FROM message_store WHERE transaction_id IN ("+inList(len(ids))+") GROUP BY transaction_id",
+		appendArgs(nil, ids), func(rows *sql.Rows) (string, int, error) {
+			var id string
+			var n int
+			err := rows.Scan(&id, &n)
+			return id, n, err
+		})
+	return out, err
 }
 
 // scanMessages reads a page of messages (without payloads) created in
@@ -259,57 +226,28 @@ func countTransactions(ctx context.Context, q queryer, ids []string) (map[string
 // the walk prunes to the partitions of the window.
 func scanMessages(ctx context.Context, q queryer, since, until time.Time, after uint64, vshards []uint16, limit int) ([]*Message, error) {
 	var b strings.Builder
-	b.WriteString(`SELECT id, created_at, vshard, topic, msg_key, COALESCE(order_key, ''), COALESCE(transaction_id, ''), priority, msg_status
-FROM message_store WHERE created_at >= ? AND created_at < ? AND id > ?`)
+	b.WriteString("SELECT " + messageCols + " FROM message_store WHERE created_at >= ? AND created_at < ? AND id > ?")
 	args := []any{since.UTC(), until.UTC(), after}
 	args = vshardIn(&b, args, "vshard", vshards)
 	b.WriteString(" ORDER BY id LIMIT ?")
-	args = append(args, limit)
-	rows, err := q.QueryContext(ctx, b.String(), args...)
-	if err != nil {
-		return nil, fmt.Errorf("scan message_store: %w", err)
-	}
-	defer rows.Close()
-	var out []*Message
-	for rows.Next() {
-		m := &Message{}
-		if err := rows.Scan(&m.ID, &m.CreatedAt, &m.VShard, &m.Topic, &m.Key, &m.OrderKey, &m.TransactionID, &m.Priority, &m.Status); err != nil {
-			return nil, fmt.Errorf("scan message_store: %w", err)
-		}
-		out = append(out, m)
-	}
-	return out, rows.Err()
+	return queryRows(ctx, q, "scan message_store", b.String(), append(args, limit), scanMessage(false))
 }
 
 // lockMessages reads and locks messages by id (without payloads), for a
 // repair that must see the current status.
 func lockMessages(ctx context.Context, tx *sql.Tx, ids []uint64) (map[uint64]*Message, error) {
 	var b strings.Builder
-	b.WriteString(`SELECT id, created_at, vshard, topic, msg_key, COALESCE(order_key, ''), COALESCE(transaction_id, ''), priority, msg_status
-FROM message_store WHERE `)
+	b.WriteString("SELECT " + messageCols + " FROM message_store WHERE ")
 	args := idList(&b, nil, ids)
 	b.WriteString(" FOR UPDATE")
-	rows, err := tx.QueryContext(ctx, b.String(), args...)
-	if err != nil {
-		return nil, fmt.Errorf("lock message_store: %w", err)
-	}
-	defer rows.Close()
-	out := make(map[uint64]*Message, len(ids))
-	for rows.Next() {
-		m := &Message{}
-		if err := rows.Scan(&m.ID, &m.CreatedAt, &m.VShard, &m.Topic, &m.Key, &m.OrderKey, &m.TransactionID, &m.Priority, &m.Status); err != nil {
-			return nil, fmt.Errorf("lock message_store: %w", err)
-		}
-		out[m.ID] = m
-	}
-	return out, rows.Err()
+	return byID(queryRows(ctx, tx, "lock message_store", b.String(), args, scanMessage(false)))
 }
 
 // setStatus moves one message from status from to status to; false when it
 // no longer had from.
-func setStatus(ctx context.Context, tx *sql.Tx, m *Message, from, to int, now time.Time) (bool, error) {
+func setStatus(ctx context.Context, tx *sql.Tx, m *Message, from, to domain.MessageStatus, now time.Time) (bool, error) {
 	res, err := tx.ExecContext(ctx, "UPDATE message_store SET msg_status = ?, status_at = ? WHERE id = ? AND created_at = ? AND msg_status = ?",
-		to, now, m.ID, m.CreatedAt, from)
+		statusCode(to), now, m.ID, m.CreatedAt, statusCode(from))
 	if err != nil {
 		return false, fmt.Errorf("set message_store status: %w", err)
 	}
@@ -335,22 +273,13 @@ type VShardLoad struct {
 // those created since since: what the resharding planner weighs vshards
 // by. It scans message_store.
 func (s *Store) VShardLoads(ctx context.Context, since time.Time) (map[uint16]VShardLoad, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT vshard, COUNT(*), COALESCE(SUM(created_at >= ?), 0) FROM message_store GROUP BY vshard`, since.UTC())
+	out, err := queryMap(ctx, s.db, "count messages by vshard", `SELECT vshard, COUNT(*), COALESCE(SUM(created_at >= ?), 0) FROM message_store GROUP BY vshard`,
+		[]any{since.UTC()}, func(rows *sql.Rows) (v uint16, l VShardLoad, err error) {
+			err = rows.Scan(&v, &l.Messages, &l.Recent)
+			return v, l, err
+		})
 	if err != nil {
-		return nil, fmt.Errorf("count messages by vshard: %w", translate(err))
-	}
-	defer rows.Close()
-	out := map[uint16]VShardLoad{}
-	for rows.Next() {
-		var v uint16
-		var l VShardLoad
-		if err := rows.Scan(&v, &l.Messages, &l.Recent); err != nil {
-			return nil, fmt.Errorf("count messages by vshard: %w", err)
-		}
-		out[v] = l
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("count messages by vshard: %w", translate(err))
+		return nil, translate(err)
 	}
 	return out, nil
 }

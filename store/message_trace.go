@@ -135,35 +135,20 @@ func eventsOf(ctx context.Context, q queryer, ids []uint64, types ...string) ([]
 		return nil, nil
 	}
 	query := `SELECT id, created_at, message_id, vshard, COALESCE(subscription, ''), event, COALESCE(consumer, ''), attempt, claimed_at,
-  COALESCE(error_code, ''), COALESCE(error, ''), COALESCE(request_id, '') FROM message_trace WHERE message_id IN (` + qmarks(len(ids)) + ")"
-	args := make([]any, 0, len(ids)+len(types))
-	for _, id := range ids {
-		args = append(args, id)
-	}
+  COALESCE(error_code, ''), COALESCE(error, ''), COALESCE(request_id, '') FROM message_trace WHERE message_id IN (` + inList(len(ids)) + ")"
+	args := appendArgs(make([]any, 0, len(ids)+len(types)), ids)
 	if len(types) > 0 {
-		query += " AND event IN (" + qmarks(len(types)) + ")"
-		for _, t := range types {
-			args = append(args, t)
-		}
+		query += " AND event IN (" + inList(len(types)) + ")"
+		args = appendArgs(args, types)
 	}
-	query += " ORDER BY created_at, id"
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("select message_trace: %w", err)
-	}
-	defer rows.Close()
-	var out []Event
-	for rows.Next() {
+	return queryRows(ctx, q, "select message_trace", query+" ORDER BY created_at, id", args, func(rows *sql.Rows) (Event, error) {
 		var e Event
 		var claimed sql.NullTime
-		if err := rows.Scan(&e.ID, &e.At, &e.MessageID, &e.VShard, &e.Subscription, &e.Type, &e.Consumer, &e.Attempt, &claimed,
-			&e.ErrorCode, &e.Error, &e.RequestID); err != nil {
-			return nil, fmt.Errorf("select message_trace: %w", err)
-		}
+		err := rows.Scan(&e.ID, &e.At, &e.MessageID, &e.VShard, &e.Subscription, &e.Type, &e.Consumer, &e.Attempt, &claimed,
+			&e.ErrorCode, &e.Error, &e.RequestID)
 		e.ClaimedAt = claimed.Time
-		out = append(out, e)
-	}
-	return out, rows.Err()
+		return e, err
+	})
 }
 
 // messageTraceMove moves trace events with their vshard (see move.go).

@@ -57,20 +57,14 @@ func (s *Store) Migrate(ctx context.Context, now time.Time) error {
 	if _, err := conn.ExecContext(ctx, createSchemaMigrations); err != nil {
 		return fmt.Errorf("migrate: create schema_migrations: %w", translate(err))
 	}
-	applied := map[int]bool{}
-	rows, err := conn.QueryContext(ctx, "SELECT version FROM schema_migrations")
+	versions, err := queryRows(ctx, conn, "migrate: read versions", "SELECT version FROM schema_migrations", nil, scanOne[int])
 	if err != nil {
-		return fmt.Errorf("migrate: read versions: %w", translate(err))
+		return translate(err)
 	}
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return fmt.Errorf("migrate: read versions: %w", err)
-		}
+	applied := map[int]bool{}
+	for _, v := range versions {
 		applied[v] = true
 	}
-	rows.Close()
 	for _, m := range migrations {
 		if applied[m.version] {
 			continue

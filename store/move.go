@@ -138,32 +138,37 @@ func cursorText(v any) string {
 	}
 }
 
-func scanMoveRows(rows *sql.Rows, n int) ([]MoveRow, error) {
-	defer rows.Close()
-	var out []MoveRow
-	for rows.Next() {
+// scanMoveRow reads a row of n columns as they come.
+func scanMoveRow(n int) func(*sql.Rows) (MoveRow, error) {
+	return func(rows *sql.Rows) (MoveRow, error) {
 		r := make(MoveRow, n)
 		ptrs := make([]any, n)
 		for i := range r {
 			ptrs[i] = &r[i]
 		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return nil, err
-		}
-		out = append(out, r)
+		err := rows.Scan(ptrs...)
+		return r, err
 	}
-	return out, rows.Err()
+}
+
+// onVShards starts a statement on table's rows of vshards: head (what
+// comes before the table's name), the name, and the vshard condition.
+func onVShards(table, head string, vshards []uint16) (*moveTable, *strings.Builder, []any, error) {
+	t, err := moveTableNamed(table)
+	if err != nil {
+		return t, nil, nil, err
+	}
+	b := &strings.Builder{}
+	b.WriteString(head + " " + t.name + " WHERE 1=1")
+	return t, b, vshardIn(b, nil, "vshard", vshards), nil
 }
 
 // MoveCount counts table's rows of vshards.
 func (s *Store) MoveCount(ctx context.Context, table string, vshards []uint16) (int64, error) {
-	t, err := moveTableNamed(table)
+	t, b, args, err := onVShards(table, "SELECT COUNT(*) FROM", vshards)
 	if err != nil {
 		return 0, err
 	}
-	var b strings.Builder
-	b.WriteString("SELECT COUNT(*) FROM " + t.name + " WHERE 1=1")
-	args := vshardIn(&b, nil, "vshard", vshards)
 	var n int64
 	if err := s.db.QueryRowContext(ctx, b.String(), args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count %s: %w", t.name, translate(err))
@@ -197,13 +202,9 @@ func (s *Store) moveRead(ctx context.Context, table string, vshards []uint16, af
 	args = t.afterCursor(&b, args, after)
 	b.WriteString(" ORDER BY " + strings.Join(t.pk, ", ") + " LIMIT ?")
 	args = append(args, limit)
-	rows, err := s.db.QueryContext(ctx, b.String(), args...)
+	out, err := queryRows(ctx, s.db, "read "+t.name, b.String(), args, scanMoveRow(len(cols)))
 	if err != nil {
-		return nil, nil, fmt.Errorf("read %s: %w", t.name, translate(err))
-	}
-	out, err := scanMoveRows(rows, len(cols))
-	if err != nil {
-		return nil, nil, fmt.Errorf("read %s: %w", t.name, translate(err))
+		return nil, nil, translate(err)
 	}
 	if len(out) == 0 {
 		return nil, after, nil
@@ -252,7 +253,7 @@ func (s *Store) MoveWrite(ctx context.Context, table string, rows []MoveRow) err
 		args = append(args, r...)
 	}
 	q := b.String()
-	return s.inTx(ctx, 5, s.retryHook("move_write"), func(tx *sql.Tx) error {
+	return s.inTx(ctx, txAttempts, s.retryHook("move_write"), func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return fmt.Errorf("write %s: %w", t.name, err)
 		}
@@ -292,7 +293,7 @@ func (s *Store) MoveDelete(ctx context.Context, table string, keys []MoveRow) (i
 	}
 	q := b.String()
 	var n int64
-	err = s.inTx(ctx, 5, s.retryHook("move_delete"), func(tx *sql.Tx) error {
+	err = s.inTx(ctx, txAttempts, s.retryHook("move_delete"), func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, q, args...)
 		if err != nil {
 			return fmt.Errorf("delete %s: %w", t.name, err)
@@ -315,22 +316,12 @@ func (s *Store) MoveBuckets(ctx context.Context, table string, vshards []uint16)
 		t.idCol, moveBucketShift, t.rowText(), t.name)
 	args := vshardIn(&b, nil, "vshard", vshards)
 	b.WriteString(" GROUP BY bucket")
-	rows, err := s.db.QueryContext(ctx, b.String(), args...)
+	out, err := queryMap(ctx, s.db, "checksum "+t.name, b.String(), args, func(rows *sql.Rows) (k uint64, m MoveBucket, err error) {
+		err = rows.Scan(&k, &m.Rows, &m.Sum)
+		return k, m, err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("checksum %s: %w", t.name, translate(err))
-	}
-	defer rows.Close()
-	out := map[uint64]MoveBucket{}
-	for rows.Next() {
-		var k uint64
-		var m MoveBucket
-		if err := rows.Scan(&k, &m.Rows, &m.Sum); err != nil {
-			return nil, fmt.Errorf("checksum %s: %w", t.name, err)
-		}
-		out[k] = m
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("checksum %s: %w", t.name, translate(err))
+		return nil, translate(err)
 	}
 	return out, nil
 }
@@ -351,13 +342,9 @@ func (s *Store) MoveBucketRows(ctx context.Context, table string, vshards []uint
 	fmt.Fprintf(&b, "SELECT %s, MD5(%s) FROM %s WHERE %s BETWEEN ? AND ?", strings.Join(cols, ", "), t.rowText(), t.name, t.idCol)
 	args := []any{bucket << moveBucketShift, bucket<<moveBucketShift | (1<<moveBucketShift - 1)}
 	args = vshardIn(&b, args, "vshard", vshards)
-	rows, err := s.db.QueryContext(ctx, b.String(), args...)
+	out, err := queryRows(ctx, s.db, "read "+t.name+" bucket", b.String(), args, scanMoveRow(len(cols)+1))
 	if err != nil {
-		return nil, fmt.Errorf("read %s bucket: %w", t.name, translate(err))
-	}
-	out, err := scanMoveRows(rows, len(cols)+1)
-	if err != nil {
-		return nil, fmt.Errorf("read %s bucket: %w", t.name, translate(err))
+		return nil, translate(err)
 	}
 	return out, nil
 }
@@ -391,20 +378,17 @@ func MoveKeyText(k MoveRow) string {
 // table (message_queue) while the vshards are frozen. It returns how many
 // rows it deleted.
 func (s *Store) MoveDeleteVShards(ctx context.Context, table string, vshards []uint16, limit int) (int64, error) {
-	t, err := moveTableNamed(table)
+	t, b, args, err := onVShards(table, "DELETE FROM", vshards)
 	if err != nil {
 		return 0, err
 	}
-	var b strings.Builder
-	b.WriteString("DELETE FROM " + t.name + " WHERE 1=1")
-	args := vshardIn(&b, nil, "vshard", vshards)
 	b.WriteString(" LIMIT ?")
 	args = append(args, limit)
 	q := b.String()
 	var total int64
 	for {
 		var n int64
-		err := s.inTx(ctx, 5, s.retryHook("move_delete"), func(tx *sql.Tx) error {
+		err := s.inTx(ctx, txAttempts, s.retryHook("move_delete"), func(tx *sql.Tx) error {
 			res, err := tx.ExecContext(ctx, q, args...)
 			if err != nil {
 				return fmt.Errorf("delete %s: %w", t.name, err)

@@ -12,25 +12,19 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/shardmq/shardmq/domain"
 )
 
 // ProduceStatus is the outcome of one produced item.
-type ProduceStatus int
+type ProduceStatus = domain.ProduceStatus
 
+// The outcomes a produce's transaction decides (see domain.ProduceStatus).
 const (
-	// Created: the message is new and stored with its deliveries.
-	Created ProduceStatus = iota
-	// Duplicate: the key was already registered with the same payload; the
-	// result carries the original id.
-	Duplicate
-	// Conflict: the key was registered with a different payload; nothing
-	// was written for this item.
-	Conflict
+	Created   = domain.ProduceCreated
+	Duplicate = domain.ProduceDuplicate
+	Conflict  = domain.ProduceConflict
 )
-
-func (s ProduceStatus) String() string {
-	return [...]string{"created", "duplicate", "conflict"}[s]
-}
 
 // ProduceItem is one message to store. The caller sets the message's id,
 // creation time and vshard, the payload hash used to tell a duplicate from
@@ -104,7 +98,7 @@ func (s *Store) Produce(ctx context.Context, items []ProduceItem) ([]ProduceResu
 		}
 	}
 	results := make([]ProduceResult, len(items))
-	gtid, err := s.inTxGTID(ctx, 5, s.retryHook("produce"), wantGTID, func(tx *sql.Tx) error {
+	gtid, err := s.inTxGTID(ctx, txAttempts, s.retryHook("produce"), wantGTID, func(tx *sql.Tx) error {
 		n, err := insertKeys(ctx, tx, keys)
 		if err != nil {
 			return err
@@ -236,18 +230,12 @@ func (s *Store) produceFast(ctx context.Context, keys []keyRow, items []ProduceI
 	}
 	b.WriteString(";\nCOMMIT")
 	query := b.String()
-	for attempt := 0; attempt < 5; attempt++ {
-		if attempt > 0 {
-			if h := s.retryHook("produce"); h != nil {
-				h()
-			}
-		}
-		gtid, ok, err = s.tryProduceFast(ctx, query, args, len(keys), wantGTID)
-		if err == nil || !retryable(err) {
-			return gtid, ok, translate(err)
-		}
-	}
-	return "", false, fmt.Errorf("gave up after 5 deadlocks or lock waits: %w", err)
+	gtid, err = retry(txAttempts, s.retryHook("produce"), func() (string, error) {
+		var g string
+		g, ok, err = s.tryProduceFast(ctx, query, args, len(keys), wantGTID)
+		return g, err
+	})
+	return gtid, ok, err
 }
 
 func (s *Store) tryProduceFast(ctx context.Context, query string, args []any, keys int, wantGTID bool) (string, bool, error) {
@@ -282,15 +270,8 @@ func (s *Store) tryProduceFast(ctx context.Context, query string, args []any, ke
 	if !wantGTID {
 		return "", true, nil
 	}
-	q := "SELECT @@GLOBAL.gtid_binlog_pos"
-	if !s.mariadb {
-		q = "SELECT @@GLOBAL.gtid_executed"
-	}
-	var gtid string
-	if err := conn.QueryRowContext(ctx, q).Scan(&gtid); err != nil {
-		return "", false, fmt.Errorf("%w: committed, but reading its GTID failed: %v", errCommittedNoGTID, err)
-	}
-	return gtid, true, nil
+	gtid, err := s.committedGTID(ctx, conn)
+	return gtid, err == nil, err
 }
 
 // ownEarlierCommits finds the items whose key is held by their own id but

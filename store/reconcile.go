@@ -5,27 +5,17 @@ import (
 	"database/sql"
 	"fmt"
 	"time"
+
+	"github.com/shardmq/shardmq/domain"
 )
 
-// Kinds of reconciliation findings.
+// Kinds of reconciliation findings (see domain).
 const (
-	// FindingStatus: msg_status disagrees with the deliveries and the
-	// trace. Repaired by setting the derived status.
-	FindingStatus = "status_mismatch"
-	// FindingMissingDelivery: a subscription that existed when the message
-	// was produced has neither a delivery nor a terminal event (acked,
-	// dead-lettered, archived). Repaired by re-creating the delivery, ready
-	// now, traced as redriven by the reconciler.
-	FindingMissingDelivery = "missing_delivery"
-	// FindingOrphanDelivery: a delivery whose message is not in
-	// message_store. Reported only: nothing to deliver can be derived.
-	FindingOrphanDelivery = "orphan_delivery"
-	// FindingMissingKey: a message without its message_key row, so a
-	// retry of it would not be deduplicated. Reported only.
-	FindingMissingKey = "missing_key"
-	// FindingKeyMismatch: the message's key is registered to another
-	// message id. Reported only.
-	FindingKeyMismatch = "key_mismatch"
+	FindingStatus          = domain.FindingStatus
+	FindingMissingDelivery = domain.FindingMissingDelivery
+	FindingOrphanDelivery  = domain.FindingOrphanDelivery
+	FindingMissingKey      = domain.FindingMissingKey
+	FindingKeyMismatch     = domain.FindingKeyMismatch
 )
 
 // ReconcilerConsumer is the consumer named on the events reconciliation
@@ -33,16 +23,7 @@ const (
 const ReconcilerConsumer = "reconciler"
 
 // Finding is one disagreement between the tables.
-type Finding struct {
-	Kind         string
-	MessageID    uint64
-	VShard       uint16
-	Topic        string
-	Key          string
-	Subscription string // missing and orphan deliveries
-	Have, Want   string // status_mismatch: the stored and the derived status
-	Repaired     bool
-}
+type Finding = domain.Finding
 
 // SubscriptionsAt lists the subscriptions of topic that existed at at: a
 // message produced then must have, for each, a delivery or a terminal
@@ -128,7 +109,7 @@ func (s *Store) RepairMessages(ctx context.Context, ids []uint64, subs Subscript
 		return nil, nil
 	}
 	var out []Finding
-	err := s.inTx(ctx, 5, s.retryHook("reconcile"), func(tx *sql.Tx) error {
+	err := s.inTx(ctx, txAttempts, s.retryHook("reconcile"), func(tx *sql.Tx) error {
 		out = out[:0]
 		dels, err := deliveriesOf(ctx, tx, ids, true)
 		if err != nil {
@@ -162,7 +143,7 @@ func (s *Store) RepairMessages(ctx context.Context, ids []uint64, subs Subscript
 					events = append(events, s.event(now, d, EventRedriven, ReconcilerConsumer, 0, "reconciled", "delivery re-created by reconciliation"))
 					f.Repaired = true
 				case FindingStatus:
-					ok, err := setStatus(ctx, tx, m, m.Status, statusValue(f.Want), now)
+					ok, err := setStatus(ctx, tx, m, m.Status, domain.MessageStatus(f.Want), now)
 					if err != nil {
 						return err
 					}
@@ -292,17 +273,7 @@ func judgeMessage(ctx context.Context, m *Message, dels []deliveryRow, evs []Eve
 	}
 	if want != m.Status {
 		out = append(out, Finding{Kind: FindingStatus, MessageID: m.ID, VShard: m.VShard, Topic: m.Topic, Key: m.Key,
-			Have: StatusName(m.Status), Want: StatusName(want)})
+			Have: string(m.Status), Want: string(want)})
 	}
 	return out, nil
-}
-
-func statusValue(name string) int {
-	switch name {
-	case "consumed":
-		return StatusConsumed
-	case "dead":
-		return StatusDead
-	}
-	return StatusPending
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/internal/testbed"
 )
 
@@ -96,10 +97,10 @@ func TestTraceMergesDeliveriesAndEvents(t *testing.T) {
 	if len(tr.Deliveries) != 2 {
 		t.Fatalf("deliveries = %+v", tr.Deliveries)
 	}
-	if a := tr.Deliveries[0]; a.Subscription != "a" || a.State != DeliveryDone || a.Consumer != "w1" || a.Attempts != 1 {
+	if a := tr.Deliveries[0]; a.Subscription != "a" || a.State != domain.DeliveryDone || a.Consumer != "w1" || a.Attempts != 1 {
 		t.Fatalf("delivery a = %+v", a)
 	}
-	if b := tr.Deliveries[1]; b.Subscription != "b" || b.State != DeliveryInFlight || b.Attempts != 2 || b.ErrorCode != "E1" ||
+	if b := tr.Deliveries[1]; b.Subscription != "b" || b.State != domain.DeliveryInFlight || b.Attempts != 2 || b.ErrorCode != "E1" ||
 		b.LeaseExpires.Sub(t0.Add(5*time.Second+time.Minute)).Abs() > time.Millisecond {
 		t.Fatalf("delivery b = %+v", b)
 	}
@@ -255,7 +256,7 @@ func TestReconcileFindsAndRepairs(t *testing.T) {
 	if fixed != 4 {
 		t.Fatalf("repaired = %+v, want 4 repairs", repaired)
 	}
-	for i, want := range []int{StatusConsumed, StatusPending, StatusPending, StatusDead} {
+	for i, want := range []int{statusCode(StatusConsumed), statusCode(StatusPending), statusCode(StatusPending), statusCode(StatusDead)} {
 		if s := f.count(t, "SELECT msg_status FROM message_store WHERE id = ?", id(i)); s != want {
 			t.Errorf("%s: status %d, want %d", items[i].Msg.Key, s, want)
 		}

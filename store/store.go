@@ -14,17 +14,15 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/internal/idgen"
 )
 
-// Errors callers match with errors.Is.
+// Errors callers match with errors.Is; they are domain's, so a caller that
+// does not import store can match them too.
 var (
-	// ErrNotFound: the row asked for does not exist.
-	ErrNotFound = errors.New("not found")
-	// ErrUnavailable: the cluster could not be reached or refused service
-	// (connection errors, read-only server, too many connections). The
-	// operation may or may not have been applied only when it says so.
-	ErrUnavailable = errors.New("cluster unavailable")
+	ErrNotFound    = domain.ErrNotFound
+	ErrUnavailable = domain.ErrUnavailable
 )
 
 // Options configure a Store.
@@ -222,6 +220,30 @@ func retryable(err error) bool {
 	return errors.As(err, &me) && (me.Number == errDeadlock || me.Number == errLockWait)
 }
 
+// txAttempts is how many times a write transaction runs when it meets a
+// deadlock or lock wait timeout: the one default of every write here (the
+// claim passes 3, its consumer simply claims again).
+const txAttempts = 5
+
+// retry runs try up to attempts times while it fails with a deadlock or a
+// lock wait timeout (the transaction was rolled back whole), calling
+// onRetry before each rerun; the last error is translated.
+func retry[T any](attempts int, onRetry func(), try func() (T, error)) (T, error) {
+	var v T
+	var err error
+	for i := 0; i < attempts; i++ {
+		if i > 0 && onRetry != nil {
+			onRetry()
+		}
+		v, err = try()
+		if err == nil || !retryable(err) {
+			return v, translate(err)
+		}
+	}
+	var zero T
+	return zero, fmt.Errorf("gave up after %d deadlocks or lock waits: %w", attempts, err)
+}
+
 // inTx runs fn in a transaction, retrying the whole of it on deadlock or lock
 // wait timeout up to attempts times. onRetry counts retries for metrics.
 func (s *Store) inTx(ctx context.Context, attempts int, onRetry func(), fn func(tx *sql.Tx) error) error {
@@ -233,18 +255,7 @@ func (s *Store) inTx(ctx context.Context, attempts int, onRetry func(), fn func(
 // committed transaction (read on the same connection right after COMMIT),
 // for callers that wait until a replica has applied it.
 func (s *Store) inTxGTID(ctx context.Context, attempts int, onRetry func(), wantGTID bool, fn func(tx *sql.Tx) error) (string, error) {
-	var err error
-	for i := 0; i < attempts; i++ {
-		if i > 0 && onRetry != nil {
-			onRetry()
-		}
-		var gtid string
-		gtid, err = s.tryTx(ctx, wantGTID, fn)
-		if err == nil || !retryable(err) {
-			return gtid, translate(err)
-		}
-	}
-	return "", fmt.Errorf("gave up after %d deadlocks or lock waits: %w", attempts, err)
+	return retry(attempts, onRetry, func() (string, error) { return s.tryTx(ctx, wantGTID, fn) })
 }
 
 func (s *Store) tryTx(ctx context.Context, wantGTID bool, fn func(tx *sql.Tx) error) (string, error) {
@@ -267,9 +278,14 @@ func (s *Store) tryTx(ctx context.Context, wantGTID bool, fn func(tx *sql.Tx) er
 	if !wantGTID {
 		return "", nil
 	}
-	// The server's binlog position right after our commit contains our
-	// transaction — and, when every item was a duplicate and nothing was
-	// written, the original's. Waiting for it waits for at least ours.
+	return s.committedGTID(ctx, conn)
+}
+
+// committedGTID reads the server's GTID position on conn right after a
+// commit on it. The position contains our transaction — and, when every
+// item was a duplicate and nothing was written, the original's — so
+// waiting for it on a replica waits for at least ours.
+func (s *Store) committedGTID(ctx context.Context, conn *sql.Conn) (string, error) {
 	q := "SELECT @@GLOBAL.gtid_binlog_pos"
 	if !s.mariadb {
 		q = "SELECT @@GLOBAL.gtid_executed"
@@ -358,37 +374,6 @@ func execMulti(ctx context.Context, conn *sql.Conn, query string, args []any) ([
 		return nil
 	})
 	return affected, err
-}
-
-// placeholders returns "(?,?,?),(?,?,?)" for rows rows of n columns.
-func placeholders(rows, n int) string {
-	one := "(" + strings.Repeat("?,", n-1) + "?)"
-	var b strings.Builder
-	b.Grow(rows * (len(one) + 1))
-	for i := 0; i < rows; i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(one)
-	}
-	return b.String()
-}
-
-// vshardIn appends " AND col IN (…)" for vshards (nothing when empty).
-func vshardIn(b *strings.Builder, args []any, col string, vshards []uint16) []any {
-	if len(vshards) == 0 {
-		return args
-	}
-	b.WriteString(" AND " + col + " IN (")
-	for i, v := range vshards {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteByte('?')
-		args = append(args, v)
-	}
-	b.WriteByte(')')
-	return args
 }
 
 // nullString maps "" to NULL.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 )
@@ -47,18 +48,11 @@ ON DUPLICATE KEY UPDATE
 
 // ListSubscriptions reads every row, tombstones included.
 func (s *Store) ListSubscriptions(ctx context.Context) ([]SubscriptionRow, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT topic, name, config, version, deleted, updated_at FROM subscription")
-	if err != nil {
-		return nil, fmt.Errorf("list subscriptions: %w", translate(err))
-	}
-	defer rows.Close()
-	var out []SubscriptionRow
-	for rows.Next() {
-		var r SubscriptionRow
-		if err := rows.Scan(&r.Topic, &r.Name, &r.Config, &r.Version, &r.Deleted, &r.UpdatedAt); err != nil {
-			return nil, fmt.Errorf("list subscriptions: %w", err)
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	out, err := queryRows(ctx, s.db, "list subscriptions", "SELECT topic, name, config, version, deleted, updated_at FROM subscription", nil,
+		func(rows *sql.Rows) (SubscriptionRow, error) {
+			var r SubscriptionRow
+			err := rows.Scan(&r.Topic, &r.Name, &r.Config, &r.Version, &r.Deleted, &r.UpdatedAt)
+			return r, err
+		})
+	return out, translate(err)
 }

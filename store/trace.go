@@ -6,22 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
-)
 
-// Delivery states as the trace names them.
-const (
-	DeliveryReady    = "ready"
-	DeliveryInFlight = "in_flight"
-	DeliveryDone     = "done"
-	DeliveryDead     = "dead"
+	"github.com/shardmq/shardmq/domain"
 )
 
 // DeliveryInfo is one subscription's state of a message.
 type DeliveryInfo struct {
 	Subscription string
-	State        string // DeliveryReady, DeliveryInFlight, DeliveryDone or DeliveryDead
+	State        domain.DeliveryState
 	Attempts     int
 	Consumer     string // the lease holder (in flight) or the acking consumer (done)
 	ErrorCode    string
@@ -109,11 +102,11 @@ func buildTrace(m *Message, dels []deliveryRow, evs []Event, now time.Time) *Mes
 		leased := d.lockedBy != "" && d.claimToken != 0
 		switch {
 		case d.isDead:
-			info.State, info.DoneAt = DeliveryDead, d.deadAt
+			info.State, info.DoneAt = domain.DeliveryDead, d.deadAt
 		case leased && d.availableAt.After(now):
-			info.State, info.Consumer, info.LeaseExpires = DeliveryInFlight, d.lockedBy, d.availableAt
+			info.State, info.Consumer, info.LeaseExpires = domain.DeliveryInFlight, d.lockedBy, d.availableAt
 		default:
-			info.State, info.NextAttemptAt = DeliveryReady, d.availableAt
+			info.State, info.NextAttemptAt = domain.DeliveryReady, d.availableAt
 		}
 		t.Deliveries = append(t.Deliveries, info)
 		if leased && !d.claimedAt.IsZero() {
@@ -147,9 +140,9 @@ func buildTrace(m *Message, dels []deliveryRow, evs []Event, now time.Time) *Mes
 		}
 		switch e.Type {
 		case EventAcked:
-			info.State, info.Consumer, info.DoneAt = DeliveryDone, e.Consumer, e.At
+			info.State, info.Consumer, info.DoneAt = domain.DeliveryDone, e.Consumer, e.At
 		case EventDeadLettered, EventArchived:
-			info.State, info.DoneAt, info.ErrorCode, info.LastError = DeliveryDead, e.At, e.ErrorCode, e.Error
+			info.State, info.DoneAt, info.ErrorCode, info.LastError = domain.DeliveryDead, e.At, e.ErrorCode, e.Error
 		}
 	}
 	for _, sub := range order {
@@ -207,9 +200,4 @@ func (s *Store) FindTransactions(ctx context.Context, ids []string) (map[string]
 		}
 	}
 	return out, nil
-}
-
-// qmarks returns "?,?,…" with n marks.
-func qmarks(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
 }

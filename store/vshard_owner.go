@@ -2,9 +2,9 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -50,7 +50,7 @@ func (s *Store) RecordVShardOwners(ctx context.Context, owners []VShardOwner, at
 	if len(owners) == 0 {
 		return nil
 	}
-	values := strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?),", len(owners)), ",")
+	values := placeholders(len(owners), 5)
 	args := make([]any, 0, 5*len(owners))
 	for _, o := range owners {
 		args = append(args, o.VShard, o.Cluster, o.MapVersion, o.Frozen, at.UTC())
@@ -67,25 +67,17 @@ const selectVShardOwners = `SELECT vshard, cluster, map_version, frozen FROM vsh
 // VShardOwners reads this primary's record; none when the table was never
 // written (or does not exist yet: a cluster that predates it).
 func (s *Store) VShardOwners(ctx context.Context) ([]VShardOwner, error) {
-	rows, err := s.db.QueryContext(ctx, selectVShardOwners)
+	out, err := queryRows(ctx, s.db, "read vshard owners", selectVShardOwners, nil, func(rows *sql.Rows) (VShardOwner, error) {
+		var o VShardOwner
+		err := rows.Scan(&o.VShard, &o.Cluster, &o.MapVersion, &o.Frozen)
+		return o, err
+	})
 	if err != nil {
 		var me *mysql.MySQLError
 		if errors.As(err, &me) && me.Number == errNoSuchTable {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("read vshard owners: %w", translate(err))
-	}
-	defer rows.Close()
-	var out []VShardOwner
-	for rows.Next() {
-		var o VShardOwner
-		if err := rows.Scan(&o.VShard, &o.Cluster, &o.MapVersion, &o.Frozen); err != nil {
-			return nil, fmt.Errorf("read vshard owners: %w", err)
-		}
-		out = append(out, o)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read vshard owners: %w", translate(err))
+		return nil, translate(err)
 	}
 	return out, nil
 }

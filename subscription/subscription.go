@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/topology"
 )
@@ -51,16 +52,16 @@ func (s Subscription) Implicit() bool { return s.CreatedAt.IsZero() }
 // 20 % jitter, alarm at 50 % growth within 1h.
 func (s Subscription) WithDefaults() Subscription {
 	if s.MaxAttempts == 0 {
-		s.MaxAttempts = 5
+		s.MaxAttempts = domain.DefaultMaxAttempts
 	}
 	if s.Backoff.InitialMS == 0 {
-		s.Backoff.InitialMS = 1000
+		s.Backoff.InitialMS = domain.DefaultBackoffInitial.Milliseconds()
 	}
 	if s.Backoff.MaxMS == 0 {
-		s.Backoff.MaxMS = 600000
+		s.Backoff.MaxMS = domain.DefaultBackoffMax.Milliseconds()
 	}
 	if s.Backoff.Multiplier == 0 {
-		s.Backoff.Multiplier = 2
+		s.Backoff.Multiplier = domain.DefaultBackoffMultiplier
 	}
 	if s.DeadLetterAlarm.GrowthPercent == 0 {
 		s.DeadLetterAlarm.GrowthPercent = 50

@@ -7,7 +7,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/domain"
 )
 
 // HeadersOf returns a headers object whose JSON encoding is n bytes.
@@ -102,8 +102,8 @@ func BadRequests(receipt string) []BadRequest {
 		{"max_attempts float", "PUT", sub, `{"max_attempts":2.5}`, 400, "invalid_request", "max_attempts must be an integer"},
 		{"max_attempts huge", "PUT", sub, `{"max_attempts":100000}`, 400, "invalid_request", "max_attempts must be 1-"},
 		// sizes that a column could not hold
-		{"headers one byte over the column", "POST", produce, one(`,"headers":` + HeadersOf(store.MaxHeadersBytes+1)), 413, "payload_too_large", "at most 65535"},
-		{"key over the column", "POST", produce, one(`,"key":"` + strings.Repeat("k", store.MaxKeyBytes+1) + `"`), 400, "invalid_request", "key is 257 bytes"},
+		{"headers one byte over the column", "POST", produce, one(`,"headers":` + HeadersOf(domain.MaxHeadersBytes+1)), 413, "payload_too_large", "at most 65535"},
+		{"key over the column", "POST", produce, one(`,"key":"` + strings.Repeat("k", domain.MaxKeyBytes+1) + `"`), 400, "invalid_request", "key is 257 bytes"},
 		{"error_code over the column", "POST", "/v1/nack", `{"items":[{"receipt":` + rc + `,"error_code":"` + strings.Repeat("E", 65) + `"}]}`, 400, "invalid_request", "error_code is longer than 64"},
 		{"consumer over the column", "POST", claim, `{"consumer":"` + strings.Repeat("c", 129) + `"}`, 400, "invalid_request", "consumer is longer than 128"},
 		// query strings

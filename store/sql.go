@@ -1,0 +1,114 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+)
+
+// The shapes every statement of this package is built from, written once:
+// reading rows (queryEach, queryRows), a list of values (inList,
+// appendArgs, vshardIn) and a list of rows (placeholders). The statements
+// themselves stay in the file of their table. docs/design.md says why this
+// is a helper rather than generated code.
+
+// queryer is what reads need: a pool, a connection or a transaction.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// queryEach runs query and calls each for every row, in order; what names
+// the read in the error of any step (the query, a scan, the rows' end).
+func queryEach(ctx context.Context, q queryer, what, query string, args []any, each func(*sql.Rows) error) error {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// queryRows is queryEach that collects what scan makes of each row.
+func queryRows[T any](ctx context.Context, q queryer, what, query string, args []any, scan func(*sql.Rows) (T, error)) ([]T, error) {
+	var out []T
+	err := queryEach(ctx, q, what, query, args, func(rows *sql.Rows) error {
+		v, err := scan(rows)
+		if err != nil {
+			return err
+		}
+		out = append(out, v)
+		return nil
+	})
+	return out, err
+}
+
+// queryMap is queryEach that indexes what scan makes of each row by the
+// key it returns (a later row with the same key wins).
+func queryMap[K comparable, V any](ctx context.Context, q queryer, what, query string, args []any, scan func(*sql.Rows) (K, V, error)) (map[K]V, error) {
+	out := map[K]V{}
+	err := queryEach(ctx, q, what, query, args, func(rows *sql.Rows) error {
+		k, v, err := scan(rows)
+		if err != nil {
+			return err
+		}
+		out[k] = v
+		return nil
+	})
+	return out, err
+}
+
+// scanOne reads a row of one column.
+func scanOne[T any](rows *sql.Rows) (T, error) {
+	var v T
+	err := rows.Scan(&v)
+	return v, err
+}
+
+// inList returns "?,?,?" with n marks, the inside of an IN (…) list.
+func inList(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return strings.Repeat("?,", n-1) + "?"
+}
+
+// appendArgs appends vs to args, the arguments of an IN list.
+func appendArgs[T any](args []any, vs []T) []any {
+	for _, v := range vs {
+		args = append(args, v)
+	}
+	return args
+}
+
+// placeholders returns "(?,?,?),(?,?,?)" for rows rows of n columns: the
+// VALUES of a multi-row insert, or a list of tuples for (a, b) IN (…).
+func placeholders(rows, n int) string {
+	one := "(" + inList(n) + ")"
+	var b strings.Builder
+	b.Grow(rows * (len(one) + 1))
+	for i := 0; i < rows; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(one)
+	}
+	return b.String()
+}
+
+// vshardIn appends " AND col IN (…)" for vshards (nothing when empty).
+func vshardIn(b *strings.Builder, args []any, col string, vshards []uint16) []any {
+	if len(vshards) == 0 {
+		return args
+	}
+	b.WriteString(" AND " + col + " IN (" + inList(len(vshards)) + ")")
+	return appendArgs(args, vshards)
+}
