@@ -163,7 +163,11 @@ func (h *ha) checkWritable(ctx context.Context, cluster string, st *store.Store)
 // once the router's table, broker and API exist.
 func (h *ha) start(top *topology.Topology) error {
 	r := h.r
-	h.lookups = lookup.New(h.cfg.Lookups, lookupEndpoints{h}, r.table)
+	lc := h.cfg.Lookups
+	if lc.Archive == nil {
+		lc.Archive = r.lookupArchive
+	}
+	h.lookups = lookup.New(lc, lookupEndpoints{h}, r.table)
 	rc := h.cfg.Reconcile
 	if rc.Subscriptions == nil {
 		rc.Subscriptions = r.subscriptionsAt
@@ -274,6 +278,11 @@ type guarded struct {
 func (g guarded) Trace(ctx context.Context, topic, key string, now time.Time) (t *store.MessageTrace, err error) {
 	err = g.b.Do(ctx, func(ctx context.Context) (err error) { t, err = g.st.Trace(ctx, topic, key, now); return err })
 	return t, err
+}
+
+func (g guarded) Events(ctx context.Context, ids []uint64) (e []store.Event, err error) {
+	err = g.b.Do(ctx, func(ctx context.Context) (err error) { e, err = g.st.Events(ctx, ids); return err })
+	return e, err
 }
 
 func (g guarded) MessagesByTransaction(ctx context.Context, txID string, limit int) (m []*store.Message, err error) {

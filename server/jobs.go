@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shardmq/shardmq/deadletter"
+	"github.com/shardmq/shardmq/retention"
 )
 
 // jobs are the router's own background work besides high availability
@@ -14,9 +15,10 @@ import (
 // leads (Config.Leader; a router without one always leads), and the
 // metrics of group commit and transaction retries.
 type jobs struct {
-	upkeep  *deadletter.Upkeep
-	retries atomic.Pointer[prometheus.CounterVec]
-	cancel  context.CancelFunc
+	upkeep    *deadletter.Upkeep
+	retention *retention.Job // retention.go
+	retries   atomic.Pointer[prometheus.CounterVec]
+	cancel    context.CancelFunc
 }
 
 // leading says whether this router runs the background jobs now.
@@ -47,6 +49,9 @@ func (r *Router) startJobs() {
 }
 
 func (j *jobs) stop() {
+	if j.retention != nil {
+		j.retention.Stop()
+	}
 	if j.upkeep != nil {
 		j.upkeep.Stop()
 	}

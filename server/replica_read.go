@@ -39,3 +39,8 @@ func (r replicaRead) FindTransactions(ctx context.Context, ids []string) (f map[
 	err = r.b.DoWithin(ctx, r.timeout, func(ctx context.Context) (err error) { f, err = r.st.FindTransactions(ctx, ids); return err })
 	return f, err
 }
+
+func (r replicaRead) Events(ctx context.Context, ids []uint64) (e []store.Event, err error) {
+	err = r.b.DoWithin(ctx, r.timeout, func(ctx context.Context) (err error) { e, err = r.st.Events(ctx, ids); return err })
+	return e, err
+}

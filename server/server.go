@@ -22,6 +22,7 @@ import (
 	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/observe"
 	"github.com/shardmq/shardmq/rebalance"
+	"github.com/shardmq/shardmq/retention"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/subscription"
@@ -96,6 +97,10 @@ type Config struct {
 	// Reshard tunes resharding jobs (see rebalance.Config for each
 	// default); its Leader defaults to Leader.
 	Reshard rebalance.Config
+	// Retention tunes partition upkeep, the warm and cold archive and
+	// table upkeep (see retention.Config for each default); the archive
+	// cluster comes from the topology (docs/retention.md).
+	Retention retention.Config
 	// UI tunes the operators' page at /ui (docs/ui.md).
 	UI UIConfig
 	// Log defaults to discarding.
@@ -164,6 +169,7 @@ type Router struct {
 
 	listener atomic.Pointer[connLimit] // while Run serves with a connection cap
 	reshard  *reshard                  // resharding jobs and the barrier registration (reshard.go)
+	archive  *archiveConn              // the archive cluster of retention (retention.go)
 }
 
 // replicaDSNs lists a cluster's replicas in the topology in use.
@@ -194,7 +200,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load topology: %w", err)
 	}
-	r := &Router{cfg: cfg, ids: idgen.New(cfg.Now), conns: map[string]*clusterConn{}}
+	r := &Router{cfg: cfg, ids: idgen.New(cfg.Now), conns: map[string]*clusterConn{}, archive: &archiveConn{}}
 	r.replicas = &replicaWaiter{r: r, pools: map[string]*store.Store{}}
 	r.ha = newHA(r)
 	r.jobs = &jobs{}
@@ -211,6 +217,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		r.Close()
 		return nil, err
 	}
+	r.setArchive(top)
 	if cfg.CheckMapRecords {
 		if err := r.checkRecorded(ctx, top.Map); err != nil {
 			r.Close()
@@ -247,6 +254,10 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		return nil, err
 	}
 	r.startJobs()
+	if err := r.startRetention(context.Background()); err != nil {
+		r.Close()
+		return nil, err
+	}
 	r.record = startMapRecorder(r)
 	r.obs.start(r)
 	r.record.now(ctx, top.Map)
@@ -347,6 +358,7 @@ func (r *Router) apply(ctx context.Context, top *topology.Topology) {
 		return
 	}
 	r.broker.SetShards(shards)
+	r.setArchive(top)
 	if top.Map.Version() > r.table.Load().Version() {
 		r.record.now(ctx, top.Map) // on the clusters before it routes
 	}
@@ -453,6 +465,7 @@ func (r *Router) Close() {
 	for _, cc := range r.conns {
 		cc.store.Close()
 	}
+	r.closeArchive()
 	r.replicas.close()
 }
 
