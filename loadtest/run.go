@@ -439,6 +439,11 @@ func (r *runner) finish() {
 		if v.Unexpected > 0 {
 			sm.Problems = append(sm.Problems, fmt.Sprintf("%s: %d unexpected deliveries", v.Workload, v.Unexpected))
 		}
+		if v.Mode == "consumed" && v.Unchecked > 0 {
+			// Neither consumed nor found by a lookup: nothing proves it
+			// is not lost, so the run cannot pass.
+			sm.Problems = append(sm.Problems, fmt.Sprintf("%s: %d acknowledged messages neither consumed nor checked", v.Workload, v.Unchecked))
+		}
 		if v.Corrupt > 0 {
 			sm.Problems = append(sm.Problems, fmt.Sprintf("%s: %d corrupt payloads", v.Workload, v.Corrupt))
 		}
