@@ -540,3 +540,21 @@ func TestDeadByCodeCountsWhatRedriveTakes(t *testing.T) {
 		t.Fatalf("redrive took %d (%v), the count said %d", n, err, want["E_STOCK"])
 	}
 }
+
+// A row that is not there is ErrNotFound, never an outage: callers (the
+// load tester's lost-message proof, lookups) tell the two apart.
+func TestLookupKeyMissingIsNotFound(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	if _, err := f.st.LookupKey(ctx, "nothing", "absent"); !errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("missing key: %v, want ErrNotFound only", err)
+	}
+	it := f.item("lk", "present", `{"a":1}`)
+	if _, err := f.st.Produce(ctx, []ProduceItem{it}); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := f.st.LookupKey(ctx, "lk", "present"); err != nil || id != it.Msg.ID {
+		t.Fatalf("present key: %d, %v; want %d", id, err, it.Msg.ID)
+	}
+}
