@@ -216,3 +216,27 @@ bench-consume: deps loadtest-build
 bench-peers: deps loadtest-build
 	cd loadtest/peers && $(GO) build -o ../../bin/bench-peers .
 	bin/bench-peers -sandbox $(SANDBOX_DIR) -loadtest bin/loadtest -router-bin bin/router -out $(LOADTEST_OUT)/bench-peers $(if $(LOADTEST_ARGS),-loadtest-args '$(LOADTEST_ARGS)')
+
+# --- the Go client (issue 17; docs/client.md)
+# example-orders runs seed 001's order → points flow through the client's
+# outbox and inbox over the sandbox in $(SANDBOX_DIR) (started as `make run`
+# does when none answers there), with a router built from the current
+# source on a free port. Its two service databases, example_orders and
+# example_points, live on the sandbox's first primary. Last line:
+# orders: N, points changes: N, duplicates: 0.
+EXAMPLE_ORDERS ?= 500
+.PHONY: example-orders
+example-orders: deps loadtest-build
+	$(GO) build -o bin/example-orders ./examples/orders
+	bin/example-orders -sandbox $(SANDBOX_DIR) -router-bin bin/router -orders $(EXAMPLE_ORDERS) -out $(VAR)/example-orders
+
+# test-watermill runs Watermill's universal Pub/Sub suite
+# (pubsub/tests.TestPubSub) against a router over a fresh test bed, through
+# the adapter in client/watermill — a Go module of its own, so the
+# product's go.mod does not depend on Watermill. Ends with go test's ok
+# line for the adapter's package.
+.PHONY: test-watermill
+test-watermill: deps
+	@mkdir -p bin
+	$(GO) build -o bin/sandbox ./cmd/sandbox
+	cd client/watermill && ../../bin/sandbox exec -clusters 2 -replicas 1 -- $(GO) test -race -count=1 -timeout 15m .

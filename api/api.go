@@ -98,6 +98,8 @@ type Server struct {
 	subs   Subscriptions
 	// metrics count requests when set (Instrument; metrics.go).
 	metrics *HTTPMetrics
+	// retention adds its status to the stats when set (RouteRetention).
+	retention Retention
 }
 
 // New returns the API handler. ready may be nil (always ready).

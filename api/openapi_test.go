@@ -143,6 +143,7 @@ func servedPatterns(t *testing.T) []string {
 	s.RouteOps(b, stubAdmin{})
 	s.RouteReshard(stubResharder{})
 	s.RouteUI(nil)
+	s.RouteRetention(nil)
 	return slices.Clone(s.routes)
 }
 

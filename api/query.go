@@ -37,6 +37,10 @@ var queryParams = map[string][]string{
 	"GET /v1/transactions/{transaction_id}":                            nil,
 	"POST /v1/admin/reconcile":                                         nil,
 	"POST /v1/admin/reconcile/transactions":                            nil,
+	"GET /v1/admin/retention":                                          nil,
+	"POST /v1/admin/retention/run":                                     nil,
+	"POST /v1/admin/retention/restore":                                 nil,
+	"POST /v1/admin/retention/release":                                 nil,
 }
 
 // checkQuery validates r's query string for the endpoint pattern.

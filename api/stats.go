@@ -60,6 +60,9 @@ func (s *Server) routeOperator(o Operator) {
 		if len(st.Missing) > 0 {
 			out["missing_clusters"] = st.Missing
 		}
+		if s.retention != nil {
+			out["retention"] = s.retention.Status()
+		}
 		writeJSON(w, http.StatusOK, out)
 	})
 }

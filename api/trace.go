@@ -70,10 +70,30 @@ type messageView struct {
 	messageBody
 	Cluster string               `json:"cluster,omitempty"`
 	Status  domain.MessageStatus `json:"status"`
+	// Tier is where the message was found: hot (its cluster), warm (the
+	// archive cluster) or cold (a file: status is then archived, the
+	// payload is in ArchiveFile, relative to the router's archive
+	// directory). See docs/retention.md.
+	Tier        string `json:"tier,omitempty"`
+	ArchiveFile string `json:"archive_file,omitempty"`
 }
+
+// StatusArchived is the status of a message found only in a cold file.
+const StatusArchived domain.MessageStatus = "archived"
 
 func (s *Server) viewMessage(m *domain.Message, cluster string) messageView {
 	return messageView{messageBody: s.bodyOf(m), Cluster: cluster, Status: m.Status}
+}
+
+// viewTiered is viewMessage with the tier a lookup found the message in.
+func (s *Server) viewTiered(m *domain.Message, cluster, tier, file string) messageView {
+	v := s.viewMessage(m, cluster)
+	v.Tier, v.ArchiveFile = tier, file
+	if tier == lookup.TierCold {
+		v.Status = StatusArchived
+		v.Payload, v.PayloadBase64 = nil, nil // in the file
+	}
+	return v
 }
 
 type deliveryView struct {
@@ -108,6 +128,16 @@ type traceResponse struct {
 	Fallback   string         `json:"fallback_reason,omitempty"`
 	Cluster    string         `json:"cluster"`
 	Endpoint   string         `json:"endpoint"`
+	// Tier and Archive (additive, docs/retention.md): where the message
+	// was found, and for a cold one which file holds it.
+	Tier    string       `json:"tier,omitempty"`
+	Archive *archiveView `json:"archive,omitempty"`
+}
+
+type archiveView struct {
+	File       string `json:"file"`
+	Month      string `json:"month"`
+	ExportedAt string `json:"exported_at"`
 }
 
 // lookupError maps a lookup failure to the error answered.
@@ -143,8 +173,15 @@ func (s *Server) trace(w http.ResponseWriter, r *http.Request, t Tracer) {
 		writeError(w, s.lookupError(r, err, "message "+strconv.Quote(key)+" on topic "+topic+" (give order_key if it had one)"))
 		return
 	}
-	out := traceResponse{Message: s.viewMessage(tr.Message, tr.Cluster), Deliveries: []deliveryView{}, Events: []eventView{},
-		ReadFrom: tr.ReadFrom, LagMS: tr.LagMS, Fallback: tr.Fallback, Cluster: tr.Cluster, Endpoint: endpointFor(r, tr.Endpoint)}
+	file := ""
+	if tr.Cold != nil {
+		file = tr.Cold.File
+	}
+	out := traceResponse{Message: s.viewTiered(tr.Message, tr.Cluster, tr.Tier, file), Deliveries: []deliveryView{}, Events: []eventView{},
+		ReadFrom: tr.ReadFrom, LagMS: tr.LagMS, Fallback: tr.Fallback, Cluster: tr.Cluster, Endpoint: endpointFor(r, tr.Endpoint), Tier: tr.Tier}
+	if tr.Cold != nil {
+		out.Archive = &archiveView{File: tr.Cold.File, Month: tr.Message.CreatedAt.UTC().Format("2006-01"), ExportedAt: formatTime(tr.Cold.ExportedAt)}
+	}
 	for _, d := range tr.Deliveries {
 		out.Deliveries = append(out.Deliveries, deliveryView{Subscription: d.Subscription, State: d.State, Attempts: d.Attempts,
 			Consumer: d.Consumer, ErrorCode: d.ErrorCode, LastError: d.LastError, NextAttemptAt: formatTime(d.NextAttemptAt),
@@ -170,7 +207,7 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request, t Tracer) {
 	}
 	msgs := make([]messageView, len(res.Messages))
 	for i, m := range res.Messages {
-		msgs[i] = s.viewMessage(m.Message, m.Cluster)
+		msgs[i] = s.viewTiered(m.Message, m.Cluster, m.Tier, m.File)
 	}
 	unanswered := s.hideClusterErrors(r, res.Unanswered)
 	if len(unanswered) > 0 {

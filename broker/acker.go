@@ -33,7 +33,7 @@ type ackCall struct {
 // acker queues one cluster's acks; a worker goroutine runs while any are
 // queued and exits when none is, so an idle cluster holds no goroutine.
 type acker struct {
-	s Shard
+	conn Cluster
 
 	mu      sync.Mutex
 	queue   []*ackCall
@@ -42,7 +42,7 @@ type acker struct {
 	transactions, leases atomic.Int64 // what ran (tests, stats)
 }
 
-func newAcker(s Shard) *acker { return &acker{s: s} }
+func newAcker(conn Cluster) *acker { return &acker{conn: conn} }
 
 // ack queues leases and waits for their statuses.
 func (a *acker) ack(ctx context.Context, leases []store.Lease, now time.Time) ([]store.LeaseStatus, error) {
@@ -88,7 +88,22 @@ func (a *acker) run(batch []*ackCall) {
 	}
 	ctx, cancel := context.WithTimeout(reqid.With(context.Background(), groups[0].RequestID), ackTimeout)
 	defer cancel()
-	res := a.s.AckMany(ctx, groups, batch[0].now)
+	var res []store.AckResult
+	err := a.conn.Do(ctx, OpAck, func(ctx context.Context, s Store) error {
+		res = s.AckMany(ctx, groups, batch[0].now)
+		for _, r := range res {
+			if r.Err != nil {
+				return r.Err // the call point (breaker, metrics) sees the batch's failure
+			}
+		}
+		return nil
+	})
+	if res == nil {
+		res = make([]store.AckResult, len(groups))
+		for i := range res {
+			res[i].Err = err
+		}
+	}
 	a.transactions.Add(1)
 	a.leases.Add(int64(n))
 	for i, c := range batch {

@@ -39,7 +39,7 @@ func BenchmarkConsumers(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			a := newAcker(st)
+			a := newAcker(direct{st})
 			pid := bed.Clusters[0].Primary.PID
 			cpu0, _ := procstat.Process(pid)
 			b.ResetTimer()

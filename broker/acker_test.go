@@ -61,7 +61,7 @@ func TestAckerCoalescesWaitingAcks(t *testing.T) {
 	leases[2][0].Token++ // one lost lease: that batch falls back per request
 
 	g := &gatedShard{Store: st, started: make(chan struct{}), gate: make(chan struct{})}
-	a := newAcker(g)
+	a := newAcker(direct{g})
 	var wg sync.WaitGroup
 	results := make([][]store.LeaseStatus, 3)
 	errs := make([]error, 3)

@@ -26,10 +26,11 @@ import (
 	"github.com/shardmq/shardmq/subscription"
 )
 
-// Shard is what the broker needs from one cluster's primary.
-type Shard interface {
+// Store is what the broker needs from one cluster's primary: the store
+// operations it runs there, always through the cluster's call point
+// (Cluster).
+type Store interface {
 	Produce(ctx context.Context, items []store.ProduceItem) ([]store.ProduceResult, error)
-	Claim(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, error)
 	ClaimMany(ctx context.Context, reqs []store.ClaimRequest) ([][]store.Claimed, error)
 	Ack(ctx context.Context, leases []store.Lease, now time.Time) ([]store.LeaseStatus, error)
 	// AckMany acks several requests' leases together (the acker's
@@ -55,7 +56,38 @@ type Shard interface {
 	AppendEvents(ctx context.Context, evs []store.Event) error
 }
 
-var _ Shard = (*store.Store)(nil)
+var _ Store = (*store.Store)(nil)
+
+// Cluster is the one call point to a cluster's primary: every store
+// operation the broker runs on a cluster is a call of Do, which carries
+// what all of them share. In the router that is the endpoint's breaker,
+// the failover hand-over and the per-cluster latency histogram
+// (circuit.Cluster); in tests, an in-memory store. op names the operation
+// (the Op constants) for metrics. fn must use the context it is given:
+// the call point may bound or cancel it.
+type Cluster interface {
+	Do(ctx context.Context, op string, fn func(ctx context.Context, s Store) error) error
+}
+
+// The operations a Cluster is told about, one per Store method.
+const (
+	OpProduce          = "produce"
+	OpClaim            = "claim"
+	OpAck              = "ack"
+	OpNack             = "nack"
+	OpExtend           = "extend"
+	OpRelease          = "release"
+	OpListDead         = "list_dead"
+	OpRedrive          = "redrive"
+	OpPurgeDead        = "purge_dead"
+	OpCountDead        = "count_dead"
+	OpDeadByCode       = "dead_by_code"
+	OpArchiveDead      = "archive_dead"
+	OpDropSubscription = "drop_subscription"
+	OpUnpark           = "unpark"
+	OpStats            = "stats"
+	OpAppendEvents     = "append_events"
+)
 
 // Errors callers match with errors.Is.
 var (
@@ -129,7 +161,7 @@ func (c Config) withDefaults() Config {
 type Broker struct {
 	cfg      Config
 	table    *routing.Table
-	shards   atomic.Pointer[map[string]*clusterShard]
+	clusters atomic.Pointer[map[string]*cluster]
 	subs     Subscriptions
 	replicas ReplicaWaiter
 	ids      *idgen.Gen
@@ -142,7 +174,7 @@ type Broker struct {
 	claims   *claimers
 	polls    *pollGate // shared long-poll re-polls (longpoll.go)
 	rejected *rejectedTrace
-	closed   bool // set by Close under setMu: SetShards does nothing after it
+	closed   bool // set by Close under setMu: SetClusters does nothing after it
 	// draining is closed by Drain: long-polls answer at once.
 	draining  chan struct{}
 	drainOnce sync.Once
@@ -150,9 +182,9 @@ type Broker struct {
 	frozen    frozenCounters // requests held on frozen vshards (frozen.go)
 }
 
-// clusterShard is a cluster's connection and its group committer.
-type clusterShard struct {
-	Shard
+// cluster is a cluster's call point and its group committer.
+type cluster struct {
+	conn   Cluster
 	commit *committer
 	ack    *acker
 }
@@ -164,9 +196,9 @@ type recentKey struct {
 	hash   [16]byte
 }
 
-// New returns a broker routing by table to shards (cluster name → shard).
+// New returns a broker routing by table to clusters (cluster name → its primary).
 // replicas may be nil: replicated durability then answers unavailable.
-func New(cfg Config, table *routing.Table, shards map[string]Shard, subs Subscriptions, replicas ReplicaWaiter, ids *idgen.Gen, now func() time.Time, log *slog.Logger) *Broker {
+func New(cfg Config, table *routing.Table, clusters map[string]Cluster, subs Subscriptions, replicas ReplicaWaiter, ids *idgen.Gen, now func() time.Time, log *slog.Logger) *Broker {
 	if now == nil {
 		now = time.Now
 	}
@@ -179,34 +211,34 @@ func New(cfg Config, table *routing.Table, shards map[string]Shard, subs Subscri
 		b.recent = expirable.NewLRU[string, recentKey](b.cfg.RecentKeys, nil, b.cfg.RecentKeysTTL)
 		b.rejected = newRejectedTrace(b)
 	}
-	empty := map[string]*clusterShard{}
-	b.shards.Store(&empty)
-	b.SetShards(shards)
+	empty := map[string]*cluster{}
+	b.clusters.Store(&empty)
+	b.SetClusters(clusters)
 	return b
 }
 
-// SetShards swaps the cluster connections (after a topology change). A
+// SetClusters swaps the cluster connections (after a topology change). A
 // cluster whose connection is unchanged keeps its committer; the committers
 // of replaced connections finish what they have queued and stop.
-func (b *Broker) SetShards(shards map[string]Shard) {
+func (b *Broker) SetClusters(clusters map[string]Cluster) {
 	b.setMu.Lock()
 	defer b.setMu.Unlock()
 	if b.closed {
 		return // a topology applied during shutdown starts no committer that nobody stops
 	}
-	old := *b.shards.Load()
-	m := make(map[string]*clusterShard, len(shards))
-	for name, s := range shards {
-		if cs, ok := old[name]; ok && cs.Shard == s {
+	old := *b.clusters.Load()
+	m := make(map[string]*cluster, len(clusters))
+	for name, s := range clusters {
+		if cs, ok := old[name]; ok && cs.conn == s {
 			m[name] = cs
 			continue
 		}
-		m[name] = &clusterShard{Shard: s, commit: newCommitter(name, s, b.cfg.Commit), ack: newAcker(s)}
+		m[name] = &cluster{conn: s, commit: newCommitter(name, s, b.cfg.Commit), ack: newAcker(s)}
 	}
-	b.shards.Store(&m)
+	b.clusters.Store(&m)
 	for name, cs := range old {
 		if m[name] != cs {
-			go cs.commit.stop()
+			go cs.commit.Stop()
 		}
 	}
 }
@@ -227,15 +259,15 @@ func (b *Broker) Drain() {
 // twice.
 func (b *Broker) Close() {
 	b.Drain()
-	b.claims.stop()
+	b.claims.Stop()
 	if b.rejected != nil {
-		b.rejected.stop()
+		b.rejected.Stop()
 	}
 	b.setMu.Lock()
 	defer b.setMu.Unlock()
 	b.closed = true
-	for _, cs := range *b.shards.Load() {
-		cs.commit.stop()
+	for _, cs := range *b.clusters.Load() {
+		cs.commit.Stop()
 	}
 }
 
@@ -356,7 +388,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 	}
 	var mu sync.Mutex
 	var waits []replicaWait
-	errs := b.dispatch(ctx, vs, skip, func(name string, cs *clusterShard, idx []int, keep func() func()) {
+	errs := b.dispatch(ctx, vs, skip, func(name string, cs *cluster, idx []int, keep func() func()) {
 		gtid := b.produceOn(ctx, cs, topic, idx, items, results, keep)
 		if dur == DurabilityReplicated {
 			mu.Lock()
@@ -380,7 +412,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 
 // produceOn commits one cluster's share of a request, fills its results
 // and returns the GTID to wait for under replicated durability.
-func (b *Broker) produceOn(ctx context.Context, cs *clusterShard, topic string, idx []int, items []store.ProduceItem, results []ProduceResult, keep func() func()) string {
+func (b *Broker) produceOn(ctx context.Context, cs *cluster, topic string, idx []int, items []store.ProduceItem, results []ProduceResult, keep func() func()) string {
 	batch := make([]store.ProduceItem, len(idx))
 	for j, i := range idx {
 		batch[j] = items[i]
@@ -597,12 +629,16 @@ func (b *Broker) release(req ClaimRequest, out []Delivery) {
 			receipts = append(receipts, r)
 		}
 	}
-	b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *clusterShard, idx []int, _ func() func()) {
+	b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
 		leases := make([]store.Lease, len(idx))
 		for j, i := range idx {
 			leases[j] = receipts[i].Lease
 		}
-		if _, err := cs.Release(ctx, leases, !req.Dead, b.now().UTC()); err != nil {
+		err := cs.conn.Do(ctx, OpRelease, func(ctx context.Context, s Store) error {
+			_, err := s.Release(ctx, leases, !req.Dead, b.now().UTC())
+			return err
+		})
+		if err != nil {
 			b.log.Warn("leases of an abandoned claim not released; they become claimable when they expire",
 				"cluster", name, "topic", req.Topic, "subscription", req.Subscription, "leases", len(leases), "err", err)
 		}
@@ -615,7 +651,7 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 	defer release()
 	exclude := m.FrozenVShards()
 	names := m.Clusters()
-	shards := *b.shards.Load()
+	clusters := *b.clusters.Load()
 	start := int(b.rr.Add(1))
 	var out []Delivery
 	bytes := 0
@@ -626,13 +662,13 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 			break
 		}
 		name := names[(start+k)%len(names)]
-		s, ok := shards[name]
+		s, ok := clusters[name]
 		if !ok {
 			failed++
 			continue
 		}
 		token := rand.Uint64() | 1
-		key := claimKey{shard: s, topic: req.Topic, sub: req.Subscription, ordered: ordered, dead: req.Dead, errorCode: req.ErrorCode,
+		key := claimKey{cluster: s, topic: req.Topic, sub: req.Subscription, ordered: ordered, dead: req.Dead, errorCode: req.ErrorCode,
 			mapVersion: m.Version()}
 		sreq := store.ClaimRequest{Topic: req.Topic, Subscription: req.Subscription, Consumer: req.Consumer,
 			Max: req.Max - len(out), Lease: req.Lease, Token: token, MaxAttempts: sub.Policy().MaxAttempts, Now: b.now().UTC(),
@@ -692,27 +728,51 @@ func (b *Broker) orderedNow(ctx context.Context, receipts []Receipt) {
 // other acks that reach the cluster meanwhile (acker.go).
 func (b *Broker) Ack(ctx context.Context, receipts []Receipt) []LeaseResult {
 	b.orderedNow(ctx, receipts)
-	return b.leaseOp(ctx, receipts, func(cs *clusterShard, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
-		st, err := cs.ack.ack(ctx, leases, b.now().UTC())
-		return st, time.Time{}, err
-	})
-}
-
-// Extend moves the leases' expiry to now + lease.
-func (b *Broker) Extend(ctx context.Context, receipts []Receipt, lease time.Duration) []LeaseResult {
-	return b.leaseOp(ctx, receipts, func(cs *clusterShard, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
-		return cs.Extend(ctx, leases, lease, b.now().UTC())
-	})
-}
-
-func (b *Broker) leaseOp(ctx context.Context, receipts []Receipt, op func(*clusterShard, []store.Lease) ([]store.LeaseStatus, time.Time, error)) []LeaseResult {
 	out := make([]LeaseResult, len(receipts))
-	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *clusterShard, idx []int, _ func() func()) {
+	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
 		leases := make([]store.Lease, len(idx))
 		for j, i := range idx {
 			leases[j] = receipts[i].Lease
 		}
-		st, exp, err := op(cs, leases)
+		// Shared with the other acks that reach the cluster meanwhile
+		// (acker.go).
+		st, err := cs.ack.ack(ctx, leases, b.now().UTC())
+		for j, i := range idx {
+			if err != nil {
+				out[i] = LeaseResult{Status: domain.LeaseUnavailable, Err: fmt.Errorf("cluster %s: %w", name, err)}
+				continue
+			}
+			out[i] = LeaseResult{Status: st[j]}
+		}
+	})
+	for i, err := range errs {
+		if err != nil {
+			out[i] = LeaseResult{Status: domain.LeaseUnavailable, Err: err}
+		}
+	}
+	return out
+}
+
+// Extend moves the leases' expiry to now + lease.
+func (b *Broker) Extend(ctx context.Context, receipts []Receipt, lease time.Duration) []LeaseResult {
+	return b.leaseOp(ctx, receipts, OpExtend, func(ctx context.Context, s Store, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
+		return s.Extend(ctx, leases, lease, b.now().UTC())
+	})
+}
+
+func (b *Broker) leaseOp(ctx context.Context, receipts []Receipt, opName string, op func(context.Context, Store, []store.Lease) ([]store.LeaseStatus, time.Time, error)) []LeaseResult {
+	out := make([]LeaseResult, len(receipts))
+	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
+		leases := make([]store.Lease, len(idx))
+		for j, i := range idx {
+			leases[j] = receipts[i].Lease
+		}
+		var st []store.LeaseStatus
+		var exp time.Time
+		err := cs.conn.Do(ctx, opName, func(ctx context.Context, s Store) (err error) {
+			st, exp, err = op(ctx, s, leases)
+			return err
+		})
 		for j, i := range idx {
 			if err != nil {
 				out[i] = LeaseResult{Status: domain.LeaseUnavailable, Err: fmt.Errorf("cluster %s: %w", name, err)}
@@ -768,13 +828,17 @@ func (b *Broker) Nack(ctx context.Context, items []NackItem) []NackResult {
 		}
 		return s.Policy()
 	}
-	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *clusterShard, idx []int, _ func() func()) {
+	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
 		batch := make([]store.NackItem, len(idx))
 		for j, i := range idx {
 			it := items[i]
 			batch[j] = store.NackItem{Lease: it.Receipt.Lease, ErrorCode: it.ErrorCode, Error: it.Error, RetryAfter: it.RetryAfter}
 		}
-		res, err := cs.Nack(ctx, batch, policy, rand.Float64, b.now().UTC())
+		var res []store.NackResult
+		err := cs.conn.Do(ctx, OpNack, func(ctx context.Context, s Store) (err error) {
+			res, err = s.Nack(ctx, batch, policy, rand.Float64, b.now().UTC())
+			return err
+		})
 		for j, i := range idx {
 			if err != nil {
 				out[i] = NackResult{Status: domain.NackUnavailable, Err: fmt.Errorf("cluster %s: %w", name, err)}

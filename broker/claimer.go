@@ -23,7 +23,7 @@ import (
 const maxCoalescedClaim = 1000
 
 type claimKey struct {
-	shard     *clusterShard
+	cluster   *cluster
 	topic     string
 	sub       string
 	ordered   bool
@@ -153,9 +153,9 @@ func (c *claimers) work(k claimKey, w *claimWorker) {
 	}
 }
 
-// stop refuses new claims and waits for the running ones to be answered.
+// Stop refuses new claims and waits for the running ones to be answered.
 // Safe to call twice.
-func (c *claimers) stop() {
+func (c *claimers) Stop() {
 	c.mu.Lock()
 	c.stopped = true
 	c.mu.Unlock()
@@ -178,7 +178,11 @@ func (c *claimers) run(k claimKey, calls []*claimCall) {
 	// caller's: the request that set the walk going.
 	ctx, cancel := context.WithTimeout(reqid.With(context.Background(), calls[0].rid), 10*time.Second)
 	defer cancel()
-	got, err := k.shard.ClaimMany(ctx, reqs)
+	var got [][]store.Claimed
+	err := k.cluster.conn.Do(ctx, OpClaim, func(ctx context.Context, s Store) (err error) {
+		got, err = s.ClaimMany(ctx, reqs)
+		return err
+	})
 	c.runs.Add(1)
 	for i, call := range calls {
 		if err != nil {

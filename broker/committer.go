@@ -97,11 +97,11 @@ type produceResp struct {
 
 // committer group-commits the produce requests of one cluster.
 type committer struct {
-	name  string
-	shard Shard
-	cfg   CommitConfig
-	in    chan *produceReq
-	quit  chan struct{}
+	name string
+	conn Cluster
+	cfg  CommitConfig
+	in   chan *produceReq
+	quit chan struct{}
 	// queued counts the messages waiting in in; overflow wakes a further
 	// committer when it reaches MaxMessages.
 	queued   atomic.Int64
@@ -130,8 +130,8 @@ type CommitStats struct {
 	Busy time.Duration
 }
 
-func newCommitter(name string, s Shard, cfg CommitConfig) *committer {
-	c := &committer{name: name, shard: s, cfg: cfg, in: make(chan *produceReq, queueLen), quit: make(chan struct{}),
+func newCommitter(name string, conn Cluster, cfg CommitConfig) *committer {
+	c := &committer{name: name, conn: conn, cfg: cfg, in: make(chan *produceReq, queueLen), quit: make(chan struct{}),
 		overflow: make(chan struct{}, cfg.Committers)}
 	for i := 0; i < cfg.Committers; i++ {
 		c.wg.Add(1)
@@ -140,9 +140,9 @@ func newCommitter(name string, s Shard, cfg CommitConfig) *committer {
 	return c
 }
 
-// stop lets queued requests finish, then ends the committers. Safe to call
+// Stop lets queued requests finish, then ends the committers. Safe to call
 // twice.
-func (c *committer) stop() {
+func (c *committer) Stop() {
 	c.once.Do(func() {
 		c.gate.Lock()
 		c.stopped = true
@@ -324,7 +324,11 @@ func (c *committer) commit(batch []*produceReq) {
 // neighbours. Nothing is half-applied: each attempt is one transaction.
 func (c *committer) produceIsolated(items []store.ProduceItem) ([]store.ProduceResult, []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
-	res, err := c.shard.Produce(ctx, items)
+	var res []store.ProduceResult
+	err := c.conn.Do(ctx, OpProduce, func(ctx context.Context, s Store) (err error) {
+		res, err = s.Produce(ctx, items)
+		return err
+	})
 	cancel()
 	if err == nil {
 		return res, make([]error, len(items))
@@ -346,7 +350,7 @@ func (c *committer) produceIsolated(items []store.ProduceItem) ([]store.ProduceR
 // CommitStats returns each cluster's group-commit counters.
 func (b *Broker) CommitStats() map[string]CommitStats {
 	out := map[string]CommitStats{}
-	for name, cs := range *b.shards.Load() {
+	for name, cs := range *b.clusters.Load() {
 		c := cs.commit
 		out[name] = CommitStats{Transactions: c.transactions.Load(), Messages: c.messages.Load(), Splits: c.splits.Load(),
 			Busy: time.Duration(c.busy.Load())}

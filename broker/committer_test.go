@@ -3,37 +3,12 @@ package broker
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql"
-
 	"github.com/shardmq/shardmq/internal/idgen"
-	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/store"
 )
-
-var bed *testbed.Bed
-
-func TestMain(m *testing.M) {
-	os.Exit(testbed.Main(m, testbed.Spec{Clusters: 1}, func(b *testbed.Bed) { bed = b }))
-}
-
-func openStore(t testing.TB) *store.Store {
-	t.Helper()
-	ctx := context.Background()
-	name := testbed.TestDatabase(t, bed, "t_broker_")
-	st, err := store.Open(ctx, bed.Clusters[0].Primary.DSN(name), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
 
 func item(id uint64, key string) store.ProduceItem {
 	return store.ProduceItem{
@@ -45,13 +20,14 @@ func item(id uint64, key string) store.ProduceItem {
 }
 
 // One item that the database refuses (here: an id already taken) fails
-// alone; its neighbours in the same group commit are stored.
+// alone; its neighbours in the same group commit are stored, and nothing of
+// the refused item is.
 func TestCommitterIsolatesAFailingItem(t *testing.T) {
 	t.Parallel()
-	st := openStore(t)
+	st := newMemStore()
 	ids := idgen.New(nil)
-	c := newCommitter("c1", st, CommitConfig{Committers: 1}.withDefaults())
-	defer c.stop()
+	c := newCommitter("c1", direct{st}, CommitConfig{Committers: 1}.withDefaults())
+	defer c.Stop()
 	a := ids.Next()
 	items := []store.ProduceItem{item(a, "a"), item(ids.Next(), "b"), item(a, "clash"), item(ids.Next(), "d")}
 	resp := c.submit(context.Background(), items)
@@ -61,29 +37,69 @@ func TestCommitterIsolatesAFailingItem(t *testing.T) {
 			t.Errorf("item %d (%s): created=%v err=%v, want created=%v", i, items[i].Msg.Key, ok, resp.errs[i], want)
 		}
 	}
+	if !errors.Is(resp.errs[2], errTakenID) {
+		t.Errorf("the failing item's error: %v", resp.errs[2])
+	}
 	if c.splits.Load() == 0 {
 		t.Fatal("the batch was not split")
 	}
-	var n int
-	st.DB().QueryRow("SELECT COUNT(*) FROM message_key WHERE msg_key = 'clash'").Scan(&n)
-	if n != 0 {
+	if _, ok := st.keys["t\x00clash"]; ok {
 		t.Fatal("the failing item's key was registered: half-applied")
+	}
+}
+
+// A batch that fails because the cluster is unavailable is not split: every
+// item gets the error at once, in one transaction's time.
+func TestCommitterDoesNotSplitOnAnOutage(t *testing.T) {
+	t.Parallel()
+	fc := newFakeCluster()
+	fc.down.Store(true)
+	c := newCommitter("c1", fc, CommitConfig{Committers: 1}.withDefaults())
+	defer c.Stop()
+	ids := idgen.New(nil)
+	resp := c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "a"), item(ids.Next(), "b")})
+	for i, err := range resp.errs {
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("item %d: %v, want unavailable", i, err)
+		}
+	}
+	if c.splits.Load() != 0 || fc.calls(OpProduce) != 1 {
+		t.Fatalf("splits %d, produce calls %d: an outage must not be split", c.splits.Load(), fc.calls(OpProduce))
 	}
 }
 
 // A stopped committer still answers what was queued, and refuses new work.
 func TestCommitterStopAnswersEveryone(t *testing.T) {
 	t.Parallel()
-	st := openStore(t)
+	st := newMemStore()
 	ids := idgen.New(nil)
-	c := newCommitter("c1", st, CommitConfig{Committers: 2}.withDefaults())
+	c := newCommitter("c1", direct{st}, CommitConfig{Committers: 2}.withDefaults())
 	resp := c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "x")})
 	if resp.errs[0] != nil {
 		t.Fatal(resp.errs[0])
 	}
-	c.stop()
-	c.stop() // twice is fine
-	resp = c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "y")})
+	// A request queued behind a held transaction is answered by the
+	// drain on stop.
+	hold, held := make(chan struct{}), make(chan struct{}, 4)
+	st.gate = func(string) { held <- struct{}{}; <-hold }
+	first := make(chan produceResp, 1)
+	go func() { first <- c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "y")}) }()
+	<-held
+	queued := make(chan produceResp, 1)
+	go func() { queued <- c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "z")}) }()
+	waitUntil(t, func() bool { return len(c.in) == 1 })
+	stopped := make(chan struct{})
+	go func() { c.Stop(); close(stopped) }()
+	close(hold)
+	if r := <-first; r.errs[0] != nil {
+		t.Fatalf("held request: %v", r.errs[0])
+	}
+	if r := <-queued; r.errs[0] != nil {
+		t.Fatalf("queued request not committed by the drain: %v", r.errs[0])
+	}
+	<-stopped
+	c.Stop() // twice is fine
+	resp = c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "w")})
 	if resp.errs[0] == nil {
 		t.Fatal("a stopped committer accepted work")
 	}
@@ -121,16 +137,16 @@ func TestReceiptRoundTripAndTampering(t *testing.T) {
 	}
 }
 
-// gateShard is a Shard whose Produce blocks until released and records
+// gateStore is a Store whose Produce blocks until released and records
 // each batch's size; every other method is left unimplemented.
-type gateShard struct {
-	Shard
+type gateStore struct {
+	Store
 	started chan int      // a batch of n items began
 	release chan struct{} // lets one batch finish
 	quit    chan struct{} // closed at cleanup: lets every batch finish
 }
 
-func (g *gateShard) Produce(ctx context.Context, items []store.ProduceItem) ([]store.ProduceResult, error) {
+func (g *gateStore) Produce(ctx context.Context, items []store.ProduceItem) ([]store.ProduceResult, error) {
 	g.started <- len(items)
 	select {
 	case <-g.release:
@@ -145,10 +161,10 @@ func (g *gateShard) Produce(ctx context.Context, items []store.ProduceItem) ([]s
 // wait.
 func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 	t.Parallel()
-	g := &gateShard{started: make(chan int, 16), release: make(chan struct{}), quit: make(chan struct{})}
-	c := newCommitter("c1", g, CommitConfig{Committers: 1, Linger: time.Second, LingerAfter: 4}.withDefaults())
+	g := &gateStore{started: make(chan int, 16), release: make(chan struct{}), quit: make(chan struct{})}
+	c := newCommitter("c1", direct{g}, CommitConfig{Committers: 1, Linger: time.Second, LingerAfter: 4}.withDefaults())
 	// Cleanups run last-in first-out: the gate opens before stop waits.
-	t.Cleanup(c.stop)
+	t.Cleanup(c.Stop)
 	t.Cleanup(func() { close(g.quit) })
 	ctx := context.Background()
 	done := make(chan struct{}, 32)
@@ -221,30 +237,4 @@ func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 	submit(1)
 	startsAtOnce(1)
 	finish(1)
-}
-
-// An item the database refuses for its own values (headers one byte longer
-// than their BLOB column) fails alone with store.ErrInvalidData, which
-// Produce answers "rejected", never "unavailable": a retry cannot succeed.
-func TestCommitterKeepsInvalidDataApart(t *testing.T) {
-	t.Parallel()
-	st := openStore(t)
-	ids := idgen.New(nil)
-	c := newCommitter("c1", st, CommitConfig{Committers: 1}.withDefaults())
-	defer c.stop()
-	bad := item(ids.Next(), "too-long-headers")
-	bad.Msg.Headers = make([]byte, store.MaxHeadersBytes+1)
-	items := []store.ProduceItem{item(ids.Next(), "a"), bad, item(ids.Next(), "c")}
-	resp := c.submit(context.Background(), items)
-	if resp.errs[0] != nil || resp.errs[2] != nil {
-		t.Fatalf("neighbours failed: %v, %v", resp.errs[0], resp.errs[2])
-	}
-	if err := resp.errs[1]; !errors.Is(err, store.ErrInvalidData) || errors.Is(err, store.ErrUnavailable) {
-		t.Fatalf("over-long headers: %v, want store.ErrInvalidData", err)
-	}
-	fits := item(ids.Next(), "headers-filling-the-column")
-	fits.Msg.Headers = make([]byte, store.MaxHeadersBytes)
-	if resp := c.submit(context.Background(), []store.ProduceItem{fits}); resp.errs[0] != nil {
-		t.Fatalf("headers of exactly the column's size: %v", resp.errs[0])
-	}
 }

@@ -45,19 +45,19 @@ func (b *Broker) ListDead(ctx context.Context, topic, sub, errorCode, cursor str
 	var mu sync.Mutex
 	var all []DeadLetter
 	var page DeadPage
-	err := b.eachCluster(ctx, func(ctx context.Context, name string, sh Shard) error {
+	missing, err := b.eachClusterMissing(ctx, OpListDead, func(ctx context.Context, name string, sh Store) error {
 		dl, msgs, err := sh.ListDead(ctx, topic, sub, errorCode, before, limit+1, b.now().UTC())
-		mu.Lock()
-		defer mu.Unlock()
 		if err != nil {
-			page.Missing = append(page.Missing, name)
 			return err
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		for _, d := range dl {
 			all = append(all, DeadLetter{DeadLetter: d, Message: msgs[d.MessageID]})
 		}
 		return nil
 	})
+	page.Missing = missing
 	if err != nil && len(page.Missing) == len(b.table.Load().Clusters()) {
 		return DeadPage{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -67,7 +67,6 @@ func (b *Broker) ListDead(ctx context.Context, topic, sub, errorCode, cursor str
 		page.NextCursor = strconv.FormatUint(all[limit-1].MessageID, 10)
 	}
 	page.Items = all
-	sort.Strings(page.Missing)
 	return page, nil
 }
 
@@ -83,7 +82,7 @@ func (b *Broker) Redrive(ctx context.Context, topic, sub string, ids []uint64, e
 	}
 	var total int64
 	var mu sync.Mutex
-	err = b.eachCluster(ctx, func(ctx context.Context, _ string, sh Shard) error {
+	err = b.eachCluster(ctx, OpRedrive, func(ctx context.Context, _ string, sh Store) error {
 		n, err := sh.Redrive(ctx, store.RedriveRequest{Topic: topic, Subscription: sub, IDs: ids, ErrorCode: errorCode,
 			Ordered: s.Ordered, Now: b.now().UTC()})
 		mu.Lock()
@@ -108,7 +107,7 @@ func (b *Broker) DeadByCode(ctx context.Context, topic, sub string, ids []uint64
 	}
 	out := map[string]int64{}
 	var mu sync.Mutex
-	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Shard) error {
+	err := b.eachCluster(ctx, OpDeadByCode, func(ctx context.Context, _ string, sh Store) error {
 		m, err := sh.DeadByCode(ctx, store.RedriveRequest{Topic: topic, Subscription: sub, IDs: ids, ErrorCode: errorCode, Now: b.now().UTC()})
 		mu.Lock()
 		for code, n := range m {
@@ -127,7 +126,7 @@ func (b *Broker) PurgeDead(ctx context.Context, topic, sub, errorCode string) (i
 	}
 	var total int64
 	var mu sync.Mutex
-	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Shard) error {
+	err := b.eachCluster(ctx, OpPurgeDead, func(ctx context.Context, _ string, sh Store) error {
 		n, err := sh.PurgeDead(ctx, topic, sub, errorCode)
 		mu.Lock()
 		total += n
@@ -141,7 +140,7 @@ func (b *Broker) PurgeDead(ctx context.Context, topic, sub, errorCode string) (i
 func (b *Broker) CountDead(ctx context.Context, topic, sub string) (int64, error) {
 	var total int64
 	var mu sync.Mutex
-	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Shard) error {
+	err := b.eachCluster(ctx, OpCountDead, func(ctx context.Context, _ string, sh Store) error {
 		n, err := sh.CountDead(ctx, topic, sub)
 		mu.Lock()
 		total += n
@@ -156,7 +155,7 @@ func (b *Broker) CountDead(ctx context.Context, topic, sub string) (int64, error
 func (b *Broker) ArchiveDead(ctx context.Context, topic, sub string, cutoff time.Time) (int64, error) {
 	var total int64
 	var mu sync.Mutex
-	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Shard) error {
+	err := b.eachCluster(ctx, OpArchiveDead, func(ctx context.Context, _ string, sh Store) error {
 		n, err := sh.ArchiveDead(ctx, topic, sub, cutoff, b.now().UTC())
 		mu.Lock()
 		total += n

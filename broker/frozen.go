@@ -148,7 +148,7 @@ func (b *Broker) FrozenStats() FrozenStats {
 // queued) calls keep for one more pin, released when they have landed.
 // Items of frozen vshards are held until their vshard serves again, at most
 // FrozenWait for the whole request; errs[i] says why item i was not run.
-func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run func(name string, cs *clusterShard, idx []int, keep func() func())) []error {
+func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run func(name string, cs *cluster, idx []int, keep func() func())) []error {
 	errs := make([]error, len(vs))
 	pending := make([]int, 0, len(vs))
 	for i := range vs {
@@ -172,7 +172,7 @@ func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run f
 		changed := b.table.Changed()
 		m, release := b.pin()
 		keep := func() func() { return b.pinVersion(m.Version()) }
-		shards := *b.shards.Load()
+		clusters := *b.clusters.Load()
 		groups := map[string][]int{}
 		var frozen []int
 		for _, i := range pending {
@@ -181,7 +181,7 @@ func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run f
 				frozen = append(frozen, i)
 				continue
 			}
-			if _, ok := shards[name]; !ok {
+			if _, ok := clusters[name]; !ok {
 				errs[i] = fmt.Errorf("%w: cluster %s has no connection", ErrUnavailable, name)
 				continue
 			}
@@ -192,7 +192,7 @@ func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run f
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				run(name, shards[name], idx, keep)
+				run(name, clusters[name], idx, keep)
 			}()
 		}
 		wg.Wait()

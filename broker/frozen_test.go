@@ -12,8 +12,8 @@ import (
 	"github.com/shardmq/shardmq/shard"
 )
 
-// fakeShard stands for a cluster in tests that never reach it.
-type fakeShard struct{ Shard }
+// fakeStore stands for a cluster in tests that never reach it.
+type fakeStore struct{ Store }
 
 func frozenMap(t *testing.T, version int64, frozen bool) *routing.Map {
 	t.Helper()
@@ -27,7 +27,7 @@ func frozenMap(t *testing.T, version int64, frozen bool) *routing.Map {
 func frozenBroker(t *testing.T, cfg Config) (*Broker, *routing.Table) {
 	t.Helper()
 	table := routing.NewTable(frozenMap(t, 1, true))
-	b := New(cfg, table, map[string]Shard{"c1": fakeShard{}}, nil, nil, idgen.New(nil), nil, nil)
+	b := New(cfg, table, map[string]Cluster{"c1": direct{fakeStore{}}}, nil, nil, idgen.New(nil), nil, nil)
 	t.Cleanup(b.Close)
 	return b, table
 }
@@ -51,7 +51,7 @@ func TestDispatchHoldsFrozenUntilTheMapChanges(t *testing.T) {
 	var ran atomic.Int32
 	done := make(chan []error, 1)
 	go func() {
-		done <- b.dispatch(context.Background(), []shard.ID{5, 500}, nil, func(name string, _ *clusterShard, idx []int, _ func() func()) {
+		done <- b.dispatch(context.Background(), []shard.ID{5, 500}, nil, func(name string, _ *cluster, idx []int, _ func() func()) {
 			ran.Add(int32(len(idx)))
 		})
 	}()
@@ -74,7 +74,7 @@ func TestDispatchHoldsFrozenUntilTheMapChanges(t *testing.T) {
 func TestDispatchTimesOutAndCapsHeldRequests(t *testing.T) {
 	t.Parallel()
 	b, _ := frozenBroker(t, Config{FrozenWait: 200 * time.Millisecond, FrozenMaxHeld: 1})
-	never := func(string, *clusterShard, []int, func() func()) { t.Error("ran an item of a frozen vshard") }
+	never := func(string, *cluster, []int, func() func()) { t.Error("ran an item of a frozen vshard") }
 	first := make(chan []error, 1)
 	go func() { first <- b.dispatch(context.Background(), []shard.ID{1}, nil, never) }()
 	waitUntil(t, func() bool { return b.FrozenStats().Held == 1 })
@@ -97,7 +97,7 @@ func TestAppliedWaitsForOperationsInFlight(t *testing.T) {
 	table.Store(frozenMap(t, 2, false))
 	changed := b.AppliedChanged()
 	var late func()
-	errs := b.dispatch(context.Background(), []shard.ID{500}, nil, func(_ string, _ *clusterShard, _ []int, keep func() func()) {
+	errs := b.dispatch(context.Background(), []shard.ID{500}, nil, func(_ string, _ *cluster, _ []int, keep func() func()) {
 		table.Store(frozenMap(t, 3, true))
 		if v := b.Applied(); v != 2 {
 			t.Errorf("Applied during a write routed with map 2: %d", v)

@@ -67,9 +67,9 @@ func (t *rejectedTrace) add(id uint64, status store.ProduceStatus, rk recentKey,
 	}
 }
 
-// stop writes what is queued (bounded by rejectedTimeout per cluster) and
+// Stop writes what is queued (bounded by rejectedTimeout per cluster) and
 // ends the writer. Safe to call twice.
-func (t *rejectedTrace) stop() {
+func (t *rejectedTrace) Stop() {
 	t.once.Do(func() { close(t.quit) })
 	<-t.done
 }
@@ -131,7 +131,7 @@ func (t *rejectedTrace) flush(batch []store.Event, held map[uint64]int) []store.
 	// events before the final sync of their vshards.
 	table, release := t.b.pin()
 	defer release()
-	shards := *t.b.shards.Load()
+	clusters := *t.b.clusters.Load()
 	byCluster := map[string][]store.Event{}
 	var again []store.Event
 	for _, ev := range batch {
@@ -150,7 +150,7 @@ func (t *rejectedTrace) flush(batch []store.Event, held map[uint64]int) []store.
 	}
 	var wg sync.WaitGroup
 	for name, evs := range byCluster {
-		cs, ok := shards[name]
+		cs, ok := clusters[name]
 		if !ok {
 			t.dropped.Add(int64(len(evs)))
 			continue
@@ -158,7 +158,8 @@ func (t *rejectedTrace) flush(batch []store.Event, held map[uint64]int) []store.
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), rejectedTimeout)
 			defer cancel()
-			if err := cs.AppendEvents(ctx, evs); err != nil {
+			err := cs.conn.Do(ctx, OpAppendEvents, func(ctx context.Context, s Store) error { return s.AppendEvents(ctx, evs) })
+			if err != nil {
 				t.dropped.Add(int64(len(evs)))
 				t.b.log.Warn("trace of produce attempts answered from the recent-keys cache not written", "cluster", name,
 					"events", len(evs), "err", err)

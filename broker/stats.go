@@ -30,16 +30,15 @@ func (b *Broker) Stats(ctx context.Context) Stats {
 	var mu sync.Mutex
 	sum := map[[2]string]*store.QueueStats{}
 	var out Stats
-	b.eachCluster(ctx, func(ctx context.Context, name string, sh Shard) error {
+	out.Missing, _ = b.eachClusterMissing(ctx, OpStats, func(ctx context.Context, name string, sh Store) error {
 		ctx, cancel := context.WithTimeout(ctx, statsTimeout)
 		defer cancel()
 		st, err := sh.Stats(ctx, b.now().UTC())
-		mu.Lock()
-		defer mu.Unlock()
 		if err != nil {
-			out.Missing = append(out.Missing, name)
 			return err
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		for _, s := range st {
 			k := [2]string{s.Topic, s.Subscription}
 			t := sum[k]
@@ -75,6 +74,5 @@ func (b *Broker) Stats(ctx context.Context) Stats {
 		}
 		return a.Subscription < c.Subscription
 	})
-	sort.Strings(out.Missing)
 	return out
 }

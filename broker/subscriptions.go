@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -52,7 +53,7 @@ func (b *Broker) PutSubscription(ctx context.Context, s subscription.Subscriptio
 	}
 	if existed && old.Ordered && !s.Ordered {
 		unpark := func(ctx context.Context) error {
-			return b.eachCluster(ctx, func(ctx context.Context, name string, sh Shard) error {
+			return b.eachCluster(ctx, OpUnpark, func(ctx context.Context, name string, sh Store) error {
 				_, err := sh.Unpark(ctx, s.Topic, s.Name, b.now().UTC())
 				return err
 			})
@@ -82,7 +83,7 @@ func (b *Broker) DeleteSubscription(ctx context.Context, topic, name string) err
 		}
 		return err
 	}
-	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Shard) error {
+	err := b.eachCluster(ctx, OpDropSubscription, func(ctx context.Context, _ string, sh Store) error {
 		_, err := sh.DropSubscription(ctx, topic, name, b.now().UTC())
 		return err
 	})
@@ -95,29 +96,41 @@ func (b *Broker) DeleteSubscription(ctx context.Context, topic, name string) err
 // unparkAgainAfter outlasts every router's subscription refresh (1s).
 const unparkAgainAfter = 5 * time.Second
 
-// eachCluster runs fn on every cluster of the current shard map at once and
-// joins the errors, each naming its cluster.
-func (b *Broker) eachCluster(ctx context.Context, fn func(ctx context.Context, name string, sh Shard) error) error {
-	shards := *b.shards.Load()
+// eachCluster runs fn (operation op) on every cluster of the current shard
+// map at once, each through its call point, and joins the errors, each
+// naming its cluster.
+func (b *Broker) eachCluster(ctx context.Context, op string, fn func(ctx context.Context, name string, sh Store) error) error {
+	_, err := b.eachClusterMissing(ctx, op, fn)
+	return err
+}
+
+// eachClusterMissing is eachCluster that also names, sorted, the clusters
+// that did not answer (their call point refused or failed the call, or the
+// router holds no connection to them).
+func (b *Broker) eachClusterMissing(ctx context.Context, op string, fn func(ctx context.Context, name string, sh Store) error) (missing []string, err error) {
+	clusters := *b.clusters.Load()
 	var mu sync.Mutex
 	var errs []error
+	fail := func(name string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		missing = append(missing, name)
+		errs = append(errs, fmt.Errorf("cluster %s: %w", name, err))
+	}
 	var wg sync.WaitGroup
 	for _, name := range b.table.Load().Clusters() {
-		cs, ok := shards[name]
+		cs, ok := clusters[name]
 		if !ok {
-			errs = append(errs, fmt.Errorf("cluster %s: %w: no connection", name, ErrUnavailable))
+			fail(name, fmt.Errorf("%w: no connection", ErrUnavailable))
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(ctx, name, cs.Shard); err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("cluster %s: %w", name, err))
-				mu.Unlock()
+		wg.Go(func() {
+			if err := cs.conn.Do(ctx, op, func(ctx context.Context, s Store) error { return fn(ctx, name, s) }); err != nil {
+				fail(name, err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	sort.Strings(missing)
+	return missing, errors.Join(errs...)
 }

@@ -6,9 +6,9 @@
 // every other cluster serves as before; after OpenFor it lets a probe
 // through (half-open) and closes again when the endpoint answers.
 //
-// Shard decorates a broker.Shard with an endpoint's breaker and a bound on
-// each call; Cluster is a cluster's stable broker.Shard that follows
-// failover from one primary endpoint to the next (failover.go).
+// Cluster decorates a cluster primary's broker.Store with its endpoint's breaker
+// and a bound on each call, and follows failover from one primary endpoint
+// to the next (Retire).
 package circuit
 
 import (

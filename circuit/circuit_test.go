@@ -7,9 +7,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/store"
@@ -112,15 +114,16 @@ func TestBreakerOpensOnDeadEndpointAndRecovers(t *testing.T) {
 	var changes []string
 	set := NewSet(Config{Failures: 3, OpenFor: 200 * time.Millisecond, CallTimeout: time.Second,
 		OnStateChange: func(_, from, to string) { changes = append(changes, from+"→"+to) }})
-	sh := NewShard(st, set.For(own.Clusters[0].Primary.Addr()))
-	if _, err := sh.Produce(ctx, []store.ProduceItem{item(ids, "a")}); err != nil {
+	var observed opLog
+	sh := NewCluster(st, set.For(own.Clusters[0].Primary.Addr()), observed.observe)
+	if _, err := produce(ctx, sh, []store.ProduceItem{item(ids, "a")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := own.Kill(own.Clusters[0].Primary); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; sh.Breaker().State() != "open"; i++ {
-		if _, err := sh.Produce(ctx, []store.ProduceItem{item(ids, "b")}); !errors.Is(err, store.ErrUnavailable) {
+		if _, err := produce(ctx, sh, []store.ProduceItem{item(ids, "b")}); !errors.Is(err, store.ErrUnavailable) {
 			t.Fatalf("produce on a dead primary: %v", err)
 		}
 		if i > 10 {
@@ -128,7 +131,7 @@ func TestBreakerOpensOnDeadEndpointAndRecovers(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	_, err = sh.Produce(ctx, []store.ProduceItem{item(ids, "c")})
+	_, err = produce(ctx, sh, []store.ProduceItem{item(ids, "c")})
 	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, ErrOpen) || time.Since(start) > 10*time.Millisecond {
 		t.Fatalf("open breaker: %v after %v", err, time.Since(start))
 	}
@@ -140,7 +143,7 @@ func TestBreakerOpensOnDeadEndpointAndRecovers(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := sh.Produce(ctx, []store.ProduceItem{item(ids, "d")})
+		_, err := produce(ctx, sh, []store.ProduceItem{item(ids, "d")})
 		if err == nil {
 			break
 		}
@@ -151,6 +154,11 @@ func TestBreakerOpensOnDeadEndpointAndRecovers(t *testing.T) {
 	}
 	if sh.Breaker().State() != "closed" {
 		t.Fatalf("breaker %s after a successful probe", sh.Breaker().State())
+	}
+	// Every call was observed, refused ones included, each with its outcome.
+	calls, failed := observed.counts(broker.OpProduce)
+	if calls < 5 || failed < 4 || calls-failed < 2 {
+		t.Fatalf("observer saw %d produce calls, %d failed", calls, failed)
 	}
 	t.Logf("transitions: %v", changes)
 }
@@ -164,7 +172,7 @@ func TestRetireRetriesInFlightCallOnSuccessor(t *testing.T) {
 	oldSt, oldDB := openDB(t, bed, bed.Clusters[0].Primary, ids)
 	newSt, newDB := openDB(t, bed, bed.Clusters[1].Primary, ids)
 	set := NewSet(Config{})
-	oldSh, newSh := NewShard(oldSt, set.For("old")), NewShard(newSt, set.For("new"))
+	oldSh, newSh := NewCluster(oldSt, set.For("old"), nil), NewCluster(newSt, set.For("new"), nil)
 
 	// Hold the dedup row of "k" on the old endpoint so the produce blocks.
 	tx, err := oldDB.BeginTx(ctx, nil)
@@ -177,7 +185,7 @@ func TestRetireRetriesInFlightCallOnSuccessor(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		res, err := oldSh.Produce(ctx, []store.ProduceItem{item(ids, "k")})
+		res, err := produce(ctx, oldSh, []store.ProduceItem{item(ids, "k")})
 		if err == nil && res[0].Status != store.Created {
 			err = errors.New("not created: " + res[0].Status.String())
 		}
@@ -213,12 +221,47 @@ WHERE x.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()`).Scan(&n)
 	if count(t, newDB, "k") != 1 {
 		t.Fatal("the retried produce is not on the successor")
 	}
-	if _, err := oldSh.Produce(ctx, []store.ProduceItem{item(ids, "later")}); err != nil || count(t, newDB, "later") != 1 || count(t, oldDB, "later") != 0 {
+	if _, err := produce(ctx, oldSh, []store.ProduceItem{item(ids, "later")}); err != nil || count(t, newDB, "later") != 1 || count(t, oldDB, "later") != 0 {
 		t.Fatalf("a call on the retired endpoint did not go to the successor: %v", err)
 	}
-	gone := NewShard(oldSt, set.For("gone"))
+	gone := NewCluster(oldSt, set.For("gone"), nil)
 	gone.Retire(nil)
-	if _, err := gone.Produce(ctx, []store.ProduceItem{item(ids, "x")}); !errors.Is(err, store.ErrUnavailable) {
+	if _, err := produce(ctx, gone, []store.ProduceItem{item(ids, "x")}); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("retired without successor: %v", err)
 	}
+}
+
+// produce runs a produce through c's call point.
+func produce(ctx context.Context, c *Cluster, items []store.ProduceItem) (res []store.ProduceResult, err error) {
+	err = c.Do(ctx, broker.OpProduce, func(ctx context.Context, s broker.Store) (err error) {
+		res, err = s.Produce(ctx, items)
+		return err
+	})
+	return res, err
+}
+
+// opLog records what a Cluster's observer is told.
+type opLog struct {
+	mu    sync.Mutex
+	calls map[string][2]int // op → calls, failed
+}
+
+func (l *opLog) observe(op string, _ time.Duration, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.calls == nil {
+		l.calls = map[string][2]int{}
+	}
+	c := l.calls[op]
+	c[0]++
+	if err != nil {
+		c[1]++
+	}
+	l.calls[op] = c
+}
+
+func (l *opLog) counts(op string) (calls, failed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.calls[op][0], l.calls[op][1]
 }

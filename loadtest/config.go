@@ -3,6 +3,7 @@ package loadtest
 import (
 	"errors"
 	"fmt"
+	"github.com/shardmq/shardmq/client"
 	"io"
 	"time"
 
@@ -114,6 +115,11 @@ type Config struct {
 	// SingleClients are the clients of the single-message phase of
 	// bench-produce. Defaults to 64.
 	SingleClients int
+	// ClientProducer tunes the Go client's producer in bench-produce's
+	// client phase (SingleClients goroutines sending one message at a
+	// time through one client.Producer). Zero values take the client's
+	// defaults.
+	ClientProducer client.ProducerConfig
 	// Rounds of the bench scenarios, alternating the order of router and
 	// baseline. Defaults to 2.
 	Rounds int

@@ -137,7 +137,7 @@ func TestFleetMergedVerification(t *testing.T) {
 				t.Fatal("worker 1 never lost a message")
 			}
 			if rep.Summary.Passed || v.Lost != 1 || !slices.Contains(v.LostKeys, lost.lost) || v.Consumed != v.Acknowledged-1 {
-				t.Fatalf("lost %s on worker 1; verification says lost %d %v, consumed %d of %d, passed %v", lost.lost, v.Lost, v.LostKeys, v.Consumed, v.Acknowledged, rep.Summary.Passed)
+				t.Fatalf("lost %s on worker 1; verification says lost %d %v, consumed %d of %d, passed %v; books %+v", lost.lost, v.Lost, v.LostKeys, v.Consumed, v.Acknowledged, rep.Summary.Passed, v)
 			}
 		})
 	}

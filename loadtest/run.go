@@ -295,8 +295,22 @@ func (r *runner) benchProduce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The Go client: the same single-message senders, each Send gathered
+	// with the others' into batched requests by client.Producer.
+	pc := c.ClientProducer
+	pc.Durability = c.Durability
+	ct, err := NewClientTarget(c.Router, c.Token, pc, r.router)
+	if err != nil {
+		return err
+	}
+	defer ct.Close()
+	wlC, err := r.workload(ctx, "c", ct)
+	if err != nil {
+		return err
+	}
 	batched := fmt.Sprintf("produce batch %d, %d producers", c.Batch, c.Producers)
 	single := fmt.Sprintf("produce 1 message per request, %d clients", c.SingleClients)
+	clientSingle := fmt.Sprintf("produce 1 message per Send through the Go client, %d goroutines", c.SingleClients)
 	runOne := func(round int, which string) {
 		var s phaseSpec
 		switch which {
@@ -307,20 +321,26 @@ func (r *runner) benchProduce(ctx context.Context) error {
 		case "s":
 			s = r.spec(fmt.Sprintf("router single #%d", round+1), "produce")
 			s.Producers, s.Batch = c.SingleClients, 1
+		case "c":
+			s = r.spec(fmt.Sprintf("client single #%d", round+1), "produce")
+			s.Producers, s.Batch = c.SingleClients, 1
 		}
 		s.ProduceRate, s.Drain, s.DupShare = 0, 0, 0
-		wl := map[string]*workload{"r": wlR, "b": wlB, "s": wlS}[which]
+		wl := map[string]*workload{"r": wlR, "b": wlB, "s": wlS, "c": wlC}[which]
 		rep := r.runPhase(ctx, wl, s)
 		name := batched
-		if which == "s" {
+		switch which {
+		case "s":
 			name = single
+		case "c":
+			name = clientSingle
 		}
 		r.result(name, wl.target.Name(), rep.Produce.Messages, rep.WindowS)
 	}
 	for round := range c.Rounds {
-		order := []string{"b", "r", "s"}
+		order := []string{"b", "r", "s", "c"}
 		if round%2 == 1 {
-			order = []string{"s", "r", "b"}
+			order = []string{"c", "s", "r", "b"}
 		}
 		for _, w := range order {
 			if ctx.Err() != nil {
@@ -332,7 +352,9 @@ func (r *runner) benchProduce(ctx context.Context) error {
 	r.verify(ctx, wlR, "router batched", false)
 	r.verify(ctx, wlB, "baseline batched", false)
 	r.verify(ctx, wlS, "router single", false)
+	r.verify(ctx, wlC, "client single", false)
 	r.ratio("produce", batched)
+	r.ratioOf("client_single_vs_router_batched", clientSingle, "client", batched, "router")
 	r.ratioOf("single_vs_batched_baseline", single, "router", batched, "baseline")
 	return nil
 }
@@ -423,6 +445,11 @@ func (r *runner) finish() {
 		if v.Unexpected > 0 {
 			sm.Problems = append(sm.Problems, fmt.Sprintf("%s: %d unexpected deliveries", v.Workload, v.Unexpected))
 		}
+		if v.Mode == "consumed" && v.Unchecked > 0 {
+			// Neither consumed nor found by a lookup: nothing proves it
+			// is not lost, so the run cannot pass.
+			sm.Problems = append(sm.Problems, fmt.Sprintf("%s: %d acknowledged messages neither consumed nor checked", v.Workload, v.Unchecked))
+		}
 		if v.Corrupt > 0 {
 			sm.Problems = append(sm.Problems, fmt.Sprintf("%s: %d corrupt payloads", v.Workload, v.Corrupt))
 		}
@@ -492,6 +519,9 @@ func (rep *Report) SummaryLines() []string {
 		out = append(out, verdict)
 		if v, ok := rep.Ratios["single_vs_batched_baseline"]; ok {
 			out = append(out, fmt.Sprintf("single-message ratio router/batched baseline: %.2f", v))
+		}
+		if v, ok := rep.Ratios["client_single_vs_router_batched"]; ok {
+			out = append(out, fmt.Sprintf("client single-message ratio: %.2f", v))
 		}
 		out = append(out, fmt.Sprintf("produce ratio router/baseline: %.2f", rep.Ratios["produce"]))
 	case ScenarioBenchConsume:

@@ -187,6 +187,15 @@ func TestBenchProduceRatioLine(t *testing.T) {
 	if _, ok := rep.Ratios["single_vs_batched_baseline"]; !ok {
 		t.Fatalf("no single-message ratio: %v", rep.Ratios)
 	}
+	// The Go client's phase: its messages were produced and verified (the
+	// books are checked by checkPassed), and its ratio is the line before
+	// the last.
+	if v, ok := rep.Ratios["client_single_vs_router_batched"]; !ok || v <= 0 {
+		t.Fatalf("no client single-message ratio: %v", rep.Ratios)
+	}
+	if line := lines[len(lines)-2]; !regexp.MustCompile(`^client single-message ratio: \d+\.\d\d$`).MatchString(line) {
+		t.Fatalf("line before the last %q", line)
+	}
 }
 
 // bench-consume drains the same backlog through the router and the

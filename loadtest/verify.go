@@ -309,9 +309,6 @@ func (v *Verifier) Nacked(pair int, k keyID, status string) {
 // dead-lettered, or delivered with an ack of unknown outcome.
 func (v *Verifier) Outstanding() int64 { return v.outstanding.Load() }
 
-// Acked counts confirmed acks (the consumed messages).
-func (v *Verifier) AckedCount() int64 { return v.c.acked.Load() }
-
 // Verification is the end of a workload's books.
 type Verification struct {
 	// Workload names the target and topics the books are about.

@@ -29,13 +29,44 @@ type Reader interface {
 	Trace(ctx context.Context, topic, key string, now time.Time) (*store.MessageTrace, error)
 	MessagesByTransaction(ctx context.Context, txID string, limit int) ([]*store.Message, error)
 	FindTransactions(ctx context.Context, ids []string) (map[string]int, error)
+	// Events reads the trace events of messages: the hot events of a
+	// message whose own row is archived.
+	Events(ctx context.Context, ids []uint64) ([]store.Event, error)
 }
+
+// Archive is what the lookups need from the archive cluster
+// (docs/retention.md): the warm tier's rows and the index of the messages
+// exported to cold files.
+type Archive interface {
+	ArchivedTrace(ctx context.Context, topic, key string, now time.Time) (*store.MessageTrace, error)
+	ColdByKey(ctx context.Context, topic, key string) (*store.ColdEntry, error)
+	ArchivedByTransaction(ctx context.Context, txID string, limit int) ([]*store.Message, error)
+	ColdByTransaction(ctx context.Context, txID string, limit int) ([]store.ColdEntry, error)
+}
+
+var _ Archive = (*store.Store)(nil)
+
+// Tiers a message is found in.
+const (
+	TierHot  = "hot"
+	TierWarm = "warm"
+	TierCold = "cold"
+)
+
+// ArchiveCluster is the cluster name answers give the archive cluster.
+const ArchiveCluster = "archive"
 
 var _ Reader = (*store.Store)(nil)
 
+// Conn is the call point of one endpoint: Do runs fn on its Reader (in
+// the router, through the endpoint's breaker, bounded by its read timeout).
+type Conn interface {
+	Do(ctx context.Context, fn func(ctx context.Context, r Reader) error) error
+}
+
 // Target is an endpoint to read from.
 type Target struct {
-	Reader   Reader
+	Conn     Conn
 	Endpoint string        // host:port
 	Lag      time.Duration // replicas: the measured lag
 }
@@ -88,6 +119,10 @@ type Config struct {
 	MaxMessages int
 	// Now is the clock (lease states in traces). Defaults to time.Now.
 	Now func() time.Time
+	// Archive returns the archive cluster's primary, or nil when there is
+	// none: a message not on its hot cluster is then looked for there
+	// (warm rows, then the cold index). Defaults to none.
+	Archive func() Archive
 }
 
 func (c Config) withDefaults() Config {
@@ -102,6 +137,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Archive == nil {
+		c.Archive = func() Archive { return nil }
 	}
 	return c
 }
@@ -127,7 +165,7 @@ func (s *Service) read(ctx context.Context, cluster string, fn func(context.Cont
 	src := Source{Cluster: cluster}
 	tried := ""
 	if t, ok := s.ep.Replica(cluster); ok {
-		err := fn(ctx, t.Reader)
+		err := t.Conn.Do(ctx, fn)
 		switch {
 		case err == nil:
 			src.ReadFrom, src.Endpoint, src.LagMS = FromReplica, t.Endpoint, t.Lag.Milliseconds()
@@ -148,7 +186,7 @@ func (s *Service) read(ctx context.Context, cluster string, fn func(context.Cont
 		return src, fmt.Errorf("%w: cluster %s has no primary connection", ErrUnavailable, cluster)
 	}
 	src.ReadFrom, src.Endpoint = FromPrimary, p.Endpoint
-	err := fn(ctx, p.Reader)
+	err := p.Conn.Do(ctx, fn)
 	if err == nil || absent(err) || ctx.Err() != nil || !errors.Is(err, store.ErrUnavailable) {
 		return src, err
 	}
@@ -158,7 +196,7 @@ func (s *Service) read(ctx context.Context, cluster string, fn func(context.Cont
 		return src, err
 	}
 	if t, ok := s.ep.AnyReplica(cluster); ok && t.Endpoint != tried {
-		if rerr := fn(ctx, t.Reader); rerr == nil || absent(rerr) {
+		if rerr := t.Conn.Do(ctx, fn); rerr == nil || absent(rerr) {
 			return Source{Cluster: cluster, ReadFrom: FromReplica, Endpoint: t.Endpoint, LagMS: t.Lag.Milliseconds(),
 				Fallback: FallbackPrimaryUnavailable}, rerr
 		}
@@ -173,6 +211,13 @@ type Trace struct {
 	*store.MessageTrace
 	Source
 	VShard shard.ID
+	// Tier is where the message was found: TierHot (its cluster), TierWarm
+	// (the archive cluster) or TierCold (a file; MessageTrace then holds
+	// what the index keeps: the message without payload, produced and
+	// archived events, no deliveries).
+	Tier string
+	// Cold names the file of a TierCold message.
+	Cold *store.ColdEntry
 }
 
 // Trace reads the trace of the message with key on topic. orderKey must be
@@ -187,10 +232,53 @@ func (s *Service) Trace(ctx context.Context, topic, key, orderKey string) (*Trac
 		tr, err = r.Trace(ctx, topic, key, s.cfg.Now().UTC())
 		return err
 	}, isNotFound)
+	if isNotFound(err) {
+		if t, aerr := s.archivedTrace(ctx, cluster, topic, key, v); t != nil || !isNotFound(aerr) {
+			return t, aerr
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("trace on cluster %s: %w", cluster, err)
 	}
-	return &Trace{MessageTrace: tr, Source: src, VShard: v}, nil
+	return &Trace{MessageTrace: tr, Source: src, VShard: v, Tier: TierHot}, nil
+}
+
+// archivedTrace looks for a message its hot cluster lacks in the warm tier
+// (merging the events still on the hot cluster: written after the
+// message's month moved) and then in the cold index.
+func (s *Service) archivedTrace(ctx context.Context, cluster, topic, key string, v shard.ID) (*Trace, error) {
+	a := s.cfg.Archive()
+	if a == nil {
+		return nil, store.ErrNotFound
+	}
+	now := s.cfg.Now().UTC()
+	src := Source{Cluster: ArchiveCluster, ReadFrom: FromPrimary}
+	tr, err := a.ArchivedTrace(ctx, topic, key, now)
+	if err == nil {
+		var evs []store.Event
+		if _, err := s.read(ctx, cluster, func(ctx context.Context, r Reader) (err error) {
+			evs, err = r.Events(ctx, []uint64{tr.Message.ID})
+			return err
+		}, func(error) bool { return false }); err != nil {
+			return nil, fmt.Errorf("trace events on cluster %s: %w", cluster, err)
+		}
+		return &Trace{MessageTrace: store.MergeEvents(tr, evs, now), Source: src, VShard: v, Tier: TierWarm}, nil
+	}
+	if !isNotFound(err) {
+		return nil, fmt.Errorf("trace on the archive cluster: %w", err)
+	}
+	ce, err := a.ColdByKey(ctx, topic, key)
+	if err != nil {
+		if isNotFound(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("trace on the archive cluster: %w", err)
+	}
+	m := ce.Message
+	return &Trace{MessageTrace: &store.MessageTrace{Message: m, Events: []store.Event{
+		{At: m.CreatedAt, MessageID: m.ID, VShard: m.VShard, Type: store.EventProduced},
+		{At: ce.ExportedAt, MessageID: m.ID, VShard: m.VShard, Type: store.EventArchived},
+	}}, Source: src, VShard: v, Tier: TierCold, Cold: ce}, nil
 }
 
 // ClusterError is a cluster that did not answer a scatter.
@@ -203,6 +291,10 @@ type ClusterError struct {
 type Found struct {
 	*store.Message
 	Cluster string
+	// Tier is TierHot, TierWarm or TierCold; File names a cold message's
+	// file (its Message then lacks payload and headers).
+	Tier string
+	File string
 }
 
 // TransactionResult is what every cluster holds for one transaction id.
@@ -268,16 +360,54 @@ func (s *Service) Transaction(ctx context.Context, txID string) (*TransactionRes
 			if owner, _ := m.Lookup(shard.ID(msg.VShard)); owner != cluster {
 				continue
 			}
-			out.Messages = append(out.Messages, Found{Message: msg, Cluster: cluster})
+			out.Messages = append(out.Messages, Found{Message: msg, Cluster: cluster, Tier: TierHot})
 		}
 		return nil
 	})
 	if len(out.Sources) == 0 && len(out.Unanswered) > 0 {
 		return out, fmt.Errorf("%w: no cluster answered: %s", ErrUnavailable, out.Unanswered[0].Error)
 	}
+	s.archivedTransaction(ctx, txID, out)
 	sort.Slice(out.Sources, func(i, j int) bool { return out.Sources[i].Cluster < out.Sources[j].Cluster })
 	sort.Slice(out.Messages, func(i, j int) bool { return out.Messages[i].ID < out.Messages[j].ID })
 	return out, nil
+}
+
+// archivedTransaction adds the archived messages of txID: warm rows, then
+// cold index entries of messages not restored to the warm tier.
+func (s *Service) archivedTransaction(ctx context.Context, txID string, out *TransactionResult) {
+	a := s.cfg.Archive()
+	if a == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ClusterTimeout)
+	defer cancel()
+	warm, err := a.ArchivedByTransaction(ctx, txID, s.cfg.MaxMessages)
+	var cold []store.ColdEntry
+	if err == nil {
+		cold, err = a.ColdByTransaction(ctx, txID, s.cfg.MaxMessages)
+	}
+	if err != nil {
+		out.Unanswered = append(out.Unanswered, ClusterError{Cluster: ArchiveCluster, Error: err.Error()})
+		return
+	}
+	out.Sources = append(out.Sources, Source{Cluster: ArchiveCluster, ReadFrom: FromPrimary})
+	seen := map[uint64]bool{}
+	for _, f := range out.Messages {
+		seen[f.ID] = true
+	}
+	for _, m := range warm {
+		if !seen[m.ID] {
+			seen[m.ID] = true
+			out.Messages = append(out.Messages, Found{Message: m, Cluster: ArchiveCluster, Tier: TierWarm})
+		}
+	}
+	for _, c := range cold {
+		if !seen[c.Message.ID] {
+			seen[c.Message.ID] = true
+			out.Messages = append(out.Messages, Found{Message: c.Message, Cluster: ArchiveCluster, Tier: TierCold, File: c.File})
+		}
+	}
 }
 
 // MissingResult answers which transaction ids have no message.
@@ -304,7 +434,7 @@ func (s *Service) MissingTransactions(ctx context.Context, ids []string) (*Missi
 		src := Source{Cluster: cluster}
 		// Replica first; ids it lacks go to the primary.
 		if t, ok := s.ep.Replica(cluster); ok {
-			got, err := t.Reader.FindTransactions(ctx, want)
+			got, err := findTransactions(ctx, t.Conn, want)
 			if err == nil {
 				src.ReadFrom, src.Endpoint, src.LagMS = FromReplica, t.Endpoint, t.Lag.Milliseconds()
 				maps(found, got)
@@ -348,6 +478,14 @@ func (s *Service) MissingTransactions(ctx context.Context, ids []string) (*Missi
 	return out, nil
 }
 
+func findTransactions(ctx context.Context, c Conn, ids []string) (got map[string]int, err error) {
+	err = c.Do(ctx, func(ctx context.Context, r Reader) (err error) {
+		got, err = r.FindTransactions(ctx, ids)
+		return err
+	})
+	return got, err
+}
+
 // readFind asks the primary (or, if it is down and no replica answered
 // yet, the freshest replica) for ids.
 func (s *Service) readFind(ctx context.Context, cluster string, ids []string, fallback string) (map[string]int, Source, error) {
@@ -356,7 +494,7 @@ func (s *Service) readFind(ctx context.Context, cluster string, ids []string, fa
 	if !ok {
 		return nil, src, fmt.Errorf("%w: cluster %s has no primary connection", ErrUnavailable, cluster)
 	}
-	got, err := p.Reader.FindTransactions(ctx, ids)
+	got, err := findTransactions(ctx, p.Conn, ids)
 	if err == nil {
 		src.ReadFrom, src.Endpoint = FromPrimary, p.Endpoint
 		return got, src, nil

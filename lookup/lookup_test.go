@@ -18,7 +18,14 @@ type primariesOnly map[string]*store.Store
 
 func (p primariesOnly) Primary(c string) (Target, bool) {
 	st, ok := p[c]
-	return Target{Reader: st, Endpoint: c}, ok
+	return Target{Conn: direct{st}, Endpoint: c}, ok
+}
+
+// direct reads a store as it is, with no breaker.
+type direct struct{ r Reader }
+
+func (d direct) Do(ctx context.Context, fn func(context.Context, Reader) error) error {
+	return fn(ctx, d.r)
 }
 func (p primariesOnly) Replica(string) (Target, bool)    { return Target{}, false }
 func (p primariesOnly) AnyReplica(string) (Target, bool) { return Target{}, false }

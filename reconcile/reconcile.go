@@ -42,13 +42,24 @@ var (
 	_ Repairer = (*store.Store)(nil)
 )
 
+// ScanConn is the call point of the endpoint a walk reads: Do runs fn on
+// its Scanner (in the router, through the endpoint's breaker).
+type ScanConn interface {
+	Do(ctx context.Context, fn func(ctx context.Context, s Scanner) error) error
+}
+
+// RepairConn is the call point of a cluster's primary for repairs.
+type RepairConn interface {
+	Do(ctx context.Context, fn func(ctx context.Context, r Repairer) error) error
+}
+
 // Endpoints resolves a cluster's endpoints.
 type Endpoints interface {
 	// Scan is where to walk: a replica within the lag limit, else the
 	// primary; readFrom says which ("replica" or "primary").
-	Scan(cluster string) (s Scanner, readFrom, endpoint string, ok bool)
+	Scan(cluster string) (s ScanConn, readFrom, endpoint string, ok bool)
 	// Primary is where repairs go.
-	Primary(cluster string) (Repairer, bool)
+	Primary(cluster string) (RepairConn, bool)
 }
 
 // Config tunes the job. Zero fields take the defaults named.
@@ -285,7 +296,7 @@ func (r *Runner) cluster(ctx context.Context, name string, vshards []uint16, req
 		return cr
 	}
 	cr.ReadFrom, cr.Endpoint = readFrom, endpoint
-	var primary Repairer
+	var primary RepairConn
 	if !req.DryRun {
 		if primary, ok = r.ep.Primary(name); !ok {
 			cr.Error = fmt.Sprintf("cluster %s has no primary to repair on", name)
@@ -294,7 +305,13 @@ func (r *Runner) cluster(ctx context.Context, name string, vshards []uint16, req
 	}
 	rng := store.CheckRange{Since: req.Since, Until: req.Until, VShards: vshards, Limit: r.cfg.PageSize}
 	for {
-		found, n, next, err := scan.CheckMessages(ctx, rng, r.cfg.Subscriptions)
+		var found []store.Finding
+		var n int
+		var next uint64
+		err := scan.Do(ctx, func(ctx context.Context, s Scanner) (err error) {
+			found, n, next, err = s.CheckMessages(ctx, rng, r.cfg.Subscriptions)
+			return err
+		})
 		if err != nil {
 			cr.Error = err.Error()
 			return cr
@@ -317,7 +334,11 @@ func (r *Runner) cluster(ctx context.Context, name string, vshards []uint16, req
 			sample(f)
 		}
 		if len(ids) > 0 {
-			fixed, err := primary.RepairMessages(ctx, ids, r.cfg.Subscriptions, r.cfg.Now().UTC())
+			var fixed []store.Finding
+			err := primary.Do(ctx, func(ctx context.Context, p Repairer) (err error) {
+				fixed, err = p.RepairMessages(ctx, ids, r.cfg.Subscriptions, r.cfg.Now().UTC())
+				return err
+			})
 			if err != nil {
 				cr.Error = err.Error()
 				return cr
@@ -337,7 +358,12 @@ func (r *Runner) cluster(ctx context.Context, name string, vshards []uint16, req
 	}
 	var cur store.OrphanCursor
 	for {
-		found, next, err := scan.OrphanDeliveries(ctx, cur, vshards, r.cfg.PageSize)
+		var found []store.Finding
+		var next store.OrphanCursor
+		err := scan.Do(ctx, func(ctx context.Context, s Scanner) (err error) {
+			found, next, err = s.OrphanDeliveries(ctx, cur, vshards, r.cfg.PageSize)
+			return err
+		})
 		if err != nil {
 			cr.Error = err.Error()
 			return cr

@@ -102,20 +102,27 @@ type fakeEndpoints struct {
 	primary map[string]*fakeRepairer
 }
 
-func (e fakeEndpoints) Scan(cluster string) (Scanner, string, string, bool) {
+func (e fakeEndpoints) Scan(cluster string) (ScanConn, string, string, bool) {
 	s, ok := e.scan[cluster]
 	if !ok {
 		return nil, "", "", false
 	}
-	return s, "replica", cluster + "-r1:3306", true
+	return direct[Scanner]{s}, "replica", cluster + "-r1:3306", true
 }
 
-func (e fakeEndpoints) Primary(cluster string) (Repairer, bool) {
+func (e fakeEndpoints) Primary(cluster string) (RepairConn, bool) {
 	p, ok := e.primary[cluster]
 	if !ok {
 		return nil, false
 	}
-	return p, true
+	return direct[Repairer]{p}, true
+}
+
+// direct is an endpoint's call point that runs every call as it is.
+type direct[S any] struct{ s S }
+
+func (d direct[S]) Do(ctx context.Context, fn func(context.Context, S) error) error {
+	return fn(ctx, d.s)
 }
 
 // twoClusters: c1 serves vshards 0-511, c2 512-1023, and vshard 1000

@@ -52,9 +52,16 @@ func setup(t *testing.T) *env {
 // the router's config.
 func setupOn(t *testing.T, bed *testbed.Bed, tune func(*Config)) *env {
 	t.Helper()
+	return setupYAML(t, bed, "", tune)
+}
+
+// setupYAML is setupOn with more topology YAML (an archive cluster).
+func setupYAML(t *testing.T, bed *testbed.Bed, extra string, tune func(*Config)) *env {
+	t.Helper()
 	ctx := context.Background()
 	name := testbed.TestDatabase(t, bed, "t_e2e_")
 	var y strings.Builder
+	y.WriteString(extra)
 	y.WriteString("clusters:\n")
 	e := &env{name: name, dbs: map[string]*sql.DB{}}
 	for _, c := range bed.Clusters {

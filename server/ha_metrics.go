@@ -2,11 +2,16 @@ package server
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shardmq/shardmq/reconcile"
 )
 
 // haCollector exports breaker states, replica lag and health, and the last
 // reconciliation's counts, read from their owners at scrape time.
-type haCollector struct{ h *ha }
+type haCollector struct {
+	eps   *endpoints
+	recon *reconcile.Runner
+}
 
 var (
 	descBreaker = prometheus.NewDesc("shardmq_breaker_state",
@@ -39,8 +44,7 @@ func (c haCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c haCollector) Collect(ch chan<- prometheus.Metric) {
-	h := c.h
-	for _, s := range h.breakers.States() {
+	for _, s := range c.eps.breakers.States() {
 		v := 0.0
 		switch s.State {
 		case "half-open":
@@ -56,7 +60,7 @@ func (c haCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return 0
 	}
-	for _, cs := range h.monitor.Status() {
+	for _, cs := range c.eps.monitor.Status() {
 		ch <- prometheus.MustNewConstMetric(descBeat, prometheus.GaugeValue, b(cs.HeartbeatError == "" && !cs.LastHeartbeat.IsZero()), cs.Cluster)
 		for _, r := range cs.Replicas {
 			lag := -1.0
@@ -68,10 +72,10 @@ func (c haCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descSQL, prometheus.GaugeValue, b(r.SQLRunning), cs.Cluster, r.Endpoint)
 		}
 	}
-	if h.recon == nil {
+	if c.recon == nil {
 		return
 	}
-	rep := h.recon.Last()
+	rep := c.recon.Last()
 	if rep == nil {
 		return
 	}

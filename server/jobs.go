@@ -1,62 +1,39 @@
 package server
 
 import (
-	"context"
-	"sync/atomic"
-
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/deadletter"
+	"github.com/shardmq/shardmq/topology"
 )
 
-// jobs are the router's own background work besides high availability
-// (ha.go): dead-letter alarms and archive, run only while this router
-// leads (Config.Leader; a router without one always leads), and the
-// metrics of group commit and transaction retries.
-type jobs struct {
-	upkeep  *deadletter.Upkeep
-	retries atomic.Pointer[prometheus.CounterVec]
-	cancel  context.CancelFunc
+// leader says whether this router runs the background jobs now: those
+// of the leading router (Config.Leader; a router without one always
+// leads) — dead-letter alarms and archive, scheduled reconciliation, queue
+// health counts, resharding jobs.
+func leader(l topology.Leader) func() bool {
+	return func() bool { return l == nil || l.IsLeader() }
 }
 
-// leading says whether this router runs the background jobs now.
-func (r *Router) leading() bool {
-	return r.cfg.Leader == nil || r.cfg.Leader.IsLeader()
-}
+// txRetries counts the store's transaction retries: deadlocks and lock
+// waits that made a transaction run again, by cluster and operation.
+type txRetries struct{ c *prometheus.CounterVec }
 
-// countRetry is the store's OnRetry hook: deadlocks and lock waits that
-// made a transaction run again, by cluster and operation.
-func (j *jobs) countRetry(cluster, op string) {
-	if c := j.retries.Load(); c != nil {
-		c.WithLabelValues(cluster, op).Inc()
-	}
-}
-
-func (r *Router) startJobs() {
-	j := r.jobs
-	retries := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardmq_tx_retries_total",
+func newTxRetries(reg prometheus.Registerer) *txRetries {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardmq_tx_retries_total",
 		Help: "Transactions run again after a deadlock (1213) or lock wait timeout (1205), by cluster and operation."}, []string{"cluster", "op"})
-	j.retries.Store(retries)
-	j.upkeep = deadletter.New(r.cfg.DeadLetters, r.broker, r.subs, r.leading, r.cfg.Now, r.cfg.Log)
-	reg := r.Metrics()
-	reg.MustRegister(retries, commitCollector{r}, rejectedCollector{r})
-	reg.MustRegister(j.upkeep.Collectors()...)
-	ctx, cancel := context.WithCancel(context.Background())
-	j.cancel = cancel
-	j.upkeep.Start(ctx)
+	reg.MustRegister(c)
+	return &txRetries{c}
 }
 
-func (j *jobs) stop() {
-	if j.upkeep != nil {
-		j.upkeep.Stop()
-	}
-	if j.cancel != nil {
-		j.cancel()
-	}
+// hook is the store's OnRetry hook for cluster.
+func (t *txRetries) hook(cluster string) func(op string) {
+	return func(op string) { t.c.WithLabelValues(cluster, op).Inc() }
 }
 
 // DeadLetters exposes the dead-letter upkeep (tests, admin).
-func (r *Router) DeadLetters() *deadletter.Upkeep { return r.jobs.upkeep }
+func (r *Router) DeadLetters() *deadletter.Upkeep { return r.upkeep }
 
 var (
 	descCommitTx = prometheus.NewDesc("shardmq_group_commit_transactions_total",
@@ -70,7 +47,7 @@ var (
 )
 
 // commitCollector reads the group committers' counters at scrape time.
-type commitCollector struct{ r *Router }
+type commitCollector struct{ b *broker.Broker }
 
 func (c commitCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descCommitTx
@@ -80,7 +57,7 @@ func (c commitCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c commitCollector) Collect(ch chan<- prometheus.Metric) {
-	for name, s := range c.r.broker.CommitStats() {
+	for name, s := range c.b.CommitStats() {
 		ch <- prometheus.MustNewConstMetric(descCommitTx, prometheus.CounterValue, float64(s.Transactions), name)
 		ch <- prometheus.MustNewConstMetric(descCommitMsgs, prometheus.CounterValue, float64(s.Messages), name)
 		ch <- prometheus.MustNewConstMetric(descCommitSplits, prometheus.CounterValue, float64(s.Splits), name)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -20,9 +21,17 @@ import (
 // (now, bounded by a timeout so that an unreachable cluster does not hold
 // the change up); a cluster that could not be written is tried again in
 // the background every ReloadEvery until it takes the map.
+//
+// It is a service (Start/Stop); now and kick may be called before Start.
 type mapRecorder struct {
-	r      *Router
+	table  *routing.Table
+	stores func() map[string]*store.Store
+	every  time.Duration
+	clock  func() time.Time
+	log    *slog.Logger
 	kickc  chan struct{}
+
+	runMu  sync.Mutex
 	cancel context.CancelFunc
 	done   chan struct{}
 
@@ -30,12 +39,23 @@ type mapRecorder struct {
 	recorded map[string]int64 // cluster → version written there
 }
 
-func startMapRecorder(r *Router) *mapRecorder {
-	ctx, cancel := context.WithCancel(context.Background())
-	m := &mapRecorder{r: r, kickc: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{}), recorded: map[string]int64{}}
+func newMapRecorder(table *routing.Table, stores func() map[string]*store.Store, every time.Duration, clock func() time.Time, log *slog.Logger) *mapRecorder {
+	return &mapRecorder{table: table, stores: stores, every: every, clock: clock, log: log, kickc: make(chan struct{}, 1),
+		recorded: map[string]int64{}}
+}
+
+// Start records the map in use, then every map the router is kicked
+// about, in the background until Stop. Safe to call twice.
+func (m *mapRecorder) Start(ctx context.Context) {
+	m.runMu.Lock()
+	defer m.runMu.Unlock()
+	if m.cancel != nil {
+		return
+	}
+	ctx, m.cancel = context.WithCancel(ctx)
+	m.done = make(chan struct{})
 	go m.run(ctx)
 	m.kick()
-	return m
 }
 
 // now records sm on every primary that lacks it, waiting up to 2s; what
@@ -56,10 +76,17 @@ func (m *mapRecorder) kick() {
 	}
 }
 
-// stop ends the recorder. Safe to call twice.
-func (m *mapRecorder) stop() {
-	m.cancel()
-	<-m.done
+// Stop ends the recorder and waits for it. Safe to call twice, and
+// without Start.
+func (m *mapRecorder) Stop() {
+	m.runMu.Lock()
+	cancel, done := m.cancel, m.done
+	m.runMu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
 }
 
 func (m *mapRecorder) run(ctx context.Context) {
@@ -73,8 +100,8 @@ func (m *mapRecorder) run(ctx context.Context) {
 		case <-retry:
 		}
 		retry = nil
-		if !m.recordAll(ctx, m.r.table.Load()) && ctx.Err() == nil {
-			retry = time.After(m.r.cfg.ReloadEvery)
+		if !m.recordAll(ctx, m.table.Load()) && ctx.Err() == nil {
+			retry = time.After(m.every)
 		}
 	}
 }
@@ -89,7 +116,7 @@ func (m *mapRecorder) recordAll(ctx context.Context, sm *routing.Map) bool {
 		}
 	}
 	ok := true
-	for name, st := range m.r.Stores() {
+	for name, st := range m.stores() {
 		m.mu.Lock()
 		done := m.recorded[name] >= sm.Version()
 		m.mu.Unlock()
@@ -97,11 +124,11 @@ func (m *mapRecorder) recordAll(ctx context.Context, sm *routing.Map) bool {
 			continue
 		}
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := st.RecordVShardOwners(wctx, owners, m.r.cfg.Now())
+		err := st.RecordVShardOwners(wctx, owners, m.clock())
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
-				m.r.cfg.Log.Warn("shard map not recorded on a cluster yet; retrying", "cluster", name, "version", sm.Version(), "err", err)
+				m.log.Warn("shard map not recorded on a cluster yet; retrying", "cluster", name, "version", sm.Version(), "err", err)
 			}
 			ok = false
 			continue

@@ -51,7 +51,7 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 	e.r.DeadLetters().Check(t.Context())
 	// Retries need a deadlock; count one through the store's hook so that
 	// the family shows.
-	e.r.storeOptions(bed.Clusters[0].Name).OnRetry("produce")
+	e.r.pools.opts(bed.Clusters[0].Name).OnRetry("produce")
 
 	exported := map[string]bool{}
 	fams, err := e.r.Metrics().Gather()

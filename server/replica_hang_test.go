@@ -45,7 +45,7 @@ func TestHungReplicaReadFallsBackAndOpensItsBreaker(t *testing.T) {
 	t.Cleanup(func() { own.Continue(replica) }) // before own.Stop (cleanups run last first)
 
 	breaker := func() string {
-		for _, s := range e.r.ha.breakers.States() {
+		for _, s := range e.r.eps.breakers.States() {
 			if s.Endpoint == replica.Addr() {
 				return s.State
 			}

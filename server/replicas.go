@@ -16,13 +16,17 @@ import (
 // on first use and kept; a replica that cannot be reached is tried again on
 // a later call.
 type replicaWaiter struct {
-	r  *Router
-	mu sync.Mutex
+	dsns func(cluster string) []string // a cluster's replicas in the topology in use
+	mu   sync.Mutex
 	// pools by replica DSN
 	pools map[string]*store.Store
 }
 
 var _ broker.ReplicaWaiter = (*replicaWaiter)(nil)
+
+func newReplicaWaiter(dsns func(cluster string) []string) *replicaWaiter {
+	return &replicaWaiter{dsns: dsns, pools: map[string]*store.Store{}}
+}
 
 func (w *replicaWaiter) pool(ctx context.Context, dsn string) (*store.Store, error) {
 	w.mu.Lock()
@@ -48,7 +52,7 @@ func (w *replicaWaiter) pool(ctx context.Context, dsn string) (*store.Store, err
 // WaitReplicated implements broker.ReplicaWaiter: the first replica to
 // apply gtid within timeout answers; if none does, the error says why.
 func (w *replicaWaiter) WaitReplicated(ctx context.Context, cluster, gtid string, timeout time.Duration) error {
-	dsns := w.r.replicaDSNs(cluster)
+	dsns := w.dsns(cluster)
 	if len(dsns) == 0 {
 		return fmt.Errorf("cluster %s has no replica", cluster)
 	}

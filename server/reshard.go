@@ -2,12 +2,13 @@ package server
 
 import (
 	"context"
-	"github.com/shardmq/shardmq/routing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/rebalance"
+	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/topology"
 )
 
@@ -79,7 +80,7 @@ func (r *Router) setupReshard(ctx context.Context) error {
 	}
 	if cfg.ReplicaLag == nil {
 		cfg.ReplicaLag = func(cluster string) (time.Duration, bool) {
-			rep, ok := r.ha.monitor.Best(cluster)
+			rep, ok := r.eps.monitor.Best(cluster)
 			if !ok || rep.Lag < 0 {
 				return 0, false
 			}
@@ -89,14 +90,14 @@ func (r *Router) setupReshard(ctx context.Context) error {
 	rs.manager = rebalance.New(cfg, rs.state, rs.backend, r.movers)
 	r.api.RouteReshard(rs.manager)
 	r.reshard = rs
-	r.Metrics().MustRegister(frozenCollector{r})
-	r.Metrics().MustRegister(rs.manager.Collectors()...)
+	r.metrics.MustRegister(frozenCollector{r.broker})
+	r.metrics.MustRegister(rs.manager.Collectors()...)
 	return nil
 }
 
 // movers are the clusters' primaries as the jobs use them.
 func (r *Router) movers() map[string]rebalance.Mover {
-	stores := r.Stores()
+	stores := r.pools.Stores()
 	out := make(map[string]rebalance.Mover, len(stores))
 	for k, v := range stores {
 		out[k] = v
@@ -104,12 +105,8 @@ func (r *Router) movers() map[string]rebalance.Mover {
 	return out
 }
 
-func (rs *reshard) start() {
-	if rs != nil {
-		rs.manager.Start(context.Background())
-	}
-}
-
+// stop ends the barrier registration (the job manager is one of the
+// router's services). Safe to call twice.
 func (rs *reshard) stop() {
 	if rs == nil {
 		return
@@ -160,7 +157,7 @@ var (
 )
 
 // frozenCollector reads the broker's frozen-vshard buffer at scrape time.
-type frozenCollector struct{ r *Router }
+type frozenCollector struct{ b *broker.Broker }
 
 func (c frozenCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHeld, descHeldTotal, descHeldUnavailable, descHeldSeconds, descHeldMax, descFrozen} {
@@ -169,12 +166,12 @@ func (c frozenCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c frozenCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.r.broker.FrozenStats()
+	s := c.b.FrozenStats()
 	ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, float64(s.Held))
 	ch <- prometheus.MustNewConstMetric(descHeldTotal, prometheus.CounterValue, float64(s.HeldTotal))
 	ch <- prometheus.MustNewConstMetric(descHeldUnavailable, prometheus.CounterValue, float64(s.TimedOut), "timeout")
 	ch <- prometheus.MustNewConstMetric(descHeldUnavailable, prometheus.CounterValue, float64(s.Overflow), "overflow")
 	ch <- prometheus.MustNewConstMetric(descHeldSeconds, prometheus.CounterValue, s.HeldSeconds)
 	ch <- prometheus.MustNewConstMetric(descHeldMax, prometheus.GaugeValue, s.MaxHeld.Seconds())
-	ch <- prometheus.MustNewConstMetric(descFrozen, prometheus.GaugeValue, float64(len(c.r.broker.ShardMap().FrozenVShards())))
+	ch <- prometheus.MustNewConstMetric(descFrozen, prometheus.GaugeValue, float64(len(c.b.ShardMap().FrozenVShards())))
 }

@@ -76,7 +76,7 @@ func (r *Router) secure() error {
 		}
 		sec.certs = cf
 	}
-	gc := api.GuardConfig{AllowedOrigins: c.AllowedOrigins, AllowedHosts: c.AllowedHosts, Metrics: r.ha.metrics, Log: r.cfg.Log, Now: r.cfg.Now}
+	gc := api.GuardConfig{AllowedOrigins: c.AllowedOrigins, AllowedHosts: c.AllowedHosts, Metrics: r.metrics, Log: r.cfg.Log, Now: r.cfg.Now}
 	if sec.tokens != nil {
 		gc.Tokens = sec.tokens
 	}
@@ -84,7 +84,7 @@ func (r *Router) secure() error {
 	if max == 0 {
 		max = 4096
 	}
-	sec.handler = api.NewShed(r.api.Guard(gc), max, r.ha.metrics)
+	sec.handler = api.NewShed(r.api.Guard(gc), max, r.metrics)
 	r.sec = sec
 	return nil
 }

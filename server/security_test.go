@@ -164,6 +164,10 @@ func TestEndpointScopeTable(t *testing.T) {
 		{"GET", "/v1/admin/reshard/job-1", "", need{scope: auth.Admin, global: true}},
 		{"GET", "/v1/admin/reshard", "", need{scope: auth.Admin, global: true}},
 		{"GET", "/v1/admin/queues?limit=10", "", need{scope: auth.Admin, global: true}},
+		{"GET", "/v1/admin/retention", "", need{scope: auth.Admin, global: true}},
+		{"POST", "/v1/admin/retention/run", `{}`, need{scope: auth.Admin, global: true}},
+		{"POST", "/v1/admin/retention/restore", `{"month":"2020-01"}`, need{scope: auth.Admin, global: true}},
+		{"POST", "/v1/admin/retention/release", `{"month":"2020-01"}`, need{scope: auth.Admin, global: true}},
 	}
 	// allowed says what each token may do, written out from the token
 	// file above rather than computed by the code under test.

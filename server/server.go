@@ -14,14 +14,18 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/errgroup"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/shardmq/shardmq/api"
 	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/deadletter"
 	"github.com/shardmq/shardmq/internal/idgen"
+	"github.com/shardmq/shardmq/lookup"
 	"github.com/shardmq/shardmq/observe"
 	"github.com/shardmq/shardmq/rebalance"
+	"github.com/shardmq/shardmq/reconcile"
+	"github.com/shardmq/shardmq/retention"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/subscription"
@@ -96,6 +100,10 @@ type Config struct {
 	// Reshard tunes resharding jobs (see rebalance.Config for each
 	// default); its Leader defaults to Leader.
 	Reshard rebalance.Config
+	// Retention tunes partition upkeep, the warm and cold archive and
+	// table upkeep (see retention.Config for each default); the archive
+	// cluster comes from the topology (docs/retention.md).
+	Retention retention.Config
 	// UI tunes the operators' page at /ui (docs/ui.md).
 	UI UIConfig
 	// Log defaults to discarding.
@@ -139,47 +147,44 @@ type UIConfig struct {
 	Samples int
 }
 
-// Router is one running router.
+// Router is one running router. New is its composition root: it builds
+// the parts bottom-up and hands each the values it needs — pools, then
+// the clusters' call points over them, then the broker, then the reads and
+// background jobs over the broker and the endpoints, then the API over all
+// of them — so that no part points back at the router or at a part built
+// after it. The background services share one Start/Stop shape and stop in
+// the reverse order of their start.
 type Router struct {
-	cfg    Config
-	ids    *idgen.Gen
-	table  *routing.Table
-	broker *broker.Broker
-	api    *api.Server
-
-	subs     *subscription.Registry
-	mu       sync.Mutex
-	conns    map[string]*clusterConn // by cluster name
-	closed   bool
+	cfg     Config
+	ids     *idgen.Gen
+	metrics *prometheus.Registry // GET /metrics; every part registers here
+	obs     *observability       // request, message, cluster and queue metrics (observe.go)
+	retries *txRetries           // transaction retries by cluster (jobs.go)
+	pools   *pools               // connection pools of the primaries (pools.go)
+	eps     *endpoints           // call points, breakers, replica monitor (endpoints.go)
+	applier *applier             // topology applications and their retries (apply.go)
+	table   *routing.Table
+	subs    *subscription.Registry
+	// replicas confirms replicated durability with its own pools.
 	replicas *replicaWaiter
-	ha       *ha   // replicas, breakers, failover, trace, reconciliation (ha.go)
-	jobs     *jobs // dead-letter upkeep and produce metrics (jobs.go)
-	sec      *security
+	broker   *broker.Broker
+	lookups  *lookup.Service
+	recon    *reconcile.Runner
+	upkeep   *deadletter.Upkeep // dead-letter alarms and archive
 	record   *mapRecorder
+	api      *api.Server
+	sec      *security
+	reshard  *reshard // resharding jobs and the barrier registration (reshard.go)
+	// archive is the archive cluster of retention, retention its jobs
+	// (retention.go).
+	archive   *archiveConn
+	retention *retention.Job
+	services  services // background services, stopped by Close in reverse order
 
-	obs *observability // request, message, cluster and queue metrics (observe.go)
-	// ownRetries: transaction retries go to shardmq_tx_retries_total by
-	// cluster (Config.Store.OnRetry was not set).
-	ownRetries bool
+	mu     sync.Mutex
+	closed bool
 
 	listener atomic.Pointer[connLimit] // while Run serves with a connection cap
-	reshard  *reshard                  // resharding jobs and the barrier registration (reshard.go)
-}
-
-// replicaDSNs lists a cluster's replicas in the topology in use.
-func (r *Router) replicaDSNs(cluster string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if cc, ok := r.conns[cluster]; ok {
-		return cc.replicas
-	}
-	return nil
-}
-
-type clusterConn struct {
-	dsn      string
-	replicas []string
-	store    *store.Store
 }
 
 // New loads the topology, connects to and migrates every primary, and
@@ -194,159 +199,139 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load topology: %w", err)
 	}
-	r := &Router{cfg: cfg, ids: idgen.New(cfg.Now), conns: map[string]*clusterConn{}}
-	r.replicas = &replicaWaiter{r: r, pools: map[string]*store.Store{}}
-	r.ha = newHA(r)
-	r.jobs = &jobs{}
-	r.obs = newObservability(r)
-	if cfg.Store.IDs == nil {
-		r.cfg.Store.IDs = r.ids
-	}
-	r.ownRetries = cfg.Store.OnRetry == nil
-	if cfg.Store.OnDeliveries == nil {
-		r.cfg.Store.OnDeliveries = r.obs.msgs.Delivered
-	}
-	shards, err := r.connect(ctx, top)
-	if err != nil {
+	r := &Router{cfg: cfg, ids: idgen.New(cfg.Now), metrics: prometheus.NewRegistry(), applier: &applier{every: cfg.ReloadEvery},
+		archive: &archiveConn{}}
+	if err := r.build(ctx, top); err != nil {
 		r.Close()
 		return nil, err
 	}
+	r.start(ctx, top)
+	return r, nil
+}
+
+// build assembles the router's parts, bottom-up (see Router).
+func (r *Router) build(ctx context.Context, top *topology.Topology) error {
+	cfg := r.cfg
+	leading := leader(cfg.Leader)
+
+	// Metrics and the primaries' pools, with the call points guarding them.
+	r.obs = newObservability(cfg.Observe, cfg.UI, r.metrics)
+	r.retries = newTxRetries(r.metrics)
+	r.pools = newPools(storeOptions(cfg.Store, r.ids, r.obs.msgs, r.retries), cfg.Now, cfg.Log)
+	r.metrics.MustRegister(observe.NewPoolCollector(r.pools.dbs))
+	r.eps = newEndpoints(cfg.HA.withDefaults(cfg.Log, cfg.Now))
+	clusters, err := r.connect(ctx, top)
+	if err != nil {
+		return err
+	}
+	r.setArchive(top)
 	if cfg.CheckMapRecords {
 		if err := r.checkRecorded(ctx, top.Map); err != nil {
-			r.Close()
-			return nil, fmt.Errorf("load topology: %w", err)
+			return fmt.Errorf("load topology: %w", err)
 		}
 	}
+
+	// Routing, subscriptions and the broker over the clusters.
 	r.table = routing.NewTable(top.Map)
 	subStore := cfg.Subscriptions
 	switch {
 	case subStore == nil:
-		subStore = &subscription.MySQLStore{Primaries: r.Stores, Now: cfg.Now}
+		subStore = &subscription.MySQLStore{Primaries: r.pools.Stores, Now: cfg.Now}
 	case cfg.MirrorSubscriptions:
-		subStore = &subscription.Mirrored{Shared: subStore, Durable: &subscription.MySQLStore{Primaries: r.Stores, Now: cfg.Now}, Log: cfg.Log}
+		subStore = &subscription.Mirrored{Shared: subStore, Durable: &subscription.MySQLStore{Primaries: r.pools.Stores, Now: cfg.Now}, Log: cfg.Log}
 	}
 	r.subs = subscription.NewRegistry(subStore, cfg.SubscriptionRefresh, cfg.Now, cfg.Log)
 	r.subs.SetLimits(cfg.SubscriptionLimits)
 	if err := r.subs.Start(ctx); err != nil {
-		r.Close()
-		return nil, err
+		return err
 	}
-	r.broker = broker.New(cfg.Broker, r.table, shards, r.subs, r.replicas, r.ids, cfg.Now, cfg.Log)
-	r.api = api.New(observe.WrapBroker(r.broker, r.obs.msgs), cfg.Limits, r.ready, cfg.Log)
+	r.replicas = newReplicaWaiter(r.pools.replicaDSNs)
+	r.broker = broker.New(cfg.Broker, r.table, clusters, r.subs, r.replicas, r.ids, cfg.Now, cfg.Log)
+
+	// Reads and background jobs over the broker and the endpoints.
+	lc := r.eps.cfg.Lookups
+	if lc.Archive == nil {
+		lc.Archive = r.lookupArchive
+	}
+	r.lookups = lookup.New(lc, lookupEndpoints{r.eps}, r.table)
+	rc := r.eps.cfg.Reconcile
+	if rc.Subscriptions == nil {
+		rc.Subscriptions = subscriptionsAt(r.subs)
+	}
+	if rc.ShouldRun == nil {
+		rc.ShouldRun = leading // only the router that runs the background jobs
+	}
+	if r.recon, err = reconcile.New(rc, reconcileEndpoints{r.eps}, r.table); err != nil {
+		return err
+	}
+	r.upkeep = deadletter.New(cfg.DeadLetters, r.broker, r.subs, leading, cfg.Now, cfg.Log)
+	r.record = newMapRecorder(r.table, r.pools.Stores, cfg.ReloadEvery, cfg.Now, cfg.Log)
+	r.obs.newQueueHealth(r.metrics, r.broker, r.subs, leading, cfg.Now, cfg.Log)
+	r.metrics.MustRegister(haCollector{r.eps, r.recon}, commitCollector{r.broker}, rejectedCollector{r.broker})
+	r.metrics.MustRegister(r.upkeep.Collectors()...)
+
+	// The API over all of it, behind the security checks.
+	view := topologyView{source: cfg.Source, table: r.table}
+	r.api = api.New(observe.WrapBroker(r.broker, r.obs.msgs), cfg.Limits, readyCheck{r.pools, view, cfg.Log}.check, cfg.Log)
 	r.api.RouteUI(r.obs.history)
-	if err := r.ha.start(top); err != nil {
-		r.Close()
-		return nil, err
-	}
+	r.api.RouteOps(r.lookups, adminOps{eps: r.eps, table: r.table, view: view, stores: r.pools.Stores, recon: r.recon, lookups: r.lookups})
+	r.api.Handle("GET /metrics", promhttp.HandlerFor(r.metrics, promhttp.HandlerOpts{}))
+	r.api.Instrument(api.NewHTTPMetrics(r.metrics))
 	if err := r.secure(); err != nil {
-		r.Close()
-		return nil, err
+		return err
 	}
 	if err := r.setupReshard(ctx); err != nil {
-		r.Close()
-		return nil, err
+		return err
 	}
-	r.startJobs()
-	r.record = startMapRecorder(r)
-	r.obs.start(r)
+	return r.setupRetention()
+}
+
+// start follows top and starts the background services.
+func (r *Router) start(ctx context.Context, top *topology.Topology) {
+	r.eps.applied(top)
+	svcs := []service{r.eps.monitor}
+	if !r.eps.cfg.NoSchedule {
+		svcs = append(svcs, r.recon)
+	}
+	svcs = append(svcs, r.upkeep, r.record, r.obs.queue)
+	if r.reshard != nil {
+		svcs = append(svcs, r.reshard.manager)
+	}
+	svcs = append(svcs, r.retention)
+	r.services.start(context.Background(), svcs...)
 	r.record.now(ctx, top.Map)
-	r.reshard.start()
-	return r, nil
 }
 
 // connect opens (and migrates) pools for clusters that are new or whose
-// primary changed, and returns the shard set for top.
-func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[string]broker.Shard, error) {
-	r.mu.Lock()
-	have := make(map[string]*clusterConn, len(r.conns))
-	for k, v := range r.conns {
-		have[k] = v
-	}
-	r.mu.Unlock()
-
-	var mu sync.Mutex
-	fresh := map[string]*clusterConn{}
-	g, gctx := errgroup.WithContext(ctx)
-	for name, c := range top.Clusters {
-		if cc, ok := have[name]; ok && cc.dsn == c.Primary {
-			r.mu.Lock()
-			cc.replicas = append([]string(nil), c.Replicas...)
-			r.mu.Unlock()
-			continue
-		}
-		g.Go(func() error {
-			st, err := store.Open(gctx, c.Primary, r.storeOptions(name))
-			if err != nil {
-				return fmt.Errorf("cluster %s primary: %w", name, err)
-			}
-			if err := st.Migrate(gctx, r.cfg.Now()); err != nil {
-				st.Close()
-				return fmt.Errorf("cluster %s primary: %w", name, err)
-			}
-			if err := r.ha.checkWritable(gctx, name, st); err != nil {
-				st.Close()
-				return err
-			}
-			if warn, err := st.DurabilityWarnings(gctx); err == nil {
-				for _, w := range warn {
-					r.cfg.Log.Warn("primary is not fully durable: acknowledged messages can be lost in a crash", "cluster", name, "setting", w)
-				}
-			}
-			mu.Lock()
-			fresh[name] = &clusterConn{dsn: c.Primary, replicas: append([]string(nil), c.Replicas...), store: st}
-			mu.Unlock()
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		for _, cc := range fresh {
-			cc.store.Close()
-		}
+// primary changed, and returns every cluster's call point for top.
+func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[string]broker.Cluster, error) {
+	stores, err := r.pools.update(ctx, top, r.eps.checkWritable)
+	if err != nil {
 		return nil, err
 	}
-
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var retired []*clusterConn
-	for name, cc := range r.conns {
-		if _, still := top.Clusters[name]; !still || fresh[name] != nil {
-			retired = append(retired, cc)
-			delete(r.conns, name)
-		}
+	clusters := make(map[string]broker.Cluster, len(stores))
+	for name, st := range stores {
+		clusters[name] = r.eps.primaryCluster(name, top.Clusters[name].Primary, st, r.obs.clusters.For(name))
 	}
-	for name, cc := range fresh {
-		r.conns[name] = cc
-	}
-	shards := make(map[string]broker.Shard, len(r.conns))
-	inner := make(map[string]broker.Shard, len(r.conns))
-	for name, cc := range r.conns {
-		inner[name] = r.ha.shard(name, cc.dsn, cc.store)
-		shards[name] = r.obs.shards.Wrap(name, inner[name]) // timed per cluster
-	}
-	r.obs.shards.Retain(inner)
-	// Requests already routed to a retired pool finish on it; close it
-	// once they are surely done.
-	for _, cc := range retired {
-		time.AfterFunc(30*time.Second, func() { cc.store.Close() })
-	}
-	return shards, nil
+	return clusters, nil
 }
 
 // apply switches to a reloaded topology: connections first, then the map,
 // so that no request is routed to a cluster without a pool.
 func (r *Router) apply(ctx context.Context, top *topology.Topology) {
-	release, current := r.ha.beginApply(top)
+	release, current := r.applier.begin(top)
 	defer release()
 	if !current {
 		return // a newer topology arrived while this one waited for a retry
 	}
-	shards, err := r.connect(ctx, top)
+	clusters, err := r.connect(ctx, top)
 	if err != nil {
 		r.cfg.Log.Error("topology change not applied: cannot reach its clusters; keeping the last one and retrying", "err", err)
-		r.ha.retryApply(ctx, top, r.apply)
+		r.applier.retryLater(ctx, top, r.apply)
 		return
 	}
-	r.broker.SetShards(shards)
+	r.broker.SetClusters(clusters)
+	r.setArchive(top)
 	if top.Map.Version() > r.table.Load().Version() {
 		r.record.now(ctx, top.Map) // on the clusters before it routes
 	}
@@ -354,8 +339,13 @@ func (r *Router) apply(ctx context.Context, top *topology.Topology) {
 		r.cfg.Log.Warn("reloaded shard map is older than the one in use; map kept", "version", top.Map.Version(), "current", r.table.Load().Version())
 	}
 	r.record.kick()
-	r.ha.applied(top)
+	r.eps.applied(top)
 }
+
+// Metrics is the router's Prometheus registry, served on GET /metrics:
+// breaker states, replica lag and health, reconciliation counts, and every
+// other part's collectors.
+func (r *Router) Metrics() *prometheus.Registry { return r.metrics }
 
 // Handler is the router's HTTP handler: the API behind the security
 // checks (security.go).
@@ -365,17 +355,9 @@ func (r *Router) Handler() http.Handler { return r.sec.handler }
 func (r *Router) Broker() *broker.Broker { return r.broker }
 
 // Stores returns each cluster's primary store by cluster name.
-func (r *Router) Stores() map[string]*store.Store {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make(map[string]*store.Store, len(r.conns))
-	for k, v := range r.conns {
-		out[k] = v.store
-	}
-	return out
-}
+func (r *Router) Stores() map[string]*store.Store { return r.pools.Stores() }
 
-// ClusterHealth is one cluster's readiness detail.
+// ClusterHealth is one cluster's readyCheck detail.
 type ClusterHealth struct {
 	Cluster string `json:"cluster"`
 	// State is the cluster's standing in the topology (see
@@ -386,13 +368,20 @@ type ClusterHealth struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// ready answers /readyz with every cluster of the shard map and every
+// readyCheck answers /readyz.
+type readyCheck struct {
+	pools *pools
+	view  topologyView
+	log   *slog.Logger
+}
+
+// check answers /readyz with every cluster of the shard map and every
 // cluster the router holds a pool for: ready while at least one cluster
 // answers, since every other cluster's vshards keep serving when one is
 // down.
-func (r *Router) ready(ctx context.Context) (any, error) {
-	stores := r.Stores()
-	states := r.clusterStates(stores)
+func (rd readyCheck) check(ctx context.Context) (any, error) {
+	stores := rd.pools.Stores()
+	states := rd.view.clusterStates(stores)
 	out := make([]ClusterHealth, len(states))
 	var wg sync.WaitGroup
 	for i, st := range states {
@@ -409,7 +398,7 @@ func (r *Router) ready(ctx context.Context) (any, error) {
 			out[i].OK, out[i].Error = true, ""
 			if err := store.Ping(cctx); err != nil {
 				// /readyz is open: the driver's text (addresses) stays in the log.
-				r.cfg.Log.Debug("readiness: cluster does not answer", "cluster", st.Name, "err", err)
+				rd.log.Debug("readyCheck: cluster does not answer", "cluster", st.Name, "err", err)
 				out[i].OK, out[i].Error = false, "not answering"
 			}
 		}()
@@ -417,13 +406,15 @@ func (r *Router) ready(ctx context.Context) (any, error) {
 	wg.Wait()
 	for _, h := range out {
 		if h.OK {
-			return r.withTopologyStatus(map[string]any{"clusters": out}), nil
+			return rd.view.withStatus(map[string]any{"clusters": out}), nil
 		}
 	}
-	return r.withTopologyStatus(map[string]any{"clusters": out}), errors.New("no cluster answers")
+	return rd.view.withStatus(map[string]any{"clusters": out}), errors.New("no cluster answers")
 }
 
-// Close releases every pool. Safe to call twice.
+// Close stops the background services, then the broker (which commits
+// what is queued), then releases every pool. Safe to call twice, and on a
+// router that New did not finish building.
 func (r *Router) Close() {
 	r.mu.Lock()
 	if r.closed {
@@ -432,28 +423,26 @@ func (r *Router) Close() {
 	}
 	r.closed = true
 	r.mu.Unlock()
-	// Services stop without r.mu held: their goroutines may need it (the
-	// subscription refresh reads the pools through Stores).
-	if r.record != nil {
-		r.record.stop()
-	}
+	r.applier.Stop()
+	r.services.Stop()
 	r.reshard.stop()
-	r.jobs.stop()
 	r.sec.stop()
-	r.obs.stop()
-	r.ha.stop()
+	if r.eps != nil {
+		r.eps.monitor.Stop() // also when New failed before starting it: it closes the replica pools
+	}
 	if r.subs != nil {
 		r.subs.Stop()
 	}
 	if r.broker != nil {
 		r.broker.Close() // commits what is queued before the pools close
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, cc := range r.conns {
-		cc.store.Close()
+	if r.pools != nil {
+		r.pools.close()
 	}
-	r.replicas.close()
+	r.closeArchive()
+	if r.replicas != nil {
+		r.replicas.close()
+	}
 }
 
 // Run serves until ctx is done, following topology file changes, then

@@ -16,13 +16,20 @@ type staleSource interface {
 	Stale() (bool, error)
 }
 
-// withTopologyStatus adds the shard-map version in use and, for a source
-// that can be stale, whether it is and why, to a /readyz answer.
-func (r *Router) withTopologyStatus(out map[string]any) map[string]any {
-	if r.table != nil {
-		out["shard_map_version"] = r.table.Load().Version()
+// topologyView is what /readyz and the admin topology say about the
+// topology: the source's standing and the shard map in use.
+type topologyView struct {
+	source topology.Source
+	table  *routing.Table // nil until the router has one
+}
+
+// withStatus adds the shard-map version in use and, for a source that can
+// be stale, whether it is and why, to a /readyz answer.
+func (v topologyView) withStatus(out map[string]any) map[string]any {
+	if v.table != nil {
+		out["shard_map_version"] = v.table.Load().Version()
 	}
-	if s, ok := r.cfg.Source.(staleSource); ok {
+	if s, ok := v.source.(staleSource); ok {
 		stale, err := s.Stale()
 		out["topology_stale"] = stale
 		if err != nil {
@@ -46,16 +53,16 @@ func (r *Router) ShardMap() *routing.Map { return r.table.Load() }
 // cluster with a pool, sorted, each with its state: the source's when it
 // reports states (Consul), else serving for a cluster with a pool and
 // unknown for one the map names without any.
-func (r *Router) clusterStates(stores map[string]*store.Store) []topology.ClusterState {
+func (v topologyView) clusterStates(stores map[string]*store.Store) []topology.ClusterState {
 	byName := map[string]topology.ClusterState{}
-	if s, ok := r.cfg.Source.(topology.ClusterStater); ok {
+	if s, ok := v.source.(topology.ClusterStater); ok {
 		for _, st := range s.ClusterStates() {
 			byName[st.Name] = st
 		}
 	}
 	names := map[string]bool{}
-	if r.table != nil {
-		for _, n := range r.table.Load().Clusters() {
+	if v.table != nil {
+		for _, n := range v.table.Load().Clusters() {
 			names[n] = true
 		}
 	}

@@ -1,6 +1,10 @@
 package server
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shardmq/shardmq/broker"
+)
 
 var (
 	descRejectedWritten = prometheus.NewDesc("shardmq_trace_cached_rejections_written_total",
@@ -11,7 +15,7 @@ var (
 
 // rejectedCollector reads the broker's counters of cache-answered
 // duplicate and conflict events at scrape time.
-type rejectedCollector struct{ r *Router }
+type rejectedCollector struct{ b *broker.Broker }
 
 func (c rejectedCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descRejectedWritten
@@ -19,7 +23,7 @@ func (c rejectedCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c rejectedCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.r.broker.RejectedTraceStats()
+	s := c.b.RejectedTraceStats()
 	ch <- prometheus.MustNewConstMetric(descRejectedWritten, prometheus.CounterValue, float64(s.Written))
 	ch <- prometheus.MustNewConstMetric(descRejectedDropped, prometheus.CounterValue, float64(s.Dropped))
 }

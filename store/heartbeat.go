@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strconv"
@@ -90,7 +89,10 @@ func (s *Store) ReplicationStatus(ctx context.Context) (ReplicationStatus, error
 	if !rows.Next() {
 		return ReplicationStatus{}, translate(rows.Err())
 	}
-	vals := make([]sql.RawBytes, len(cols))
+	// Copies, not sql.RawBytes: RawBytes keep the rows' lock held until
+	// Close, and rows.Err below would then wait forever behind a close
+	// started by the context ending meanwhile.
+	vals := make([][]byte, len(cols))
 	ptrs := make([]any, len(cols))
 	for i := range vals {
 		ptrs[i] = &vals[i]
@@ -98,7 +100,7 @@ func (s *Store) ReplicationStatus(ctx context.Context) (ReplicationStatus, error
 	if err := rows.Scan(ptrs...); err != nil {
 		return ReplicationStatus{}, fmt.Errorf("read replication status: %w", translate(err))
 	}
-	col := make(map[string]sql.RawBytes, len(cols))
+	col := make(map[string][]byte, len(cols))
 	for i, c := range cols {
 		col[c] = vals[i]
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/shardmq/shardmq/internal/idgen"
 )
 
 // message_queue holds the live deliveries: one row per (message,
@@ -576,4 +578,18 @@ var messageQueueMove = moveTable{
 	pk:         []string{"message_id", "subscription"},
 	idCol:      "message_id",
 	frozenOnly: true,
+}
+
+// LiveDeliveriesBefore counts (up to 1000) deliveries still in
+// message_queue — ready, in flight or dead letters not yet archived — of
+// messages created before t: the retention keeps such months hot. The
+// primary key starts with message_id, whose ids start with their time.
+func (s *Store) LiveDeliveriesBefore(ctx context.Context, t time.Time) (int64, error) {
+	var n int64
+	err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM (SELECT 1 FROM message_queue WHERE message_id < ? LIMIT 1000) live",
+		idgen.Floor(t)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count live deliveries: %w", translate(err))
+	}
+	return n, nil
 }

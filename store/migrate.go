@@ -28,6 +28,11 @@ var migrations = []migration{
 	}},
 	{4, "vshard owner record", func(time.Time) []string { return []string{createVShardOwner} }},
 	{5, "request id of trace events", func(time.Time) []string { return []string{addRequestIDColumn} }},
+	// 6–9 are another branch's. 10–13: retention (docs/retention.md).
+	{10, "warm archive of messages", func(time.Time) []string { return []string{createArchiveMessage} }},
+	{11, "warm archive of trace events", func(time.Time) []string { return []string{createArchiveTrace} }},
+	{12, "index of messages in cold files", func(time.Time) []string { return []string{createArchiveColdIndex} }},
+	{13, "retention job state", func(time.Time) []string { return []string{createRetentionState} }},
 }
 
 // SchemaVersion is the newest migration this build knows.

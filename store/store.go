@@ -195,6 +195,11 @@ func translate(err error) error {
 	if errors.Is(err, sql.ErrNoRows) {
 		return ErrNotFound
 	}
+	// Already translated (the query helpers answer ErrNotFound for no row):
+	// wrapping it again would turn a missing row into an outage.
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInvalidData) {
+		return err
+	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		switch me.Number {

@@ -25,6 +25,11 @@ type fileDoc struct {
 		Version int64           `yaml:"version"`
 		Ranges  []routing.Range `yaml:"ranges"`
 	} `yaml:"shard_map"`
+	// Archive is the archive cluster of retention (docs/retention.md).
+	Archive *struct {
+		Primary  string   `yaml:"primary"`
+		Replicas []string `yaml:"replicas"`
+	} `yaml:"archive"`
 }
 
 // LoadFile reads and validates a static topology file.
@@ -63,6 +68,8 @@ func Parse(name string, data []byte) (*Topology, error) {
 		switch {
 		case !NameRE.MatchString(c.Name):
 			return nil, fail(field+".name", fmt.Sprintf("%q is not a valid cluster name (%s)", c.Name, NameRE))
+		case c.Name == ArchiveName:
+			return nil, fail(field+".name", fmt.Sprintf("%q names the archive cluster; list it under archive:", c.Name))
 		case known[c.Name]:
 			return nil, fail(field+".name", fmt.Sprintf("cluster %q is listed twice", c.Name))
 		case c.Primary == "":
@@ -83,8 +90,18 @@ func Parse(name string, data []byte) (*Topology, error) {
 		return nil, fail("shard_map.ranges", err.Error())
 	}
 	t.Map = m
+	if a := doc.Archive; a != nil {
+		if a.Primary == "" {
+			return nil, &fieldError{file: name, line: lines["archive"], field: "archive.primary", msg: "primary DSN is required"}
+		}
+		t.Archive = &Cluster{Name: ArchiveName, Primary: a.Primary, Replicas: append([]string(nil), a.Replicas...)}
+	}
 	return t, nil
 }
+
+// ArchiveName is the name the archive cluster goes by: in answers, and as
+// the cluster meta of its instances in Consul.
+const ArchiveName = "archive"
 
 // lineIndex maps dotted field paths (clusters[0].name, shard_map.ranges[2])
 // to the line they start on, so errors can point at the file.

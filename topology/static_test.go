@@ -98,3 +98,29 @@ func TestWatchFileAppliesGoodAndIgnoresBad(t *testing.T) {
 		}
 	}
 }
+
+func TestParseArchive(t *testing.T) {
+	t.Parallel()
+	top, err := Parse("t.yaml", []byte(good+"archive:\n  primary: \"root@tcp(127.0.0.1:9)/archive\"\n  replicas: [\"root@tcp(127.0.0.1:10)/archive\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := top.Archive; a == nil || a.Name != ArchiveName || a.Primary != "root@tcp(127.0.0.1:9)/archive" || len(a.Replicas) != 1 {
+		t.Fatalf("archive = %+v", top.Archive)
+	}
+	if _, ok := top.Clusters[ArchiveName]; ok || len(top.Clusters) != 2 {
+		t.Fatalf("the archive cluster is among the vshard clusters: %v", top.Clusters)
+	}
+	if top, _ := Parse("t.yaml", []byte(good)); top.Archive != nil {
+		t.Fatalf("archive %+v without archive:", top.Archive)
+	}
+	cases := []struct{ name, doc, want string }{
+		{"no primary", good + "archive:\n  replicas: []\n", "t.yaml:12: archive.primary: primary DSN is required"},
+		{"named like the archive", strings.Replace(good, "name: c2", "name: archive", 1), `clusters[1].name: "archive" names the archive cluster`},
+	}
+	for _, c := range cases {
+		if _, err := Parse("t.yaml", []byte(c.doc)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want %q", c.name, err, c.want)
+		}
+	}
+}

@@ -24,6 +24,10 @@ type Cluster struct {
 type Topology struct {
 	Clusters map[string]Cluster
 	Map      *routing.Map
+	// Archive is the archive cluster (the warm tier of retention,
+	// docs/retention.md), nil when there is none. It holds no vshards and
+	// is not among Clusters.
+	Archive *Cluster
 }
 
 // NameRE is the pattern of topic and subscription names.

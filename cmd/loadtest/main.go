@@ -69,6 +69,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Batch, "batch", 0, "messages per produce request (default 100)")
 	fs.IntVar(&cfg.ClaimMax, "claim-max", 0, "max per claim (default 100)")
 	fs.IntVar(&cfg.SingleClients, "single-clients", 0, "clients of bench-produce's one-message-per-request phase (default 64)")
+	fs.DurationVar(&cfg.ClientProducer.Linger, "client-linger", 0, "bench-produce's Go client phase: the producer's linger (default the client's, 1ms; negative: none)")
+	fs.IntVar(&cfg.ClientProducer.MaxInFlight, "client-inflight", 0, "bench-produce's Go client phase: produce requests in flight at once (default the client's, 2)")
 	fs.IntVar(&cfg.Rounds, "rounds", 0, "rounds of the bench scenarios, alternating router and baseline (default 2)")
 	fs.IntVar(&cfg.Preload, "preload", 0, "messages preloaded per side (and round) by the consume scenarios (default 100000; 60000 for bench-consume)")
 	payload := fs.String("payload", "uniform:100:300", "payload bytes: N, uniform:A:B or exp:MEAN[:CAP]")

@@ -25,6 +25,7 @@ _shardmqctl() {
             "dlq list") flags="$flags -error-code -limit -cursor" ;;
             "dlq redrive") flags="$flags -ids -error-code -all -dry-run" ;;
             "dlq purge") flags="$flags -error-code" ;;
+            "archive restore"|"archive release") flags="$flags -month" ;;
             "reshard start") flags="$flags -follow" ;;
             "reshard status") flags="$flags -watch" ;;
             "reshard move"|"reshard add-cluster"|"reshard drain") flags="$flags -dry-run" ;;
@@ -34,10 +35,11 @@ _shardmqctl() {
         return
     fi
     case $n in
-        0) COMPREPLY=($(compgen -W "topology shardmap stats trace tx reconcile sub dlq reshard completion token" -- "$cur")) ;;
+        0) COMPREPLY=($(compgen -W "topology shardmap stats trace tx reconcile sub dlq reshard archive completion token" -- "$cur")) ;;
         1) case $cmd in
                sub) COMPREPLY=($(compgen -W "get put delete" -- "$cur")) ;;
                dlq) COMPREPLY=($(compgen -W "list codes redrive purge" -- "$cur")) ;;
+               archive) COMPREPLY=($(compgen -W "status run restore release" -- "$cur")) ;;
                reshard) COMPREPLY=($(compgen -W "plan start status pause resume abort move add-cluster drain" -- "$cur")) ;;
                completion) COMPREPLY=($(compgen -W "bash" -- "$cur")) ;;
                token) COMPREPLY=($(compgen -W "new" -- "$cur")) ;;

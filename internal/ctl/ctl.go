@@ -1,6 +1,6 @@
 // Package ctl is the operator's command line over a router's HTTP API:
 // topology, shard map, stats, trace, transactions, reconciliation,
-// subscriptions, dead letters and resharding. It only speaks HTTP, so it works against
+// subscriptions, dead letters, resharding and the archive. It only speaks HTTP, so it works against
 // any router.
 package ctl
 
@@ -37,6 +37,9 @@ const usage = `usage: shardmqctl [-router URL] [-json] COMMAND [ARGS]
   reshard pause|resume|abort JOB
   reshard move|add-cluster|drain ARG [-dry-run]   (plan and start in one; kept for scripts)
   completion bash                       a bash completion script: source <(shardmqctl completion bash)
+  archive status|run                    retention: partitions, warm and cold archive, upkeep (or run a pass now)
+  archive restore|release -month YYYY-MM
+                                        put a cold month back into the archive cluster (or let it go cold again)
 
   token new -name N [-produce|-consume|-admin PATTERNS] [-tokens FILE] [-out FILE]
                                         make an API token (its hash into the router's token file)
@@ -144,8 +147,35 @@ func (c *cmd) dispatch(args []string) error {
 		return c.dlq(rest)
 	case "reshard":
 		return c.reshard(rest)
+	case "archive":
+		return c.archive(rest)
 	}
 	return usageError("unknown command " + name)
+}
+
+// archive is retention (docs/retention.md): its status, a pass now, and
+// the restore and release of a cold month.
+func (c *cmd) archive(args []string) error {
+	if len(args) == 0 {
+		return usageError("archive takes status|run|restore|release")
+	}
+	fs := newFlags("archive " + args[0])
+	month := fs.String("month", "", "restore, release: the month, YYYY-MM")
+	if err := fs.Parse(args[1:]); err != nil {
+		return usageError(err.Error())
+	}
+	switch args[0] {
+	case "status":
+		return c.call("GET", "/v1/admin/retention", nil)
+	case "run":
+		return c.call("POST", "/v1/admin/retention/run", map[string]any{})
+	case "restore", "release":
+		if *month == "" {
+			return usageError("archive " + args[0] + " needs -month YYYY-MM")
+		}
+		return c.call("POST", "/v1/admin/retention/"+args[0], map[string]any{"month": *month})
+	}
+	return usageError("archive takes status, run, restore or release")
 }
 
 func newFlags(name string) *flag.FlagSet {

@@ -68,3 +68,13 @@ func (g *Gen) Next() uint64 {
 func Time(id uint64) time.Time {
 	return Epoch.Add(time.Duration(id>>(nodeBits+seqBits)) * time.Millisecond).UTC()
 }
+
+// Floor returns the smallest id a generator can make at time t (ms
+// precision): ids of rows created in [a, b) lie in [Floor(a), Floor(b)).
+func Floor(t time.Time) uint64 {
+	ms := t.Sub(Epoch).Milliseconds()
+	if ms < 0 {
+		return 0
+	}
+	return uint64(ms) << (nodeBits + seqBits)
+}

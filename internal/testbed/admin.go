@@ -141,7 +141,9 @@ func slaveStatus(ctx context.Context, conn *sql.Conn) (map[string]string, error)
 	if !rows.Next() {
 		return nil, rows.Err()
 	}
-	vals := make([]sql.RawBytes, len(cols))
+	// Copies, not sql.RawBytes: their held read lock would deadlock
+	// rows.Err below against a close started by ctx ending.
+	vals := make([][]byte, len(cols))
 	ptrs := make([]any, len(cols))
 	for i := range vals {
 		ptrs[i] = &vals[i]

@@ -24,6 +24,10 @@ const (
 	// SandboxDatabase is the database `sandbox up` creates on every primary
 	// and names in the topology's DSNs.
 	SandboxDatabase = "shardmq"
+	// SandboxArchiveDatabase is the sandbox's archive cluster (retention's
+	// warm tier): a database of its own on the last cluster's primary, as
+	// the sandbox has no spare server for it.
+	SandboxArchiveDatabase = "shardmq_archive"
 	// DescriptionFile and TopologyFile are the files `sandbox up` writes in
 	// its directory.
 	DescriptionFile = "testbed.json"
@@ -72,6 +76,9 @@ func SandboxUp(ctx context.Context, dir string, spec Spec, out io.Writer) (*Bed,
 	if err := CreateDatabase(ctx, b, SandboxDatabase); err != nil {
 		return fail(err)
 	}
+	if err := CreateDatabase(ctx, b, SandboxArchiveDatabase); err != nil {
+		return fail(err)
+	}
 	if err := WaitReplicated(ctx, b); err != nil {
 		return fail(err)
 	}
@@ -79,8 +86,8 @@ func SandboxUp(ctx context.Context, dir string, spec Spec, out io.Writer) (*Bed,
 		return fail(err)
 	}
 	topo := filepath.Join(dir, TopologyFile)
-	if err := WriteTopology(topo, b, SandboxDatabase); err != nil {
-		return fail(err)
+	if err := os.WriteFile(topo, SandboxTopologyYAML(b), 0o644); err != nil {
+		return fail(fmt.Errorf("testbed: write topology: %w", err))
 	}
 
 	fmt.Fprintf(out, "sandbox: %d cluster(s) up in %s (%s)\n\n", len(b.Clusters), dir, time.Since(begin).Round(time.Millisecond))
@@ -283,4 +290,16 @@ func sandboxSized(spec Spec) Spec {
 		spec.Server = DeploymentSettings()
 	}
 	return spec
+}
+
+// SandboxTopologyYAML is the sandbox's topology: TopologyYAML of
+// SandboxDatabase and an archive cluster, SandboxArchiveDatabase on the
+// last cluster's primary.
+func SandboxTopologyYAML(b *Bed) []byte {
+	out := TopologyYAML(b, SandboxDatabase)
+	if len(b.Clusters) == 0 {
+		return out
+	}
+	p := b.Clusters[len(b.Clusters)-1].Primary
+	return append(out, fmt.Sprintf("archive:\n  primary: %s\n", strconv.Quote(p.DSN(SandboxArchiveDatabase)))...)
 }

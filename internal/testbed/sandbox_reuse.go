@@ -84,9 +84,12 @@ func SandboxEnsure(ctx context.Context, dir string, spec Spec, out io.Writer) (b
 			return nil, false, nil, err
 		}
 	}
-	topo := filepath.Join(dir, TopologyFile)
-	if err := WriteTopology(topo, b, SandboxDatabase); err != nil {
+	if err := CreateDatabase(ctx, b, SandboxArchiveDatabase); err != nil { // a sandbox made before the archive
 		return nil, false, nil, err
+	}
+	topo := filepath.Join(dir, TopologyFile)
+	if err := os.WriteFile(topo, SandboxTopologyYAML(b), 0o644); err != nil {
+		return nil, false, nil, fmt.Errorf("testbed: write topology: %w", err)
 	}
 	replicas := 0
 	if len(b.Clusters) > 0 {

@@ -77,7 +77,7 @@ func TestSandboxUpDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := testbed.TopologyYAML(b, testbed.SandboxDatabase); !bytes.Equal(topo, want) {
+	if want := testbed.SandboxTopologyYAML(b); !bytes.Equal(topo, want) || !bytes.Contains(topo, []byte("archive:")) {
 		t.Errorf("topology.yaml:\n%s\nwant:\n%s", topo, want)
 	}
 	if err := open(t, p, testbed.SandboxDatabase).PingContext(ctx); err != nil {

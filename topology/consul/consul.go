@@ -610,6 +610,21 @@ func (s *Source) buildLocked() *topology.Topology {
 		}
 	}
 	t := &topology.Topology{Clusters: map[string]topology.Cluster{}, Map: s.good}
+	// The archive cluster (retention's warm tier) is the instances whose
+	// cluster meta is topology.ArchiveName: it holds no vshards.
+	if g := groups[topology.ArchiveName]; g != nil {
+		delete(groups, topology.ArchiveName)
+		if len(g.primaries) == 1 {
+			a := topology.Cluster{Name: topology.ArchiveName, Primary: s.cfg.DSN.For(g.primaries[0])}
+			sort.Strings(g.replicas)
+			for _, r := range g.replicas {
+				a.Replicas = append(a.Replicas, s.cfg.DSN.For(r))
+			}
+			t.Archive = &a
+		} else {
+			problems = append(problems, fmt.Sprintf("archive cluster has %d usable primaries: archiving waits", len(g.primaries)))
+		}
+	}
 	chosen := map[string]string{}
 	states := map[string]topology.ClusterState{}
 	for name, g := range groups {

@@ -665,3 +665,29 @@ func TestSubscriptionsInKV(t *testing.T) {
 		t.Fatalf("second Delete = %v, %v; want false", ok, err)
 	}
 }
+
+// The archive cluster is the instances whose cluster meta is "archive": it
+// is the topology's Archive, not a vshard cluster; and the seed registers
+// a static file's archive that way.
+func TestArchiveClusterFromConsul(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testContext(t)
+	e.register(t, "127.0.0.1:13390", topology.ArchiveName, consul.RolePrimary, api.HealthPassing)
+	e.register(t, "127.0.0.1:13391", topology.ArchiveName, consul.RoleReplica, api.HealthPassing)
+	top, err := e.source(t, e.config(t)).Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := top.Archive; a == nil || !strings.Contains(a.Primary, "127.0.0.1:13390") || len(a.Replicas) != 1 {
+		t.Fatalf("archive = %+v", top.Archive)
+	}
+	if _, ok := top.Clusters[topology.ArchiveName]; ok {
+		t.Fatalf("the archive cluster is among the vshard clusters: %v", top.Clusters)
+	}
+	static := &topology.Topology{Clusters: map[string]topology.Cluster{}, Archive: &topology.Cluster{Name: topology.ArchiveName, Primary: "root@tcp(127.0.0.1:13390)/a"}}
+	defs, err := consul.ServiceDefinitions(static, "mysql")
+	if err != nil || len(defs) != 1 || defs[0].Meta[consul.MetaCluster] != topology.ArchiveName || defs[0].Meta[consul.MetaRole] != consul.RolePrimary {
+		t.Fatalf("seed of the archive: %v %+v", err, defs)
+	}
+}

@@ -73,8 +73,16 @@ func seedOnce(ctx context.Context, s *Source, m *routing.Map, replace bool) (int
 // register it.
 func ServiceDefinitions(top *topology.Topology, service string) ([]*api.AgentServiceRegistration, error) {
 	var out []*api.AgentServiceRegistration
+	clusters := make([]topology.Cluster, 0, len(top.Clusters)+1)
 	for _, name := range sortedClusters(top) {
-		c := top.Clusters[name]
+		clusters = append(clusters, top.Clusters[name])
+	}
+	if top.Archive != nil {
+		// The archive cluster is found by its cluster meta (buildLocked).
+		clusters = append(clusters, *top.Archive)
+	}
+	for _, c := range clusters {
+		name := c.Name
 		dsns := append([]string{c.Primary}, c.Replicas...)
 		for i, dsn := range dsns {
 			cfg, err := mysql.ParseDSN(dsn)

@@ -1,0 +1,41 @@
+package client_test
+
+import (
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestImportsNothingOfTheRouter: the client and its outbox and inbox are
+// for services; they must not pull in the router's packages (and the
+// client itself nothing but the standard library).
+func TestImportsNothingOfTheRouter(t *testing.T) {
+	allowed := map[string]func(string) bool{
+		".": func(p string) bool { return !strings.Contains(strings.SplitN(p, "/", 2)[0], ".") },
+		"outbox": func(p string) bool {
+			return p == "github.com/shardmq/shardmq/client" || p == "github.com/go-sql-driver/mysql" || !strings.Contains(p, ".")
+		},
+		"inbox": func(p string) bool { return p == "github.com/shardmq/shardmq/client" || !strings.Contains(p, ".") },
+	}
+	for dir, ok := range allowed {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			file, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range file.Imports {
+				p, _ := strconv.Unquote(imp.Path.Value)
+				if !ok(p) {
+					t.Errorf("%s imports %s", f, p)
+				}
+			}
+		}
+	}
+}

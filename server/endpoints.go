@@ -1,0 +1,129 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/circuit"
+	"github.com/shardmq/shardmq/replica"
+	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/topology"
+)
+
+// endpoints are the router's MySQL endpoints as the call points that reach
+// them: each cluster's primary in use (a circuit.Cluster, the broker's call
+// point), one breaker per endpoint, and the replica monitor that measures
+// lag and picks replicas for reads. It is built from the HA configuration
+// alone and given the pools it guards; it knows nothing of the router.
+type endpoints struct {
+	cfg      HAConfig
+	log      *slog.Logger
+	now      func() time.Time
+	breakers *circuit.Set
+	monitor  *replica.Monitor // a background service (Start/Stop)
+
+	mu   sync.Mutex
+	prim map[string]*primaryEndpoint // cluster → its primary in use
+}
+
+// primaryEndpoint is a cluster's primary in use.
+type primaryEndpoint struct {
+	cluster  string
+	dsn      string
+	endpoint string
+	store    *store.Store
+	guard    *circuit.Cluster
+}
+
+// WriteHeartbeat implements replica.Primary through the breaker.
+func (p *primaryEndpoint) WriteHeartbeat(ctx context.Context, router string, at time.Time) error {
+	return p.guard.Breaker().Do(ctx, func(ctx context.Context) error { return p.store.WriteHeartbeat(ctx, router, at) })
+}
+
+// PurgeHeartbeats lets the monitor purge rows of departed routers.
+func (p *primaryEndpoint) PurgeHeartbeats(ctx context.Context, before time.Time) error {
+	return p.store.PurgeHeartbeats(ctx, before)
+}
+
+// newEndpoints returns the endpoints of cfg (defaults filled).
+func newEndpoints(cfg HAConfig) *endpoints {
+	return &endpoints{cfg: cfg, log: cfg.Replicas.Log, now: cfg.Replicas.Now, breakers: circuit.NewSet(cfg.Breakers),
+		monitor: replica.New(cfg.Replicas), prim: map[string]*primaryEndpoint{}}
+}
+
+// primaryCluster returns the broker's call point for a cluster's primary:
+// its breaker-guarded endpoint, observed by observe. A changed primary
+// gets a new call point and the old one hands over to it
+// (circuit.Cluster.Retire).
+func (e *endpoints) primaryCluster(cluster, dsn string, st *store.Store, observe circuit.Observer) broker.Cluster {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p, ok := e.prim[cluster]; ok && p.dsn == dsn && p.store == st {
+		return p.guard
+	}
+	ep := replica.Addr(dsn)
+	p := &primaryEndpoint{cluster: cluster, dsn: dsn, endpoint: ep, store: st, guard: circuit.NewCluster(st, e.breakers.For(ep), observe)}
+	if old, ok := e.prim[cluster]; ok {
+		old.guard.Retire(p.guard)
+		e.log.Info("cluster primary switched", "cluster", cluster, "from", old.endpoint, "to", ep)
+	}
+	e.prim[cluster] = p
+	return p.guard
+}
+
+// checkWritable makes sure a primary accepts writes before the router
+// switches to it: it writes this router's heartbeat there.
+func (e *endpoints) checkWritable(ctx context.Context, cluster string, st *store.Store) error {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.WritableTimeout)
+	defer cancel()
+	if err := st.WriteHeartbeat(ctx, e.monitor.Config().Router, e.now()); err != nil {
+		return fmt.Errorf("cluster %s primary is not writable: %w", cluster, err)
+	}
+	return nil
+}
+
+// applied follows a topology now in use: the monitor watches its replicas,
+// breakers of endpoints that left are dropped, clusters that left retire.
+func (e *endpoints) applied(top *topology.Topology) {
+	e.mu.Lock()
+	var watch []replica.Cluster
+	keep := map[string]bool{}
+	for name, p := range e.prim {
+		c, ok := top.Clusters[name]
+		if !ok {
+			p.guard.Retire(nil)
+			delete(e.prim, name)
+			continue
+		}
+		keep[p.endpoint] = true
+		for _, dsn := range c.Replicas {
+			keep[replica.Addr(dsn)] = true
+		}
+		watch = append(watch, replica.Cluster{Name: name, Primary: p, Replicas: append([]string(nil), c.Replicas...)})
+	}
+	e.mu.Unlock()
+	e.breakers.Retain(keep)
+	e.monitor.Update(watch)
+}
+
+func (e *endpoints) primary(cluster string) (*primaryEndpoint, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p, ok := e.prim[cluster]
+	return p, ok
+}
+
+// primaries is a snapshot of the primaries in use, by cluster.
+func (e *endpoints) primaries() map[string]*primaryEndpoint {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]*primaryEndpoint, len(e.prim))
+	for n, p := range e.prim {
+		out[n] = p
+	}
+	return out
+}

@@ -1,0 +1,155 @@
+package server
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/topology"
+)
+
+// pools are the connection pools of every cluster's primary, by cluster
+// name: opened and migrated when a cluster first appears or its primary
+// changes, checked before use, and closed when they are replaced (after
+// the requests already routed to them are surely done) or the router
+// closes.
+type pools struct {
+	opts func(cluster string) store.Options
+	now  func() time.Time
+	log  *slog.Logger
+
+	mu    sync.Mutex
+	conns map[string]*clusterConn // by cluster name
+}
+
+type clusterConn struct {
+	dsn      string
+	replicas []string
+	store    *store.Store
+}
+
+func newPools(opts func(cluster string) store.Options, now func() time.Time, log *slog.Logger) *pools {
+	return &pools{opts: opts, now: now, log: log, conns: map[string]*clusterConn{}}
+}
+
+// update opens pools for the clusters of top that are new or whose primary
+// changed, migrates them and runs check on each (is it writable?), then
+// swaps them in and retires the pools of primaries that left. On an error
+// nothing changes. It returns every pool in use.
+func (p *pools) update(ctx context.Context, top *topology.Topology, check func(ctx context.Context, cluster string, st *store.Store) error) (map[string]*store.Store, error) {
+	p.mu.Lock()
+	have := make(map[string]*clusterConn, len(p.conns))
+	for k, v := range p.conns {
+		have[k] = v
+	}
+	p.mu.Unlock()
+
+	var mu sync.Mutex
+	fresh := map[string]*clusterConn{}
+	g, gctx := errgroup.WithContext(ctx)
+	for name, c := range top.Clusters {
+		if cc, ok := have[name]; ok && cc.dsn == c.Primary {
+			p.mu.Lock()
+			cc.replicas = append([]string(nil), c.Replicas...)
+			p.mu.Unlock()
+			continue
+		}
+		g.Go(func() error {
+			st, err := store.Open(gctx, c.Primary, p.opts(name))
+			if err != nil {
+				return fmt.Errorf("cluster %s primary: %w", name, err)
+			}
+			if err := st.Migrate(gctx, p.now()); err != nil {
+				st.Close()
+				return fmt.Errorf("cluster %s primary: %w", name, err)
+			}
+			if err := check(gctx, name, st); err != nil {
+				st.Close()
+				return err
+			}
+			if warn, err := st.DurabilityWarnings(gctx); err == nil {
+				for _, w := range warn {
+					p.log.Warn("primary is not fully durable: acknowledged messages can be lost in a crash", "cluster", name, "setting", w)
+				}
+			}
+			mu.Lock()
+			fresh[name] = &clusterConn{dsn: c.Primary, replicas: append([]string(nil), c.Replicas...), store: st}
+			mu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		for _, cc := range fresh {
+			cc.store.Close()
+		}
+		return nil, err
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var retired []*clusterConn
+	for name, cc := range p.conns {
+		if _, still := top.Clusters[name]; !still || fresh[name] != nil {
+			retired = append(retired, cc)
+			delete(p.conns, name)
+		}
+	}
+	for name, cc := range fresh {
+		p.conns[name] = cc
+	}
+	// Requests already routed to a retired pool finish on it; close it
+	// once they are surely done.
+	for _, cc := range retired {
+		time.AfterFunc(30*time.Second, func() { cc.store.Close() })
+	}
+	return p.storesLocked(), nil
+}
+
+// Stores returns each cluster's primary store by cluster name.
+func (p *pools) Stores() map[string]*store.Store {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.storesLocked()
+}
+
+func (p *pools) storesLocked() map[string]*store.Store {
+	out := make(map[string]*store.Store, len(p.conns))
+	for k, v := range p.conns {
+		out[k] = v.store
+	}
+	return out
+}
+
+// dbs lists every primary's connection pool (the pool collector's view).
+func (p *pools) dbs() map[string]*sql.DB {
+	out := map[string]*sql.DB{}
+	for name, st := range p.Stores() {
+		out[name] = st.DB()
+	}
+	return out
+}
+
+// replicaDSNs lists a cluster's replicas in the topology in use.
+func (p *pools) replicaDSNs(cluster string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cc, ok := p.conns[cluster]; ok {
+		return cc.replicas
+	}
+	return nil
+}
+
+// close closes every pool in use.
+func (p *pools) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, cc := range p.conns {
+		cc.store.Close()
+	}
+}

@@ -1,0 +1,161 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/shardmq/shardmq/lookup"
+	"github.com/shardmq/shardmq/rebalance"
+	"github.com/shardmq/shardmq/retention"
+	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/topology"
+)
+
+// Retention (DESIGN §8, docs/retention.md): the jobs run on the leading
+// router over the hot clusters' primaries and the archive cluster named by
+// the topology. The archive cluster is connected lazily and again when
+// its DSN changes: a router serves without it, and the warm and cold jobs
+// and the archive lookups wait for it.
+
+type archiveConn struct {
+	mu       sync.Mutex
+	dsn      string // wanted, from the topology in use
+	open     string // the DSN st was opened with
+	st       *store.Store
+	failedAt time.Time
+}
+
+// setArchive takes the archive cluster of a topology.
+func (r *Router) setArchive(top *topology.Topology) {
+	a := r.archive
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.dsn = ""
+	if top.Archive != nil {
+		a.dsn = top.Archive.Primary
+	}
+}
+
+// archiveStore returns the archive cluster's primary, connecting (and
+// migrating) it on first use; nil when the topology names none or it
+// cannot be reached (tried again after 10 s).
+func (r *Router) archiveStore() *store.Store {
+	a := r.archive
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.dsn == a.open && a.st != nil {
+		return a.st
+	}
+	if a.st != nil {
+		old := a.st
+		time.AfterFunc(30*time.Second, func() { old.Close() })
+		a.st, a.open = nil, ""
+	}
+	if a.dsn == "" || r.cfg.Now().Sub(a.failedAt) < 10*time.Second {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := store.Open(ctx, a.dsn, r.pools.opts(topology.ArchiveName))
+	if err == nil {
+		if err = st.Migrate(ctx, r.cfg.Now()); err != nil {
+			st.Close()
+		}
+	}
+	if err != nil {
+		a.failedAt = r.cfg.Now()
+		r.cfg.Log.Warn("archive cluster not reachable: archiving and archive lookups wait", "err", err)
+		return nil
+	}
+	a.st, a.open = st, a.dsn
+	return st
+}
+
+func (r *Router) closeArchive() {
+	a := r.archive
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.st != nil {
+		a.st.Close()
+		a.st = nil
+	}
+}
+
+// lookupArchive is the lookups' view of the archive cluster.
+func (r *Router) lookupArchive() lookup.Archive {
+	if st := r.archiveStore(); st != nil {
+		return st
+	}
+	return nil
+}
+
+// reshardMoving says whether a resharding job is unfinished (paused ones
+// too: their rows may be on two clusters).
+func (r *Router) reshardMoving() bool {
+	if r.reshard == nil || r.reshard.manager == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	jobs, err := r.reshard.manager.List(ctx)
+	if err != nil {
+		return true // unknown: wait
+	}
+	for _, j := range jobs {
+		if !rebalance.Terminal(j.State) {
+			return true
+		}
+	}
+	return false
+}
+
+// setupRetention builds the retention jobs and serves their endpoints;
+// the jobs run as one of the router's services.
+func (r *Router) setupRetention() error {
+	cfg := r.cfg.Retention
+	if cfg.Now == nil {
+		cfg.Now = r.cfg.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = r.cfg.Log
+	}
+	job, err := retention.New(cfg, retention.Deps{Hot: r.pools.Stores, Archive: r.archiveStore, Leading: leader(r.cfg.Leader), Moving: r.reshardMoving})
+	if err != nil {
+		return err
+	}
+	r.retention = job
+	r.metrics.MustRegister(job.Collectors()...)
+	r.api.RouteRetention(retentionOps{job})
+	return nil
+}
+
+// Retention exposes the retention jobs (tests, admin).
+func (r *Router) Retention() *retention.Job { return r.retention }
+
+// retentionOps serves the retention endpoints.
+type retentionOps struct{ j *retention.Job }
+
+func (o retentionOps) Status() retention.Status         { return o.j.Status() }
+func (o retentionOps) RunNow(ctx context.Context) error { return o.j.RunOnce(ctx) }
+
+func (o retentionOps) Restore(ctx context.Context, month string) (*retention.RestoreReport, error) {
+	m, err := retention.ParseMonth(month)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := o.j.Restore(ctx, m)
+	if err != nil {
+		return rep, fmt.Errorf("restore %s: %w", month, err)
+	}
+	return rep, nil
+}
+
+func (o retentionOps) Release(ctx context.Context, month string) error {
+	m, err := retention.ParseMonth(month)
+	if err != nil {
+		return err
+	}
+	return o.j.Release(ctx, m)
+}
