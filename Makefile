@@ -147,9 +147,10 @@ promtool-test:
 	promtool check rules deploy/prometheus/alerts.yml
 	cd deploy/prometheus && promtool test rules alerts_test.yml
 
-# bench runs the Go micro-benchmarks of the hot functions.
+# bench runs the Go micro-benchmarks of the hot functions (-tags dbbench
+# builds the broker benchmarks that need the bed).
 bench: build
-	bin/sandbox exec -- $(GO) test -run '^$$' -bench . -benchmem ./shard/ ./broker/ ./store/
+	bin/sandbox exec -- $(GO) test -tags dbbench -run '^$$' -bench . -benchmem ./shard/ ./broker/ ./store/
 
 # --- load tests and benchmarks (issue 7; docs/loadtest.md, docs/performance.md)
 # loadtest, bench-produce and bench-consume use the sandbox in

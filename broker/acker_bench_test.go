@@ -1,3 +1,5 @@
+//go:build dbbench
+
 package broker
 
 import (

@@ -1,3 +1,7 @@
+//go:build dbbench
+
+// Built only with -tags dbbench (make bench): the rest of the broker's
+// tests run on in-memory fakes and need no database.
 package broker
 
 import (
