@@ -524,3 +524,47 @@ func TestProducerDurability(t *testing.T) {
 		})
 	}
 }
+
+// TestProducerStopsLingeringWhenCallersAreBack: once every caller the
+// last request answered has sent again, the next request leaves without
+// waiting out the linger. Eight callers send three messages each, one at
+// a time, with a 2 s linger: only the first request waits it out (no
+// answer has come back yet), so the whole takes well under three lingers
+// and every round is one request.
+func TestProducerStopsLingeringWhenCallersAreBack(t *testing.T) {
+	r := routertest.Start(t, bed, routertest.Options{})
+	tr := &countingTransport{base: http.DefaultTransport}
+	c := newClient(t, r, tr)
+	const linger = 2 * time.Second
+	p, err := c.NewProducer(client.ProducerConfig{Linger: linger, MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	ctx := context.Background()
+	topic := topicName(t)
+	const workers, rounds = 8, 3
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range rounds {
+				key := fmt.Sprintf("k-%d-%d", w, i)
+				if res, err := p.Send(ctx, topic, client.Message{Key: key, Payload: json.RawMessage(`1`)}); err != nil || res.Status != client.StatusCreated {
+					t.Errorf("send %s: %+v, %v", key, res, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	if took < linger {
+		t.Errorf("took %v: the first request did not linger (%v)", took, linger)
+	}
+	if took >= (rounds-1)*linger+linger/2 {
+		t.Errorf("took %v for %d rounds: later requests waited out the %v linger", took, rounds, linger)
+	}
+	if n := tr.produces.Load(); n != rounds {
+		t.Errorf("%d produce requests for %d rounds of %d callers, want %d", n, rounds, workers, rounds)
+	}
+}

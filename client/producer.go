@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,8 +18,11 @@ type ProducerConfig struct {
 	// Linger is how long the first message of a batch waits for others
 	// before its request is sent (Kafka's linger.ms). A message never
 	// waits longer than Linger plus the time a request slot takes to free.
-	// Defaults to 1ms; negative sends at once (requests still gather what
-	// queued while all slots were busy).
+	// The wait ends early when no request is in flight and the batch
+	// holds as many messages as were answered since the previous request
+	// was sent: callers that send one message at a time are back, and
+	// waiting longer would only delay them. Defaults to 1ms; negative sends at once (requests still gather
+	// what queued while all slots were busy).
 	Linger time.Duration
 	// MaxBatch caps messages per request (the router takes up to 1000).
 	// Defaults to 500.
@@ -77,6 +81,12 @@ type Producer struct {
 	cfg ProducerConfig
 	in  chan *pending
 	sem chan struct{}
+	// answered counts messages whose answers are handed to their
+	// callers; the collector compares it with its value when the previous
+	// request was sent to know how many callers are on their way back.
+	answered atomic.Int64
+	// inFlight counts requests sent and not yet answered.
+	inFlight atomic.Int64
 
 	mu     sync.RWMutex // held for reading while enqueueing, for writing by Close
 	closed bool
@@ -221,6 +231,7 @@ func (p *Producer) collect() {
 	}()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	var answeredAtSend int64
 	for {
 		first, ok := <-p.in
 		if !ok {
@@ -251,6 +262,14 @@ func (p *Producer) collect() {
 				continue
 			default:
 			}
+			// With no request in flight, the callers answered since the
+			// last request went out are all anyone can expect: once they
+			// are back, lingering only delays them. (While a request is in
+			// flight the linger runs out, so that its callers, answered
+			// meanwhile, can join this batch.)
+			if back := p.answered.Load() - answeredAtSend; back > 0 && int64(n) >= back && p.inFlight.Load() == 0 {
+				break
+			}
 			wait := p.cfg.Linger - time.Since(start)
 			if wait <= 0 {
 				break
@@ -268,11 +287,13 @@ func (p *Producer) collect() {
 				break drain
 			}
 		}
+		answeredAtSend = p.answered.Load()
 		for i, topic := range order {
 			if i > 0 {
 				p.sem <- struct{}{}
 			}
 			batch := byTopic[topic]
+			p.inFlight.Add(1)
 			p.sends.Go(func() {
 				defer func() { <-p.sem }()
 				p.send(topic, batch)
@@ -293,6 +314,10 @@ func (p *Producer) send(topic string, batch []*pending) {
 	// The request is not bound to any one caller's context: it carries
 	// messages of many callers. Config.Timeout bounds it.
 	res, retryAfter, err := p.c.produce(context.Background(), topic, p.cfg.Durability, msgs)
+	// Counted before the answers are handed over, so a caller that is back
+	// already finds itself counted.
+	p.answered.Add(int64(len(batch)))
+	p.inFlight.Add(-1)
 	for i, pd := range batch {
 		if err != nil {
 			pd.out <- outcome{err: err, retryAfter: retryAfterOf(err)}
