@@ -146,32 +146,7 @@ func (s *Store) TierWrite(ctx context.Context, table string, rows []MoveRow) err
 	if err != nil {
 		return err
 	}
-	if len(rows) == 0 {
-		return nil
-	}
-	var b strings.Builder
-	b.WriteString("INSERT INTO " + t.name + " (" + strings.Join(t.cols, ", ") + ") VALUES " + placeholders(len(rows), len(t.cols)))
-	b.WriteString(" ON DUPLICATE KEY UPDATE ")
-	for i, c := range t.cols[1:] {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(c + " = VALUES(" + c + ")")
-	}
-	args := make([]any, 0, len(rows)*len(t.cols))
-	for _, r := range rows {
-		if len(r) != len(t.cols) {
-			return fmt.Errorf("write %s: a row of %d columns, want %d", t.name, len(r), len(t.cols))
-		}
-		args = append(args, r...)
-	}
-	q := b.String()
-	return s.inTx(ctx, 5, s.retryHook("tier_write"), func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return fmt.Errorf("write %s: %w", t.name, err)
-		}
-		return nil
-	})
+	return s.upsertRows(ctx, "tier_write", t.name, t.cols, t.cols[1:], rows)
 }
 
 // TierSums returns the row count and checksum of table's rows in span,

@@ -231,34 +231,13 @@ func (s *Store) MoveWrite(ctx context.Context, table string, rows []MoveRow) err
 	if err != nil {
 		return err
 	}
-	if len(rows) == 0 {
-		return nil
-	}
-	var b strings.Builder
-	b.WriteString("INSERT INTO " + t.name + " (" + strings.Join(t.cols, ", ") + ") VALUES " + placeholders(len(rows), len(t.cols)))
-	b.WriteString(" ON DUPLICATE KEY UPDATE ")
-	first := true
+	var update []string
 	for _, c := range t.cols {
-		if isPK(t, c) {
-			continue
+		if !isPK(t, c) {
+			update = append(update, c)
 		}
-		if !first {
-			b.WriteString(", ")
-		}
-		first = false
-		b.WriteString(c + " = VALUES(" + c + ")")
 	}
-	args := make([]any, 0, len(rows)*len(t.cols))
-	for _, r := range rows {
-		args = append(args, r...)
-	}
-	q := b.String()
-	return s.inTx(ctx, txAttempts, s.retryHook("move_write"), func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return fmt.Errorf("write %s: %w", t.name, err)
-		}
-		return nil
-	})
+	return s.upsertRows(ctx, "move_write", t.name, t.cols, update, rows)
 }
 
 func isPK(t *moveTable, c string) bool {

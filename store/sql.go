@@ -112,3 +112,36 @@ func vshardIn(b *strings.Builder, args []any, col string, vshards []uint16) []an
 	b.WriteString(" AND " + col + " IN (" + inList(len(vshards)) + ")")
 	return appendArgs(args, vshards)
 }
+
+// upsertRows writes rows (each in cols' order) into table in one
+// statement and transaction: a row whose key is already there takes the
+// values of the update columns, so writing the same rows twice (a resumed
+// copy) is harmless. op names the retry hook.
+func (s *Store) upsertRows(ctx context.Context, op, table string, cols, update []string, rows []MoveRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("INSERT INTO " + table + " (" + strings.Join(cols, ", ") + ") VALUES " + placeholders(len(rows), len(cols)))
+	b.WriteString(" ON DUPLICATE KEY UPDATE ")
+	for i, c := range update {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(c + " = VALUES(" + c + ")")
+	}
+	args := make([]any, 0, len(rows)*len(cols))
+	for _, r := range rows {
+		if len(r) != len(cols) {
+			return fmt.Errorf("write %s: a row of %d columns, want %d", table, len(r), len(cols))
+		}
+		args = append(args, r...)
+	}
+	q := b.String()
+	return s.inTx(ctx, txAttempts, s.retryHook(op), func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("write %s: %w", table, err)
+		}
+		return nil
+	})
+}
