@@ -47,7 +47,7 @@ func (s *Store) AckMany(ctx context.Context, groups []AckGroup, now time.Time) [
 	statuses := make([]LeaseStatus, len(leases))
 	var err error
 	if len(leases) > 0 {
-		err = s.inTx(ctx, 5, s.retryHook("ack"), func(tx *sql.Tx) error {
+		err = s.inTx(ctx, txAttempts, s.retryHook("ack"), func(tx *sql.Tx) error {
 			return s.ackIn(ctx, tx, leases, rids, now, statuses)
 		})
 	}

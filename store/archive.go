@@ -197,7 +197,7 @@ func (s *Store) TierDelete(ctx context.Context, table string, sp Span, limit int
 	var total int64
 	for {
 		var n int64
-		err := s.inTx(ctx, 5, s.retryHook("tier_delete"), func(tx *sql.Tx) error {
+		err := s.inTx(ctx, txAttempts, s.retryHook("tier_delete"), func(tx *sql.Tx) error {
 			res, err := tx.ExecContext(ctx, q, args...)
 			if err != nil {
 				return fmt.Errorf("delete %s %s: %w", t.name, sp, err)
