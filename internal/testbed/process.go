@@ -138,6 +138,7 @@ func (b *Bed) spawn(inst *Instance) (*process, error) {
 	cmd.Dir = inst.dir()
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = sysProcAttr(b.spec.Detach)
+	closeInheritedOnExec()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("testbed: start %s: %w", inst.Name, err)
 	}

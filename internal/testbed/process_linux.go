@@ -81,3 +81,21 @@ func isStopped(pid int) bool {
 	i := bytes.LastIndexByte(stat, ')')
 	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'T'
 }
+
+// closeInheritedOnExec marks every descriptor this process inherited (3 and
+// up) close-on-exec, so that a server started from here does not keep
+// them. Go opens its own files close-on-exec, but a descriptor handed down
+// by a parent stays open across exec: a sandbox started under
+// `flock LOCK make bench-…` passed the lock's descriptor to its mariadbd,
+// which held the lock for as long as the sandbox ran.
+func closeInheritedOnExec() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
+}

@@ -34,3 +34,11 @@ func allocate(f *os.File, size int64) {}
 
 // isStopped cannot be told without /proc; Suspend does not wait.
 func isStopped(pid int) bool { return true }
+
+// closeInheritedOnExec marks descriptors 3–255 close-on-exec (see the Linux
+// version, which reads the open ones from /proc).
+func closeInheritedOnExec() {
+	for fd := 3; fd < 256; fd++ {
+		syscall.CloseOnExec(fd)
+	}
+}
