@@ -10,15 +10,16 @@ import (
 // set in internal/testbed's DeploymentSettings), as every benchmark report
 // prints it: what the servers really had, not what was asked.
 func ServerSettingsOf(ctx context.Context, db *sql.DB) (string, error) {
-	var version string
+	var version, format, image string
 	var pool, redo, conns, flush, syncBinlog int64
 	err := db.QueryRowContext(ctx, `SELECT VERSION(), @@innodb_buffer_pool_size, @@innodb_log_file_size, @@max_connections,
-  @@innodb_flush_log_at_trx_commit, @@sync_binlog`).Scan(&version, &pool, &redo, &conns, &flush, &syncBinlog)
+  @@innodb_flush_log_at_trx_commit, @@sync_binlog, @@binlog_format, @@binlog_row_image`).Scan(&version, &pool, &redo, &conns, &flush, &syncBinlog,
+		&format, &image)
 	if err != nil {
 		return "", fmt.Errorf("read the server's settings: %w", err)
 	}
-	return fmt.Sprintf("MariaDB %s, innodb_buffer_pool_size %s, innodb_log_file_size %s, max_connections %d, innodb_flush_log_at_trx_commit %d, sync_binlog %d",
-		version, size(pool), size(redo), conns, flush, syncBinlog), nil
+	return fmt.Sprintf("MariaDB %s, innodb_buffer_pool_size %s, innodb_log_file_size %s, max_connections %d, innodb_flush_log_at_trx_commit %d, sync_binlog %d, binlog_format %s, binlog_row_image %s",
+		version, size(pool), size(redo), conns, flush, syncBinlog, format, image), nil
 }
 
 func size(n int64) string {

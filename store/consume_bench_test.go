@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -38,6 +39,32 @@ func BenchmarkConsume(b *testing.B) {
 		at = at.Add(100 * time.Microsecond)
 		return at
 	})
+	// The replica applies what the primary logged: its CPU over the same
+	// claims and acks, counted once it has caught up (MariaDB's
+	// MASTER_GTID_WAIT; the test beds run MariaDB).
+	var replica *sql.DB
+	var replicaPID int
+	if rs := bed.Clusters[0].Replicas; len(rs) > 0 {
+		replicaPID = rs[0].PID
+		var err error
+		if replica, err = sql.Open("mysql", rs[0].DSN("")); err != nil {
+			b.Fatal(err)
+		}
+		defer replica.Close()
+	}
+	caughtUp := func() {
+		if replica == nil {
+			return
+		}
+		var pos string
+		var r int
+		if err := f.db.QueryRow("SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+			b.Fatal(err)
+		}
+		if err := replica.QueryRow("SELECT MASTER_GTID_WAIT(?, 120)", pos).Scan(&r); err != nil || r != 0 {
+			b.Fatalf("the replica did not catch up with %s: %d %v", pos, r, err)
+		}
+	}
 	for _, many := range []bool{true, false} {
 		b.Run(fmt.Sprintf("ack=%s", map[bool]string{true: "many", false: "one"}[many]), func(b *testing.B) {
 			topic := fmt.Sprintf("c%d", f.ids.Next())
@@ -53,6 +80,8 @@ func BenchmarkConsume(b *testing.B) {
 			}
 			var claimCPU, ackCPU time.Duration
 			var claimT, ackT time.Duration
+			caughtUp()
+			rep0, _ := procstat.Process(replicaPID)
 			key0, read0, binlog0 := status("Handler_read_key"), status("Handler_read_next"), status("Binlog_bytes_written")
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -85,6 +114,12 @@ func BenchmarkConsume(b *testing.B) {
 				ackT += time.Since(t1)
 			}
 			msgs := float64(b.N * 100)
+			b.StopTimer()
+			if replica != nil {
+				caughtUp()
+				rep1, _ := procstat.Process(replicaPID)
+				b.ReportMetric(float64((rep1-rep0).Microseconds())/msgs, "replica-µs/msg")
+			}
 			b.ReportMetric(float64(claimCPU.Microseconds())/msgs, "claim-server-µs/msg")
 			b.ReportMetric(float64(ackCPU.Microseconds())/msgs, "ack-server-µs/msg")
 			b.ReportMetric(float64(claimT.Microseconds())/msgs, "claim-wall-µs/msg")

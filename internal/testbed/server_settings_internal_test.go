@@ -17,7 +17,9 @@ func TestServerSettingsPerKindOfBed(t *testing.T) {
 		{"sandbox", sandboxSized(Spec{}), DeploymentSettings()},
 		{"sandbox, own settings", sandboxSized(Spec{Server: ServerSettings{BufferPool: "1G", RedoLog: "256M", MaxConnections: 50}}),
 			ServerSettings{BufferPool: "1G", RedoLog: "256M", MaxConnections: 50}},
-		{"buffer pool override", Spec{BufferPoolSize: "256M"}, ServerSettings{BufferPool: "256M", RedoLog: TestSettings().RedoLog, MaxConnections: TestSettings().MaxConnections}},
+		{"buffer pool override", Spec{BufferPoolSize: "256M"}, ServerSettings{BufferPool: "256M", RedoLog: TestSettings().RedoLog,
+			MaxConnections: TestSettings().MaxConnections, BinlogRowImage: TestSettings().BinlogRowImage,
+			BinlogAnnotateRowEvents: TestSettings().BinlogAnnotateRowEvents}},
 	}
 	for _, tc := range tests {
 		got, err := tc.spec.withDefaults()
