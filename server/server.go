@@ -160,21 +160,19 @@ type Router struct {
 	metrics *prometheus.Registry // GET /metrics; every part registers here
 	obs     *observability       // request, message, cluster and queue metrics (observe.go)
 	retries *txRetries           // transaction retries by cluster (jobs.go)
-	pools   *pools               // connection pools of the primaries (pools.go)
+	pools   *pools               // connection pools of the primaries and replicas (pools.go)
 	eps     *endpoints           // call points, breakers, replica monitor (endpoints.go)
 	applier *applier             // topology applications and their retries (apply.go)
 	table   *routing.Table
 	subs    *subscription.Registry
-	// replicas confirms replicated durability with its own pools.
-	replicas *replicaWaiter
-	broker   *broker.Broker
-	lookups  *lookup.Service
-	recon    *reconcile.Runner
-	upkeep   *deadletter.Upkeep // dead-letter alarms and archive
-	record   *mapRecorder
-	api      *api.Server
-	sec      *security
-	reshard  *reshard // resharding jobs and the barrier registration (reshard.go)
+	broker  *broker.Broker
+	lookups *lookup.Service
+	recon   *reconcile.Runner
+	upkeep  *deadletter.Upkeep // dead-letter alarms and archive
+	record  *mapRecorder
+	api     *api.Server
+	sec     *security
+	reshard *reshard // resharding jobs and the barrier registration (reshard.go)
 	// archive is the archive cluster of retention, retention its jobs
 	// (retention.go).
 	archive   *archiveConn
@@ -217,9 +215,9 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	// Metrics and the primaries' pools, with the call points guarding them.
 	r.obs = newObservability(cfg.Observe, cfg.UI, r.metrics)
 	r.retries = newTxRetries(r.metrics)
-	r.pools = newPools(storeOptions(cfg.Store, r.ids, r.obs.msgs, r.retries), cfg.Now, cfg.Log)
+	r.pools = newPools(storeOptions(cfg.Store, r.ids, r.obs.msgs, r.retries), cfg.HA.ReplicaPools, cfg.Now, cfg.Log)
 	r.metrics.MustRegister(observe.NewPoolCollector(r.pools.dbs))
-	r.eps = newEndpoints(cfg.HA.withDefaults(cfg.Log, cfg.Now))
+	r.eps = newEndpoints(cfg.HA.withDefaults(cfg.Log, cfg.Now, r.pools.replicas))
 	clusters, err := r.connect(ctx, top)
 	if err != nil {
 		return err
@@ -245,8 +243,7 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	if err := r.subs.Start(ctx); err != nil {
 		return err
 	}
-	r.replicas = newReplicaWaiter(r.pools.replicaDSNs)
-	r.broker = broker.New(cfg.Broker, r.table, clusters, r.subs, r.replicas, r.ids, cfg.Now, cfg.Log)
+	r.broker = broker.New(cfg.Broker, r.table, clusters, r.subs, replicaWaiter{r.pools.replicas}, r.ids, cfg.Now, cfg.Log)
 
 	// Reads and background jobs over the broker and the endpoints.
 	lc := r.eps.cfg.Lookups
@@ -428,21 +425,18 @@ func (r *Router) Close() {
 	r.reshard.stop()
 	r.sec.stop()
 	if r.eps != nil {
-		r.eps.monitor.Stop() // also when New failed before starting it: it closes the replica pools
+		r.eps.monitor.Stop() // also when New failed before starting it
 	}
 	if r.subs != nil {
 		r.subs.Stop()
 	}
 	if r.broker != nil {
-		r.broker.Close() // commits what is queued before the pools close
+		r.broker.Close() // commits (and waits for replicas) before the pools close
 	}
 	if r.pools != nil {
-		r.pools.close()
+		r.pools.close() // primaries and replicas
 	}
 	r.closeArchive()
-	if r.replicas != nil {
-		r.replicas.close()
-	}
 }
 
 // Run serves until ctx is done, following topology file changes, then
