@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shardmq/shardmq/rebalance"
 	"github.com/shardmq/shardmq/replica"
 	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/topology"
@@ -28,6 +29,7 @@ type pools struct {
 	now      func() time.Time
 	log      *slog.Logger
 	replicas *replica.Pools
+	archive  *archiveConn // the archive cluster's primary, connected on first use (retention.go)
 
 	mu    sync.Mutex
 	conns map[string]*clusterConn // by cluster name
@@ -39,7 +41,8 @@ type clusterConn struct {
 }
 
 func newPools(opts func(cluster string) store.Options, replicas replica.PoolConfig, now func() time.Time, log *slog.Logger) *pools {
-	return &pools{opts: opts, now: now, log: log, replicas: replica.NewPools(replicas), conns: map[string]*clusterConn{}}
+	return &pools{opts: opts, now: now, log: log, replicas: replica.NewPools(replicas), conns: map[string]*clusterConn{},
+		archive: &archiveConn{opts: func() store.Options { return opts(topology.ArchiveName) }, now: now, log: log}}
 }
 
 // update opens pools for the clusters of top that are new or whose primary
@@ -98,6 +101,7 @@ func (p *pools) update(ctx context.Context, top *topology.Topology, check func(c
 		follow[name] = c.Replicas
 	}
 	p.replicas.Follow(follow)
+	p.archive.follow(top)
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -143,7 +147,18 @@ func (p *pools) dbs() map[string]*sql.DB {
 	return out
 }
 
-// close closes every pool in use, the replicas' too.
+// movers are the clusters' primaries as the resharding jobs use them.
+func (p *pools) movers() map[string]rebalance.Mover {
+	stores := p.Stores()
+	out := make(map[string]rebalance.Mover, len(stores))
+	for k, v := range stores {
+		out[k] = v
+	}
+	return out
+}
+
+// close closes every pool in use: the primaries', the replicas' and the
+// archive cluster's.
 func (p *pools) close() {
 	p.mu.Lock()
 	for _, cc := range p.conns {
@@ -151,4 +166,5 @@ func (p *pools) close() {
 	}
 	p.mu.Unlock()
 	p.replicas.Close()
+	p.archive.close()
 }
