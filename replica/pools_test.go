@@ -66,7 +66,7 @@ func TestPoolsOnePerReplica(t *testing.T) {
 	release()
 
 	m := New(Config{Every: 50 * time.Millisecond, MaxLag: 2 * time.Second, Pools: reg})
-	m.Update([]Cluster{{Name: "c1", Primary: primary, Replicas: []string{dsn}}})
+	m.Update([]Cluster{{Name: "c1", Primary: Direct{primary}, Replicas: []string{dsn}}})
 	m.Start(ctx)
 	var rep Replica
 	waitFor(t, 10*time.Second, "replica offered", func() (ok bool) { rep, ok = m.Pick("c1"); return ok })

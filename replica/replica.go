@@ -83,9 +83,26 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Primary is where the monitor writes a cluster's heartbeat.
-type Primary interface {
+// Heartbeats is what the monitor does on a cluster's primary: write this
+// router's heartbeat, and purge the rows of routers gone for an hour.
+type Heartbeats interface {
 	WriteHeartbeat(ctx context.Context, router string, at time.Time) error
+	PurgeHeartbeats(ctx context.Context, before time.Time) error
+}
+
+// Primary is the call point of a cluster's primary: Do runs fn on it (the
+// router's carries the endpoint's breaker, circuit.Endpoint). A Primary
+// must be comparable: Update tells a replaced primary by it.
+type Primary interface {
+	Do(ctx context.Context, fn func(ctx context.Context, h Heartbeats) error) error
+}
+
+// Direct is a Primary with nothing between the monitor and the store.
+type Direct struct{ Heartbeats }
+
+// Do implements Primary.
+func (d Direct) Do(ctx context.Context, fn func(ctx context.Context, h Heartbeats) error) error {
+	return fn(ctx, d.Heartbeats)
 }
 
 // Cluster is what the monitor watches of one cluster.
@@ -314,12 +331,13 @@ func (m *Monitor) check(ctx context.Context, c *clusterState) {
 	}
 	at := m.cfg.Now().UTC().Truncate(time.Microsecond)
 	wctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
-	err := primary.WriteHeartbeat(wctx, m.cfg.Router, at)
+	err := primary.Do(wctx, func(ctx context.Context, h Heartbeats) error { return h.WriteHeartbeat(ctx, m.cfg.Router, at) })
 	if err == nil && !purged {
 		// Rows of routers gone for an hour; best effort. Update resets
 		// purged when the primary changes, so it is read and written under
 		// the lock and kept only for the primary it was done on.
-		if perr := m.purge(wctx, primary, at.Add(-time.Hour)); perr == nil {
+		purge := func(ctx context.Context, h Heartbeats) error { return h.PurgeHeartbeats(ctx, at.Add(-time.Hour)) }
+		if perr := primary.Do(wctx, purge); perr == nil {
 			m.mu.Lock()
 			if c.primary == primary {
 				c.purged = true
@@ -345,18 +363,6 @@ func (m *Monitor) check(ctx context.Context, c *clusterState) {
 	if c.firstBeat.IsZero() {
 		c.firstBeat = at
 	}
-}
-
-// purger is a primary that can purge old heartbeat rows.
-type purger interface {
-	PurgeHeartbeats(ctx context.Context, before time.Time) error
-}
-
-func (m *Monitor) purge(ctx context.Context, p Primary, before time.Time) error {
-	if pp, ok := p.(purger); ok {
-		return pp.PurgeHeartbeats(ctx, before)
-	}
-	return nil
 }
 
 func (m *Monitor) checkReplica(ctx context.Context, c *clusterState, r *replicaState, firstBeat, lastBeat time.Time) {

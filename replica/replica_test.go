@@ -42,7 +42,7 @@ func TestMonitorFollowsReplicaLag(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := New(Config{Every: 50 * time.Millisecond, MaxLag: 300 * time.Millisecond})
-	m.Update([]Cluster{{Name: "c1", Primary: primary, Replicas: []string{c.Replicas[0].DSN(name)}}})
+	m.Update([]Cluster{{Name: "c1", Primary: Direct{primary}, Replicas: []string{c.Replicas[0].DSN(name)}}})
 	m.Start(ctx)
 	defer m.Stop()
 
@@ -72,7 +72,7 @@ func TestMonitorFollowsReplicaLag(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "caught-up replica offered again", func() bool { _, ok := m.Pick("c1"); return ok })
 
-	m.Update([]Cluster{{Name: "c1", Primary: primary}})
+	m.Update([]Cluster{{Name: "c1", Primary: Direct{primary}}})
 	if _, ok := m.Pick("c1"); ok {
 		t.Fatal("picked a replica the topology no longer lists")
 	}
