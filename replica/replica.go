@@ -17,6 +17,10 @@
 // the primary itself cannot be reached, Best offers the freshest reachable
 // replica whatever its lag, so that an operator can still read, and is told
 // how stale the answer may be.
+//
+// Pools (pools.go) is the router's one connection pool per replica DSN,
+// which the monitor's checks, the reads it hands out and the router's
+// replicated-durability waits share.
 package replica
 
 import (
