@@ -5,9 +5,6 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/shardmq/shardmq/internal/testbed"
-	"github.com/shardmq/shardmq/store"
 )
 
 // The registry opens one pool per listed replica DSN and hands out that
@@ -18,22 +15,8 @@ import (
 func TestPoolsOnePerReplica(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	bed, err := testbed.Start(ctx, testbed.Spec{Clusters: 1, Replicas: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bed.Stop() })
-	name := testbed.TestDatabase(t, bed, "t_pools_")
-	c := bed.Clusters[0]
+	_, c, name, primary := setup(t)
 	dsn := c.Replicas[0].DSN(name)
-	primary, err := store.Open(ctx, c.Primary.DSN(name), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer primary.Close()
-	if err := primary.Migrate(ctx, time.Now()); err != nil {
-		t.Fatal(err)
-	}
 
 	reg := NewPools(PoolConfig{MaxOpen: 4, MaxWaits: 1})
 	if _, err := reg.Get(ctx, dsn); !errors.Is(err, ErrNotListed) {
