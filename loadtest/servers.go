@@ -18,8 +18,14 @@ func ServerSettingsOf(ctx context.Context, db *sql.DB) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read the server's settings: %w", err)
 	}
-	return fmt.Sprintf("MariaDB %s, innodb_buffer_pool_size %s, innodb_log_file_size %s, max_connections %d, innodb_flush_log_at_trx_commit %d, sync_binlog %d, binlog_format %s, binlog_row_image %s",
-		version, size(pool), size(redo), conns, flush, syncBinlog, format, image), nil
+	out := fmt.Sprintf("MariaDB %s, innodb_buffer_pool_size %s, innodb_log_file_size %s, max_connections %d, innodb_flush_log_at_trx_commit %d, sync_binlog %d, binlog_format %s, binlog_row_image %s",
+		version, size(pool), size(redo), conns, flush, syncBinlog, format, image)
+	// MariaDB only (MySQL 8 has no such variable).
+	var annotate int64
+	if err := db.QueryRowContext(ctx, "SELECT @@binlog_annotate_row_events").Scan(&annotate); err == nil {
+		out += fmt.Sprintf(", binlog_annotate_row_events %d", annotate)
+	}
+	return out, nil
 }
 
 func size(n int64) string {
