@@ -1,0 +1,87 @@
+package server
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/shardmq/shardmq/shard"
+)
+
+// keysAlternating returns n keys whose vshards alternate between the
+// clusters of e (c1, c2, c1, …), so that what a test produces spans both.
+func (e *env) keysAlternating(t *testing.T, prefix string, n int) []string {
+	t.Helper()
+	owners := []string{"c1", "c2"}
+	var out []string
+	for i := 0; len(out) < n && i < 100000; i++ {
+		k := fmt.Sprint(prefix, i)
+		if e.owner(shard.Of(k)) == owners[len(out)%2] {
+			out = append(out, k)
+		}
+	}
+	if len(out) < n {
+		t.Fatalf("found %d keys alternating between clusters, want %d", len(out), n)
+	}
+	return out
+}
+
+// DESIGN §6: unordered subscriptions deliver by priority, then age, over
+// every cluster: a claim that spans clusters must not answer the best of
+// whichever cluster it visits first.
+func TestClaimPriorityThenAgeAcrossClusters(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	keys := e.keysAlternating(t, "prio-", 10)
+	produce := func(topic string, prio func(i int) int) {
+		t.Helper()
+		var msgs []any
+		for i, k := range keys {
+			msgs = append(msgs, map[string]any{"key": k, "payload": i, "priority": prio(i)})
+		}
+		if st, _, body := e.post(t, "/v1/topics/"+topic+"/messages", map[string]any{"messages": msgs}); st != 200 {
+			t.Fatalf("produce: %d %v", st, body)
+		}
+	}
+	byPriority := func(i int) int { return i } // the lowest first, c1 and c2 taking turns
+	payloads := func(got []map[string]any) []int {
+		var out []int
+		for _, m := range got {
+			out = append(out, int(m["payload"].(float64)))
+		}
+		return out
+	}
+	want := func(what string, got []int, want ...int) {
+		t.Helper()
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: payloads %v, want %v", what, got, want)
+		}
+	}
+
+	// One claim of everything answers in priority order.
+	produce("prio-all", byPriority)
+	want("claim of 10", payloads(e.claim(t, "prio-all", "default", map[string]any{"max": 10})), 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+
+	// Claims of 1 and of 3 take the highest priority left on any cluster.
+	produce("prio-one", byPriority)
+	var got []int
+	for range 10 {
+		got = append(got, payloads(e.claim(t, "prio-one", "default", map[string]any{"max": 1}))...)
+	}
+	want("claims of 1", got, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+	produce("prio-three", byPriority)
+	want("claim of 3", payloads(e.claim(t, "prio-three", "default", map[string]any{"max": 3})), 9, 8, 7)
+	want("next claim of 3", payloads(e.claim(t, "prio-three", "default", map[string]any{"max": 3})), 6, 5, 4)
+
+	// Equal priorities: the oldest first, whichever cluster holds it.
+	produce("prio-age", func(int) int { return 4 })
+	got = nil
+	for range 5 {
+		got = append(got, payloads(e.claim(t, "prio-age", "default", map[string]any{"max": 2}))...)
+	}
+	want("claims of 2 at one priority", got, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9)
+
+	// Nothing claimable anywhere: the documented empty answer.
+	if st, _, body := e.post(t, "/v1/topics/prio-age/subscriptions/default/claim", map[string]any{"max": 5}); st != 200 || len(body["messages"].([]any)) != 0 {
+		t.Fatalf("empty claim: %d %v", st, body)
+	}
+}
