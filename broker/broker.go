@@ -952,7 +952,8 @@ type NackItem struct {
 	Receipt    Receipt
 	ErrorCode  string
 	Error      string
-	RetryAfter time.Duration
+	RetryAfter time.Duration // 0: the subscription's backoff, unless RetryNow
+	RetryNow   bool          // ready again at once (retry_after_ms 0)
 }
 
 // NackResult is one nack's outcome.
@@ -987,7 +988,8 @@ func (b *Broker) Nack(ctx context.Context, items []NackItem) []NackResult {
 		batch := make([]store.NackItem, len(idx))
 		for j, i := range idx {
 			it := items[i]
-			batch[j] = store.NackItem{Lease: it.Receipt.Lease, ErrorCode: it.ErrorCode, Error: it.Error, RetryAfter: it.RetryAfter}
+			batch[j] = store.NackItem{Lease: it.Receipt.Lease, ErrorCode: it.ErrorCode, Error: it.Error, RetryAfter: it.RetryAfter,
+				RetryNow: it.RetryNow}
 		}
 		var res []store.NackResult
 		err := cs.conn.Do(ctx, OpNack, func(ctx context.Context, s Store) (err error) {

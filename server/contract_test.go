@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/shardmq/shardmq/shard"
 )
@@ -83,5 +84,47 @@ func TestClaimPriorityThenAgeAcrossClusters(t *testing.T) {
 	// Nothing claimable anywhere: the documented empty answer.
 	if st, _, body := e.post(t, "/v1/topics/prio-age/subscriptions/default/claim", map[string]any{"max": 5}); st != 200 || len(body["messages"].([]any)) != 0 {
 		t.Fatalf("empty claim: %d %v", st, body)
+	}
+}
+
+// A nack's retry_after_ms replaces the backoff (docs/design.md, the
+// OpenAPI document, the Go client's release): an explicit 0 makes the
+// delivery claimable again at once; without it the backoff applies.
+func TestNackRetryAfterZeroIsAtOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	if st, body := e.do(t, "PUT", "/v1/topics/nack-now/subscriptions/s", map[string]any{
+		"max_attempts": 5, "backoff": map[string]any{"initial_ms": 600000, "max_ms": 600000, "multiplier": 1, "jitter": 0}}); st != 201 {
+		t.Fatalf("PUT: %d %v", st, body)
+	}
+	e.post(t, "/v1/topics/nack-now/messages", map[string]any{"messages": []any{msg("n-1", 1)}})
+	nack := func(item map[string]any) map[string]any {
+		t.Helper()
+		_, _, body := e.post(t, "/v1/nack", map[string]any{"items": []any{item}})
+		r := results(t, body)[0]
+		if r["status"] != "retry_scheduled" {
+			t.Fatalf("nack %v: %v", item, r)
+		}
+		return r
+	}
+	got := e.claim(t, "nack-now", "s", map[string]any{"max": 1})
+	if len(got) != 1 {
+		t.Fatalf("first claim: %v", got)
+	}
+	before := time.Now()
+	r := nack(map[string]any{"receipt": got[0]["receipt"], "error_code": "E_RELEASED", "retry_after_ms": 0})
+	if at, err := time.Parse(time.RFC3339Nano, r["next_attempt_at"].(string)); err != nil || at.After(before.Add(time.Minute)) {
+		t.Fatalf("retry_after_ms 0: next_attempt_at %v (%v), want now, not the 10-minute backoff", r["next_attempt_at"], err)
+	}
+	got = e.claim(t, "nack-now", "s", map[string]any{"max": 1, "wait_ms": 5000})
+	if len(got) != 1 || got[0]["attempt"].(float64) != 2 {
+		t.Fatalf("claim after a nack with retry_after_ms 0: %v", got)
+	}
+	r = nack(map[string]any{"receipt": got[0]["receipt"], "error_code": "E"})
+	if at, err := time.Parse(time.RFC3339Nano, r["next_attempt_at"].(string)); err != nil || at.Before(before.Add(9*time.Minute)) {
+		t.Fatalf("without retry_after_ms: next_attempt_at %v (%v), want the 10-minute backoff", r["next_attempt_at"], err)
+	}
+	if got := e.claim(t, "nack-now", "s", map[string]any{"max": 1}); len(got) != 0 {
+		t.Fatalf("claimed during the backoff: %v", got)
 	}
 }

@@ -426,7 +426,10 @@ type NackItem struct {
 	Lease
 	ErrorCode  string
 	Error      string
-	RetryAfter time.Duration // 0: use the subscription's backoff
+	RetryAfter time.Duration // 0: use the subscription's backoff, unless RetryNow
+	// RetryNow makes the delivery ready at once (a nack's explicit
+	// retry_after_ms of 0), instead of after the backoff.
+	RetryNow bool
 }
 
 // NackStatus is the outcome of a nack.
@@ -493,7 +496,7 @@ func (s *Store) Nack(ctx context.Context, items []NackItem, policy func(topic, s
 			events = append(events, nacked)
 			if d.isDead {
 				wait := it.RetryAfter
-				if wait <= 0 {
+				if wait <= 0 && !it.RetryNow {
 					wait = p.Backoff(1, rnd())
 				}
 				next := now.Add(wait)
@@ -517,7 +520,7 @@ func (s *Store) Nack(ctx context.Context, items []NackItem, policy func(topic, s
 				continue
 			}
 			wait := it.RetryAfter
-			if wait <= 0 {
+			if wait <= 0 && !it.RetryNow {
 				wait = p.Backoff(d.attempts, rnd())
 			}
 			next := now.Add(wait)
