@@ -356,6 +356,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 		if dur == DurabilityPrimary && b.recent != nil {
 			if rk, ok := b.recent.Get(topic + "\x00" + key); ok {
 				results[i].ID = rk.id
+				results[i].VShard = shard.ID(rk.vshard) // where the holder lives (and its trace)
 				status := store.Conflict
 				if string(rk.hash[:]) == string(hash) {
 					status = store.Duplicate
@@ -445,6 +446,9 @@ func (b *Broker) produceOn(ctx context.Context, cs *cluster, topic string, idx [
 		r := resp.res[j]
 		results[i].ID = r.ID
 		results[i].Status = r.Status
+		if r.Status == store.Duplicate || r.Status == store.Conflict {
+			results[i].VShard = shard.ID(r.VShard) // the holder's, with its id
+		}
 		if r.GTID != "" {
 			gtid = r.GTID
 		}

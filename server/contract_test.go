@@ -128,3 +128,39 @@ func TestNackRetryAfterZeroIsAtOnce(t *testing.T) {
 		t.Fatalf("claimed during the backoff: %v", got)
 	}
 }
+
+// A duplicate or a conflict answers the holder's id and the holder's
+// vshard (where its trace lives), also when the retry's order_key puts it
+// on another vshard of the same cluster, and whether the database or the
+// router's recent-keys cache answers.
+func TestDuplicateAnswersTheHoldersVShard(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	first, other := "ok-a", ""
+	for i := 0; other == ""; i++ {
+		k := fmt.Sprint("ok-b", i)
+		if shard.Of(k) != shard.Of(first) && e.owner(shard.Of(k)) == e.owner(shard.Of(first)) {
+			other = k
+		}
+	}
+	produce := func(key, orderKey string, payload int) map[string]any {
+		t.Helper()
+		_, _, body := e.post(t, "/v1/topics/dup-vshard/messages", map[string]any{"messages": []any{
+			map[string]any{"key": key, "order_key": orderKey, "payload": payload}}})
+		return results(t, body)[0]
+	}
+	orig := produce("dv-1", first, 1)
+	if orig["status"] != "created" || int(orig["vshard"].(float64)) != int(shard.Of(first)) {
+		t.Fatalf("first produce: %v", orig)
+	}
+	for _, c := range []struct {
+		name    string
+		payload int
+		status  string
+	}{{"duplicate", 1, "duplicate"}, {"again", 1, "duplicate"}, {"conflict", 2, "conflict"}} {
+		r := produce("dv-1", other, c.payload)
+		if r["status"] != c.status || r["id"] != orig["id"] || r["vshard"] != orig["vshard"] {
+			t.Fatalf("%s with order_key %s: %v, want %s of %v", c.name, other, r, c.status, orig)
+		}
+	}
+}
