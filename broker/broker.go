@@ -344,12 +344,32 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 	items := make([]store.ProduceItem, len(msgs))
 	vs := make([]shard.ID, len(msgs))
 	skip := make([]bool, len(msgs))
+	// A key repeated in one request with another order_key goes where its
+	// first occurrence goes, so that the database there answers it
+	// duplicate or conflict instead of another cluster storing it again.
+	// (Only keys given with an order_key can land elsewhere.)
+	var placed map[string]shard.ID
 	for i, m := range msgs {
 		key := m.Key
 		if key == "" {
 			key = FingerprintKey(topic, m.TransactionID, m.Payload)
 		}
 		v := shard.Of(shard.Key(m.OrderKey, key))
+		if m.OrderKey != "" || placed != nil {
+			if placed == nil {
+				placed = make(map[string]shard.ID, len(msgs))
+				for j := range i { // the earlier items, all without order_key
+					if _, ok := placed[results[j].Key]; !ok {
+						placed[results[j].Key] = vs[j]
+					}
+				}
+			}
+			if first, ok := placed[key]; ok {
+				v = first
+			} else {
+				placed[key] = v
+			}
+		}
 		results[i] = ProduceResult{Key: key, VShard: v}
 		vs[i] = v
 		hash := PayloadHash(m.Payload)

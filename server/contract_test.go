@@ -164,3 +164,36 @@ func TestDuplicateAnswersTheHoldersVShard(t *testing.T) {
 		}
 	}
 }
+
+// DESIGN §6 "Dedup": the same key on the same topic is stored once. A key
+// repeated in one request with order_keys that hash to different clusters
+// is answered duplicate or conflict, not stored on both clusters.
+func TestKeyRepeatedInOneBatchAcrossClusters(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	on := e.keysAlternating(t, "okey-", 2) // on[0] on c1, on[1] on c2
+	cases := []struct {
+		key        string
+		first      map[string]any
+		then       map[string]any
+		wantStatus string
+	}{
+		{"rep-dup", map[string]any{"order_key": on[0], "payload": 1}, map[string]any{"order_key": on[1], "payload": 1}, "duplicate"},
+		{"rep-conflict", map[string]any{"order_key": on[1], "payload": 1}, map[string]any{"order_key": on[0], "payload": 2}, "conflict"},
+		{"rep-plain-first", map[string]any{"payload": 1}, map[string]any{"order_key": on[0], "payload": 1}, "duplicate"},
+	}
+	for _, c := range cases {
+		c.first["key"], c.then["key"] = c.key, c.key
+		st, _, body := e.post(t, "/v1/topics/rep-batch/messages", map[string]any{"messages": []any{c.first, c.then}})
+		if st != 200 {
+			t.Fatalf("%s: %d %v", c.key, st, body)
+		}
+		r := results(t, body)
+		if r[0]["status"] != "created" || r[1]["status"] != c.wantStatus || r[1]["id"] != r[0]["id"] || r[1]["vshard"] != r[0]["vshard"] {
+			t.Fatalf("%s: %v, want created then %s of it", c.key, r, c.wantStatus)
+		}
+		if n := total(e.count(t, "SELECT COUNT(*) FROM message_store WHERE topic = 'rep-batch' AND msg_key = ?", c.key)); n != 1 {
+			t.Fatalf("%s stored %d times", c.key, n)
+		}
+	}
+}
