@@ -197,3 +197,53 @@ func TestKeyRepeatedInOneBatchAcrossClusters(t *testing.T) {
 		}
 	}
 }
+
+// The trace shows every attempt's claim: a lease that lapsed is traced
+// claimed (when and by whom) and lease_expired, like an acked or nacked
+// one, also when it lapses on the last attempt.
+func TestTraceShowsTheClaimOfALapsedLease(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	if st, body := e.do(t, "PUT", "/v1/topics/lapse/subscriptions/s", map[string]any{"max_attempts": 2}); st != 201 {
+		t.Fatalf("PUT: %d %v", st, body)
+	}
+	e.post(t, "/v1/topics/lapse/messages", map[string]any{"messages": []any{msg("l-1", 1)}})
+	for attempt := 1; attempt <= 2; attempt++ {
+		got := e.claim(t, "lapse", "s", map[string]any{"max": 1, "visibility_timeout_ms": 1, "consumer": fmt.Sprint("w", attempt), "wait_ms": 5000})
+		if len(got) != 1 {
+			t.Fatalf("claim %d: %v", attempt, got)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for lease, _ := time.Parse(time.RFC3339Nano, got[0]["lease_expires_at"].(string)); !time.Now().After(lease); {
+			if time.Now().After(deadline) {
+				t.Fatal("lease did not lapse")
+			}
+			time.Sleep(time.Millisecond) // a 1 ms lease, waited out with a deadline
+		}
+	}
+	// The next claim finds the lease lapsed on the last attempt: dead.
+	if got := e.claim(t, "lapse", "s", map[string]any{"max": 1}); len(got) != 0 {
+		t.Fatalf("claimed after the last attempt: %v", got)
+	}
+	// The trace reads a replica: poll until it has caught up.
+	var body map[string]any
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var st int
+		st, body = e.do(t, "GET", "/v1/messages/l-1/trace?topic=lapse", nil)
+		if st == 200 && body["message"].(map[string]any)["status"] == "dead" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("trace: %d %v", st, body)
+		}
+	}
+	var seq []string
+	for _, ev := range body["events"].([]any) {
+		m := ev.(map[string]any)
+		seq = append(seq, fmt.Sprint(m["type"], "/", m["attempt"], "/", m["consumer"]))
+	}
+	want := "[produced/<nil>/<nil> claimed/1/w1 lease_expired/1/w1 claimed/2/w2 lease_expired/2/w2 dead_lettered/2/w2]"
+	if fmt.Sprint(seq) != want {
+		t.Fatalf("events %v, want %s", seq, want)
+	}
+}

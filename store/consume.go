@@ -113,6 +113,25 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 			}
 			return used[i]+sizes[d.messageID] > r.MaxBytes
 		}
+		// A lapsed lease's lease_expired event carries its claim, as an ack
+		// or nack does, so that the trace shows every attempt's claim.
+		var lapsed []uint64
+		for _, d := range cands {
+			if !req.Dead && (d.lockedBy != "" || d.claimToken != 0) {
+				lapsed = append(lapsed, d.messageID)
+			}
+		}
+		var claimedAt map[uint64]time.Time
+		if len(lapsed) > 0 {
+			if claimedAt, err = claimedAtOf(ctx, tx, req.Subscription, lapsed); err != nil {
+				return err
+			}
+		}
+		expiredEvent := func(d delivery) Event {
+			ev := s.event(req.Now, d, EventLeaseExpired, d.lockedBy, d.attempts, "", "")
+			ev.ClaimedAt = claimedAt[d.messageID]
+			return ev
+		}
 		var events []Event
 		var dead []uint64
 		var unpark []delivery
@@ -122,7 +141,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 			if expired && d.attempts >= req.MaxAttempts {
 				nExpired++
 				nDied++
-				events = append(events, s.event(req.Now, d, EventLeaseExpired, d.lockedBy, d.attempts, "", ""))
+				events = append(events, expiredEvent(d))
 				if _, err := killDelivery(ctx, tx, d.subscription, d.messageID, d.claimToken, req.Now, "lease_expired", "lease expired on the last attempt"); err != nil {
 					return err
 				}
@@ -144,7 +163,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 			}
 			if expired {
 				nExpired++
-				events = append(events, s.event(req.Now, d, EventLeaseExpired, d.lockedBy, d.attempts, "", ""))
+				events = append(events, expiredEvent(d))
 			}
 			if !req.Dead {
 				d.attempts++

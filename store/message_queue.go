@@ -169,6 +169,25 @@ func (s *Store) PeekClaimable(ctx context.Context, topic, sub string, now time.T
 	return out, translate(err)
 }
 
+// claimedAtOf reads when the given deliveries' current leases were taken
+// (the claim asks only for lapsed leases it is about to trace, which are
+// rare: the claim's own statement stays on its covering index).
+func claimedAtOf(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) (map[uint64]time.Time, error) {
+	where, args := subscriptionIDs(nil, sub, ids)
+	out := make(map[uint64]time.Time, len(ids))
+	err := queryEach(ctx, tx, "read claimed_at of lapsed leases", `SELECT message_id, claimed_at FROM message_queue WHERE `+where+` AND claimed_at IS NOT NULL`, args,
+		func(rows *sql.Rows) error {
+			var id uint64
+			var at time.Time
+			if err := rows.Scan(&id, &at); err != nil {
+				return err
+			}
+			out[id] = at
+			return nil
+		})
+	return out, err
+}
+
 // leaseDeliveries gives the rows to a consumer: a new attempt, a new claim
 // token, and available_at moved to the lease's expiry.
 // countAttempt is false on the dead-letter channel, whose leases are not
