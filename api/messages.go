@@ -406,7 +406,8 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
 				writeError(w, e)
 				return
 			}
-			items[i].RetryAfter = d
+			// Given, it replaces the backoff: 0 is "claimable again at once".
+			items[i].RetryAfter, items[i].RetryNow = d, d == 0
 		}
 	}
 	res := s.b.Nack(r.Context(), items)

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,9 @@ import (
 type Store interface {
 	Produce(ctx context.Context, items []store.ProduceItem) ([]store.ProduceResult, error)
 	ClaimMany(ctx context.Context, reqs []store.ClaimRequest) ([][]store.Claimed, error)
+	// PeekClaimable reads, without locks, the claim order of what a claim
+	// would take now (claims that span clusters merge these).
+	PeekClaimable(ctx context.Context, topic, sub string, now time.Time, max int, dead bool, errorCode string, exclude []uint16) ([]store.ClaimHead, error)
 	Ack(ctx context.Context, leases []store.Lease, now time.Time) ([]store.LeaseStatus, error)
 	// AckMany acks several requests' leases together (the acker's
 	// coalesced transaction), a result per group.
@@ -73,6 +77,7 @@ type Cluster interface {
 const (
 	OpProduce          = "produce"
 	OpClaim            = "claim"
+	OpPeekClaim        = "peek_claim"
 	OpAck              = "ack"
 	OpNack             = "nack"
 	OpExtend           = "extend"
@@ -339,18 +344,39 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 	items := make([]store.ProduceItem, len(msgs))
 	vs := make([]shard.ID, len(msgs))
 	skip := make([]bool, len(msgs))
+	// A key repeated in one request with another order_key goes where its
+	// first occurrence goes, so that the database there answers it
+	// duplicate or conflict instead of another cluster storing it again.
+	// (Only keys given with an order_key can land elsewhere.)
+	var placed map[string]shard.ID
 	for i, m := range msgs {
 		key := m.Key
 		if key == "" {
 			key = FingerprintKey(topic, m.TransactionID, m.Payload)
 		}
 		v := shard.Of(shard.Key(m.OrderKey, key))
+		if m.OrderKey != "" || placed != nil {
+			if placed == nil {
+				placed = make(map[string]shard.ID, len(msgs))
+				for j := range i { // the earlier items, all without order_key
+					if _, ok := placed[results[j].Key]; !ok {
+						placed[results[j].Key] = vs[j]
+					}
+				}
+			}
+			if first, ok := placed[key]; ok {
+				v = first
+			} else {
+				placed[key] = v
+			}
+		}
 		results[i] = ProduceResult{Key: key, VShard: v}
 		vs[i] = v
 		hash := PayloadHash(m.Payload)
 		if dur == DurabilityPrimary && b.recent != nil {
 			if rk, ok := b.recent.Get(topic + "\x00" + key); ok {
 				results[i].ID = rk.id
+				results[i].VShard = shard.ID(rk.vshard) // where the holder lives (and its trace)
 				status := store.Conflict
 				if string(rk.hash[:]) == string(hash) {
 					status = store.Duplicate
@@ -440,6 +466,9 @@ func (b *Broker) produceOn(ctx context.Context, cs *cluster, topic string, idx [
 		r := resp.res[j]
 		results[i].ID = r.ID
 		results[i].Status = r.Status
+		if r.Status == store.Duplicate || r.Status == store.Conflict {
+			results[i].VShard = shard.ID(r.VShard) // the holder's, with its id
+		}
 		if r.GTID != "" {
 			gtid = r.GTID
 		}
@@ -647,42 +676,60 @@ func (b *Broker) release(req ClaimRequest, out []Delivery) {
 
 func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscription.Subscription) ([]Delivery, error) {
 	ordered := sub.Ordered && !req.Dead
+	if b.claims.closed() {
+		return nil, errClaimersStopped // before a peek could answer "nothing to claim"
+	}
 	m, release := b.pin()
 	defer release()
 	exclude := m.FrozenVShards()
 	names := m.Clusters()
 	clusters := *b.clusters.Load()
 	start := int(b.rr.Add(1))
+	order := make([]string, len(names))
+	for k := range names {
+		order[k] = names[(start+k)%len(names)]
+	}
+	var plan claimPlan
+	if len(order) > 1 {
+		plan = b.planClaim(ctx, req, order, clusters, exclude)
+		if plan.empty() {
+			return []Delivery{}, nil
+		}
+		order = plan.order
+	}
 	var out []Delivery
 	bytes := 0
-	failed := 0
-	var lastErr error
-	for k := 0; k < len(names) && len(out) < req.Max; k++ {
+	failed := map[string]bool{}
+	for name := range plan.failed {
+		failed[name] = true
+	}
+	var lastErr error = plan.err
+	claimFrom := func(name string, max int) {
 		if req.MaxBytes > 0 && bytes >= req.MaxBytes {
-			break
+			return
 		}
-		name := names[(start+k)%len(names)]
 		s, ok := clusters[name]
 		if !ok {
-			failed++
-			continue
+			failed[name] = true
+			return
 		}
 		token := rand.Uint64() | 1
 		key := claimKey{cluster: s, topic: req.Topic, sub: req.Subscription, ordered: ordered, dead: req.Dead, errorCode: req.ErrorCode,
 			mapVersion: m.Version()}
 		sreq := store.ClaimRequest{Topic: req.Topic, Subscription: req.Subscription, Consumer: req.Consumer,
-			Max: req.Max - len(out), Lease: req.Lease, Token: token, MaxAttempts: sub.Policy().MaxAttempts, Now: b.now().UTC(),
+			Max: max, Lease: req.Lease, Token: token, MaxAttempts: sub.Policy().MaxAttempts, Now: b.now().UTC(),
 			Ordered: ordered, Dead: req.Dead, ErrorCode: req.ErrorCode, ExcludeVShards: exclude}
 		if req.MaxBytes > 0 {
 			sreq.MaxBytes, sreq.AllowOversize = req.MaxBytes-bytes, len(out) == 0
 		}
 		got, err := b.claims.claim(ctx, key, sreq)
 		if err != nil {
-			failed++
+			failed[name] = true
 			lastErr = err
 			b.log.Warn("claim failed on cluster", "cluster", name, "err", err)
-			continue
+			return
 		}
+		delete(failed, name)
 		for _, c := range got {
 			r := Receipt{VShard: shard.ID(c.Message.VShard), Topic: req.Topic,
 				Lease: store.Lease{MessageID: c.Message.ID, Subscription: req.Subscription, Token: c.Token, Ordered: ordered}}
@@ -690,13 +737,145 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 			bytes += MessageBytes(c.Message)
 		}
 	}
-	if len(out) == 0 && failed == len(names) && failed > 0 {
+	for _, name := range order {
+		if len(out) >= req.Max {
+			break
+		}
+		want := req.Max - len(out)
+		if plan.quota != nil {
+			q, known := plan.quota[name]
+			if known && q == 0 {
+				continue
+			}
+			if known {
+				want = min(want, q)
+			}
+		}
+		claimFrom(name, want)
+	}
+	if plan.quota != nil {
+		// Rows the peek saw may have gone to other claimers meanwhile (or
+		// stay parked behind their order key): fill up from the clusters
+		// that showed more than their share.
+		for _, name := range order {
+			if len(out) >= req.Max {
+				break
+			}
+			if q, known := plan.quota[name]; known && plan.seen[name] > q {
+				claimFrom(name, req.Max-len(out))
+			}
+		}
+	}
+	if len(out) == 0 && len(failed) == len(names) && len(names) > 0 {
 		if errors.Is(lastErr, ErrUnavailable) {
 			return nil, lastErr
 		}
 		return nil, fmt.Errorf("%w: no cluster answered the claim: %v", ErrUnavailable, lastErr)
 	}
+	// One answer in the claim's order over every cluster: priority, then
+	// age (ids are router-generated and grow with time).
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i].Message, out[j].Message
+		if a.Priority != b.Priority {
+			return a.Priority > b.Priority
+		}
+		return a.ID < b.ID
+	})
 	return out, nil
+}
+
+// claimPlan is how a claim spanning clusters shares its max among them so
+// that it takes the highest priority, then the oldest, deliveries of all
+// of them (DESIGN §6 "Delay and priority"), and not the best of whichever
+// cluster it happens to start with.
+type claimPlan struct {
+	order  []string       // clusters by the rank of their best claimable delivery; unknown ones last
+	quota  map[string]int // deliveries to take from each cluster whose peek answered
+	seen   map[string]int // claimable deliveries each such cluster showed
+	failed map[string]bool
+	err    error // the last peek error
+}
+
+// empty says that every cluster answered and none has anything to claim.
+func (p claimPlan) empty() bool {
+	if p.quota == nil || len(p.failed) > 0 {
+		return false
+	}
+	for _, n := range p.seen {
+		if n > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// planClaim peeks at every cluster's claim order (no locks) and merges
+// them: the first req.Max of the merged order say how many to take from
+// each cluster. A cluster whose peek failed is claimed last, for what is
+// left.
+func (b *Broker) planClaim(ctx context.Context, req ClaimRequest, order []string, clusters map[string]*cluster, exclude []uint16) claimPlan {
+	type peeked struct {
+		heads []store.ClaimHead
+		err   error
+	}
+	res := make([]peeked, len(order))
+	now := b.now().UTC()
+	var wg sync.WaitGroup
+	for k, name := range order {
+		cs, ok := clusters[name]
+		if !ok {
+			res[k].err = fmt.Errorf("%w: cluster %s is not connected", ErrUnavailable, name)
+			continue
+		}
+		wg.Go(func() {
+			res[k].err = cs.conn.Do(ctx, OpPeekClaim, func(ctx context.Context, s Store) (err error) {
+				res[k].heads, err = s.PeekClaimable(ctx, req.Topic, req.Subscription, now, req.Max, req.Dead, req.ErrorCode, exclude)
+				return err
+			})
+		})
+	}
+	wg.Wait()
+	plan := claimPlan{quota: map[string]int{}, seen: map[string]int{}, failed: map[string]bool{}}
+	type ranked struct {
+		head    store.ClaimHead
+		cluster int
+	}
+	var all []ranked
+	for k, p := range res {
+		if p.err != nil {
+			plan.failed[order[k]], plan.err = true, p.err
+			continue
+		}
+		plan.quota[order[k]] = 0
+		plan.seen[order[k]] = len(p.heads)
+		for _, h := range p.heads {
+			all = append(all, ranked{h, k})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool {
+		a, b := all[i].head, all[j].head
+		if a.Priority != b.Priority {
+			return a.Priority > b.Priority
+		}
+		return a.MessageID < b.MessageID
+	})
+	placed := map[string]bool{}
+	for i, r := range all {
+		name := order[r.cluster]
+		if i < req.Max {
+			plan.quota[name]++
+		}
+		if !placed[name] {
+			placed[name] = true
+			plan.order = append(plan.order, name)
+		}
+	}
+	for _, name := range order {
+		if !placed[name] {
+			plan.order = append(plan.order, name) // empty (quota 0) or unknown
+		}
+	}
+	return plan
 }
 
 // MessageBytes is what a message counts against a claim's byte cap: its
@@ -797,7 +976,8 @@ type NackItem struct {
 	Receipt    Receipt
 	ErrorCode  string
 	Error      string
-	RetryAfter time.Duration
+	RetryAfter time.Duration // 0: the subscription's backoff, unless RetryNow
+	RetryNow   bool          // ready again at once (retry_after_ms 0)
 }
 
 // NackResult is one nack's outcome.
@@ -832,7 +1012,8 @@ func (b *Broker) Nack(ctx context.Context, items []NackItem) []NackResult {
 		batch := make([]store.NackItem, len(idx))
 		for j, i := range idx {
 			it := items[i]
-			batch[j] = store.NackItem{Lease: it.Receipt.Lease, ErrorCode: it.ErrorCode, Error: it.Error, RetryAfter: it.RetryAfter}
+			batch[j] = store.NackItem{Lease: it.Receipt.Lease, ErrorCode: it.ErrorCode, Error: it.Error, RetryAfter: it.RetryAfter,
+				RetryNow: it.RetryNow}
 		}
 		var res []store.NackResult
 		err := cs.conn.Do(ctx, OpNack, func(ctx context.Context, s Store) (err error) {

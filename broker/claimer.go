@@ -162,6 +162,13 @@ func (c *claimers) Stop() {
 	c.wg.Wait()
 }
 
+// closed says whether Stop was called (claims are refused).
+func (c *claimers) closed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopped
+}
+
 // size is how many claim workers exist (tests).
 func (c *claimers) size() int {
 	c.mu.Lock()

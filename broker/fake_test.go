@@ -108,6 +108,21 @@ func (m *memStore) Produce(ctx context.Context, items []store.ProduceItem) ([]st
 	return out, nil
 }
 
+// PeekClaimable lists what ClaimMany would take now, in its order
+// (oldest first), locking nothing.
+func (m *memStore) PeekClaimable(ctx context.Context, topic, sub string, now time.Time, max int, dead bool, errorCode string, exclude []uint16) ([]store.ClaimHead, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []store.ClaimHead
+	for _, d := range m.dels {
+		if !d.dead && !d.until.After(now) && d.msg.Topic == topic && d.sub == sub && !slices.Contains(exclude, d.msg.VShard) {
+			out = append(out, store.ClaimHead{Priority: d.msg.Priority, MessageID: d.msg.ID})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].MessageID < out[j].MessageID })
+	return out[:min(len(out), max)], nil
+}
+
 // ClaimMany leases ready deliveries, oldest first, each request its own.
 func (m *memStore) ClaimMany(ctx context.Context, reqs []store.ClaimRequest) ([][]store.Claimed, error) {
 	if m.gate != nil {

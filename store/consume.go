@@ -113,6 +113,25 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 			}
 			return used[i]+sizes[d.messageID] > r.MaxBytes
 		}
+		// A lapsed lease's lease_expired event carries its claim, as an ack
+		// or nack does, so that the trace shows every attempt's claim.
+		var lapsed []uint64
+		for _, d := range cands {
+			if !req.Dead && (d.lockedBy != "" || d.claimToken != 0) {
+				lapsed = append(lapsed, d.messageID)
+			}
+		}
+		var claimedAt map[uint64]time.Time
+		if len(lapsed) > 0 {
+			if claimedAt, err = claimedAtOf(ctx, tx, req.Subscription, lapsed); err != nil {
+				return err
+			}
+		}
+		expiredEvent := func(d delivery) Event {
+			ev := s.event(req.Now, d, EventLeaseExpired, d.lockedBy, d.attempts, "", "")
+			ev.ClaimedAt = claimedAt[d.messageID]
+			return ev
+		}
 		var events []Event
 		var dead []uint64
 		var unpark []delivery
@@ -122,7 +141,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 			if expired && d.attempts >= req.MaxAttempts {
 				nExpired++
 				nDied++
-				events = append(events, s.event(req.Now, d, EventLeaseExpired, d.lockedBy, d.attempts, "", ""))
+				events = append(events, expiredEvent(d))
 				if _, err := killDelivery(ctx, tx, d.subscription, d.messageID, d.claimToken, req.Now, "lease_expired", "lease expired on the last attempt"); err != nil {
 					return err
 				}
@@ -144,7 +163,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 			}
 			if expired {
 				nExpired++
-				events = append(events, s.event(req.Now, d, EventLeaseExpired, d.lockedBy, d.attempts, "", ""))
+				events = append(events, expiredEvent(d))
 			}
 			if !req.Dead {
 				d.attempts++
@@ -426,7 +445,10 @@ type NackItem struct {
 	Lease
 	ErrorCode  string
 	Error      string
-	RetryAfter time.Duration // 0: use the subscription's backoff
+	RetryAfter time.Duration // 0: use the subscription's backoff, unless RetryNow
+	// RetryNow makes the delivery ready at once (a nack's explicit
+	// retry_after_ms of 0), instead of after the backoff.
+	RetryNow bool
 }
 
 // NackStatus is the outcome of a nack.
@@ -493,7 +515,7 @@ func (s *Store) Nack(ctx context.Context, items []NackItem, policy func(topic, s
 			events = append(events, nacked)
 			if d.isDead {
 				wait := it.RetryAfter
-				if wait <= 0 {
+				if wait <= 0 && !it.RetryNow {
 					wait = p.Backoff(1, rnd())
 				}
 				next := now.Add(wait)
@@ -517,7 +539,7 @@ func (s *Store) Nack(ctx context.Context, items []NackItem, policy func(topic, s
 				continue
 			}
 			wait := it.RetryAfter
-			if wait <= 0 {
+			if wait <= 0 && !it.RetryNow {
 				wait = p.Backoff(d.attempts, rnd())
 			}
 			next := now.Add(wait)

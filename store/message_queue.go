@@ -102,7 +102,19 @@ func insertDeliveries(ctx context.Context, tx *sql.Tx, msgs []*Message, subs []s
 // claimQuery is the claim's statement; byErrorCode adds the dead-letter
 // channel's error_code filter.
 func claimQuery(byErrorCode bool, exclude int) string {
-	q := `SELECT message_id, vshard, attempts, COALESCE(locked_by, ''), claim_token, COALESCE(order_key, ''), COALESCE(error_code, '')
+	return claimableQuery(`SELECT message_id, vshard, attempts, COALESCE(locked_by, ''), claim_token, COALESCE(order_key, ''), COALESCE(error_code, '')`,
+		byErrorCode, exclude) + " FOR UPDATE SKIP LOCKED"
+}
+
+// peekQuery is the claim's walk without its locks: where the deliveries a
+// claim would take now stand in its order (priority, then id).
+func peekQuery(byErrorCode bool, exclude int) string {
+	return claimableQuery("SELECT priority, message_id", byErrorCode, exclude)
+}
+
+// claimableQuery is the claim's candidates in claim order under cols.
+func claimableQuery(cols string, byErrorCode bool, exclude int) string {
+	q := cols + `
 FROM message_queue FORCE INDEX (idx_claim)
 WHERE topic = ? AND subscription = ? AND is_dead = ? AND parked = 0 AND available_at <= ?`
 	if byErrorCode {
@@ -113,7 +125,7 @@ WHERE topic = ? AND subscription = ? AND is_dead = ? AND parked = 0 AND availabl
 		// being copied to another cluster and must not change here.
 		q += " AND vshard NOT IN (" + inList(exclude) + ")"
 	}
-	return q + "\nORDER BY priority DESC, message_id\nLIMIT ? FOR UPDATE SKIP LOCKED"
+	return q + "\nORDER BY priority DESC, message_id\nLIMIT ?"
 }
 
 // With dead set it claims dead letters instead (the dead-letter channel),
@@ -129,6 +141,51 @@ func claimCandidates(ctx context.Context, tx *sql.Tx, topic, sub string, now tim
 		err := rows.Scan(&d.messageID, &d.vshard, &d.attempts, &d.lockedBy, &d.claimToken, &d.orderKey, &d.errorCode)
 		return d, err
 	})
+}
+
+// ClaimHead is where one claimable delivery stands in the claim's order.
+type ClaimHead struct {
+	Priority  int
+	MessageID uint64
+}
+
+// PeekClaimable reads, without locking anything, the claim order of up to
+// max deliveries that a claim with these arguments would take now (rows
+// leased by a live claim are not among them: their available_at is the
+// lease's expiry). The router merges the answers of its clusters so that
+// a claim spanning clusters takes the highest priority, then the oldest,
+// of all of them; the claim itself decides, under its locks, what it gets.
+func (s *Store) PeekClaimable(ctx context.Context, topic, sub string, now time.Time, max int, dead bool, errorCode string, exclude []uint16) ([]ClaimHead, error) {
+	args := []any{topic, sub, dead, now}
+	if errorCode != "" {
+		args = append(args, errorCode)
+	}
+	args = append(appendArgs(args, exclude), max)
+	out, err := queryRows(ctx, s.db, "peek claimable message_queue", peekQuery(errorCode != "", len(exclude)), args, func(rows *sql.Rows) (ClaimHead, error) {
+		var h ClaimHead
+		err := rows.Scan(&h.Priority, &h.MessageID)
+		return h, err
+	})
+	return out, translate(err)
+}
+
+// claimedAtOf reads when the given deliveries' current leases were taken
+// (the claim asks only for lapsed leases it is about to trace, which are
+// rare: the claim's own statement stays on its covering index).
+func claimedAtOf(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) (map[uint64]time.Time, error) {
+	where, args := subscriptionIDs(nil, sub, ids)
+	out := make(map[uint64]time.Time, len(ids))
+	err := queryEach(ctx, tx, "read claimed_at of lapsed leases", `SELECT message_id, claimed_at FROM message_queue WHERE `+where+` AND claimed_at IS NOT NULL`, args,
+		func(rows *sql.Rows) error {
+			var id uint64
+			var at time.Time
+			if err := rows.Scan(&id, &at); err != nil {
+				return err
+			}
+			out[id] = at
+			return nil
+		})
+	return out, err
 }
 
 // leaseDeliveries gives the rows to a consumer: a new attempt, a new claim

@@ -128,6 +128,8 @@ func TestClaimPlansWith100kReady(t *testing.T) {
 		{"dead-letter channel", claimQuery(false, 0), []any{"t", "plain", true, now, max}, "idx_claim"},
 		{"dead-letter channel by error code", claimQuery(true, 0), []any{"t", "plain", true, now, "E_A", max}, "idx_claim"},
 		{"frozen vshards excluded", claimQuery(false, 2), []any{"t", "plain", false, now, 1, 2, max}, "idx_claim"},
+		{"peek across clusters", peekQuery(false, 0), []any{"t", "plain", false, now, max}, "idx_claim"},
+		{"peek of the dead-letter channel by error code", peekQuery(true, 1), []any{"t", "plain", true, now, "E_A", 1, max}, "idx_claim"},
 	}
 	var heads []any
 	for i := 0; i < max; i++ {
