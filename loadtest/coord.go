@@ -20,6 +20,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/shardmq/shardmq/internal/ctxwait"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
 )
@@ -439,7 +440,7 @@ func (r *runner) coordinate(ctx context.Context) error {
 	c.mu.Lock()
 	start := c.plan.Start
 	c.mu.Unlock()
-	sleepCtx(ctx, time.Until(start))
+	ctxwait.Sleep(ctx, time.Until(start))
 	// The workers report their own CPU as "loadtest"; this process is
 	// the coordinator.
 	sources := append([]CPUSource(nil), cfg.CPU...)
@@ -740,7 +741,7 @@ func RunWorker(ctx context.Context, url string, opts WorkerOptions) (*WorkerResu
 				rb.settled.Store(out.Settled)
 				return nil
 			}
-			if time.Now().After(giveUp) || sleepCtx(ctx, 200*time.Millisecond) != nil {
+			if time.Now().After(giveUp) || ctxwait.Sleep(ctx, 200*time.Millisecond) != nil {
 				return fmt.Errorf("worker: stream records: %w", err)
 			}
 		}

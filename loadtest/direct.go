@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shardmq/shardmq/internal/ctxwait"
 	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
@@ -159,7 +160,7 @@ func (d *Direct) Claim(ctx context.Context, req ClaimRequest) ([]Delivery, error
 		if left <= 0 {
 			return nil, nil
 		}
-		if sleepCtx(ctx, min(poll, left)) != nil {
+		if ctxwait.Sleep(ctx, min(poll, left)) != nil {
 			return nil, nil
 		}
 		poll = min(2*poll, 500*time.Millisecond)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/shardmq/shardmq/internal/ctxwait"
 	"github.com/shardmq/shardmq/internal/testbed"
 )
 
@@ -175,7 +176,7 @@ func waitGone(ctx context.Context, pid int) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("fault: pid %d still running 10s after SIGKILL", pid)
 		}
-		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+		if err := ctxwait.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/shardmq/shardmq/internal/ctxwait"
 )
 
 // Pacer is the open-loop schedule of a group of workers: request n is
@@ -30,21 +32,7 @@ type Pacer struct {
 // NewPacer schedules rate requests a second from start, none at or after
 // end.
 func NewPacer(rate float64, start, end time.Time) *Pacer {
-	return &Pacer{rate: max(rate, 0), start: start, end: end, now: time.Now, sleep: sleepCtx}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return &Pacer{rate: max(rate, 0), start: start, end: end, now: time.Now, sleep: ctxwait.Sleep}
 }
 
 // slot is the intended time of request n.

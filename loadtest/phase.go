@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shardmq/shardmq/internal/ctxwait"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
 )
@@ -138,7 +139,7 @@ func (p *phase) inWindow(t time.Time) bool { return !t.Before(p.measureFrom) && 
 func (p *phase) run(ctx context.Context, progress *progress) PhaseReport {
 	s := p.spec
 	if !s.Start.IsZero() {
-		sleepCtx(ctx, time.Until(s.Start))
+		ctxwait.Sleep(ctx, time.Until(s.Start))
 	}
 	p.start = time.Now()
 	if !s.Start.IsZero() && p.start.Sub(s.Start) < time.Second {
@@ -387,7 +388,7 @@ func (p *phase) retrier(ctx context.Context) {
 		if p.producersDone.Load() && p.retry.len() == 0 {
 			return
 		}
-		if time.Now().After(deadline) || sleepCtx(ctx, pause) != nil {
+		if time.Now().After(deadline) || ctxwait.Sleep(ctx, pause) != nil {
 			return
 		}
 		// Resend while it works; back off (up to the 1 s Retry-After the
@@ -445,7 +446,7 @@ func (p *phase) consumer(ctx context.Context, i int) {
 			var ok bool
 			if intended, ok = p.consPacer.Next(ctx); !ok {
 				// The schedule is over: wait for its end, then drain unpaced.
-				sleepCtx(ctx, time.Until(p.end))
+				ctxwait.Sleep(ctx, time.Until(p.end))
 				continue
 			}
 		}
@@ -458,7 +459,7 @@ func (p *phase) consumer(ctx context.Context, i int) {
 		if err != nil {
 			p.errs.Add("claim_"+errorCode(err), 1)
 			p.timeline.at(done).errors.Add(1)
-			sleepCtx(ctx, 200*time.Millisecond)
+			ctxwait.Sleep(ctx, 200*time.Millisecond)
 			continue
 		}
 		if len(ds) > 0 {

@@ -17,6 +17,10 @@
 // the primary itself cannot be reached, Best offers the freshest reachable
 // replica whatever its lag, so that an operator can still read, and is told
 // how stale the answer may be.
+//
+// Pools (pools.go) is the router's one connection pool per replica DSN,
+// which the monitor's checks, the reads it hands out and the router's
+// replicated-durability waits share.
 package replica
 
 import (
@@ -47,8 +51,12 @@ type Config struct {
 	// Router names this router's heartbeat row. Defaults to a random name:
 	// rows of routers that stopped are purged after an hour.
 	Router string
-	// Open connects to a replica. Defaults to store.Open with a pool of 8.
-	Open func(ctx context.Context, dsn string) (*store.Store, error)
+	// Pools are the replicas' connection pools, shared with every other
+	// use of them (durability waits). The owner of a registry handed in
+	// makes it follow the topology and closes it; the monitor only uses
+	// it. Defaults to a registry of the monitor's own, which Update
+	// follows and Stop closes.
+	Pools *Pools
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 	// Log defaults to discarding.
@@ -70,11 +78,6 @@ func (c Config) withDefaults() Config {
 		rand.Read(b[:])
 		c.Router = "r-" + hex.EncodeToString(b[:])
 	}
-	if c.Open == nil {
-		c.Open = func(ctx context.Context, dsn string) (*store.Store, error) {
-			return store.Open(ctx, dsn, store.Options{MaxOpen: 8})
-		}
-	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -84,9 +87,26 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Primary is where the monitor writes a cluster's heartbeat.
-type Primary interface {
+// Heartbeats is what the monitor does on a cluster's primary: write this
+// router's heartbeat, and purge the rows of routers gone for an hour.
+type Heartbeats interface {
 	WriteHeartbeat(ctx context.Context, router string, at time.Time) error
+	PurgeHeartbeats(ctx context.Context, before time.Time) error
+}
+
+// Primary is the call point of a cluster's primary: Do runs fn on it (the
+// router's carries the endpoint's breaker, circuit.Endpoint). A Primary
+// must be comparable: Update tells a replaced primary by it.
+type Primary interface {
+	Do(ctx context.Context, fn func(ctx context.Context, h Heartbeats) error) error
+}
+
+// Direct is a Primary with nothing between the monitor and the store.
+type Direct struct{ Heartbeats }
+
+// Do implements Primary.
+func (d Direct) Do(ctx context.Context, fn func(ctx context.Context, h Heartbeats) error) error {
+	return fn(ctx, d.Heartbeats)
 }
 
 // Cluster is what the monitor watches of one cluster.
@@ -130,7 +150,6 @@ type Replica struct {
 
 type replicaState struct {
 	dsn       string
-	st        *store.Store
 	status    Status
 	reachable bool // the last check got an answer
 }
@@ -151,7 +170,9 @@ type clusterState struct {
 // Monitor keeps every cluster's replica lags fresh in the background. Safe
 // for concurrent use; the zero value is not usable, call New.
 type Monitor struct {
-	cfg Config
+	cfg       Config
+	pools     *Pools
+	ownsPools bool // made by New: Update follows it, Stop closes it
 
 	mu       sync.Mutex
 	ctx      context.Context
@@ -162,7 +183,11 @@ type Monitor struct {
 
 // New returns a monitor; it watches nothing until Start and Update.
 func New(cfg Config) *Monitor {
-	return &Monitor{cfg: cfg.withDefaults(), clusters: map[string]*clusterState{}}
+	m := &Monitor{cfg: cfg.withDefaults(), pools: cfg.Pools, clusters: map[string]*clusterState{}}
+	if m.pools == nil {
+		m.pools, m.ownsPools = NewPools(PoolConfig{}), true
+	}
+	return m
 }
 
 // Config returns the monitor's configuration with defaults filled.
@@ -182,8 +207,8 @@ func (m *Monitor) Start(ctx context.Context) {
 	}
 }
 
-// Stop ends every check, waits for them and closes the replica pools. Safe
-// to call twice.
+// Stop ends every check and waits for them; it closes the replica pools
+// when they are the monitor's own (Config.Pools). Safe to call twice.
 func (m *Monitor) Stop() {
 	m.mu.Lock()
 	if m.stopped {
@@ -200,11 +225,15 @@ func (m *Monitor) Stop() {
 	for _, c := range clusters {
 		m.retire(c)
 	}
+	if m.ownsPools {
+		m.pools.Close()
+	}
 }
 
 // Update makes the monitor watch clusters and only them: new clusters and
-// replicas are added, those no longer listed are dropped (their pools
-// closed), and a cluster's primary is replaced.
+// replicas are added, those no longer listed are dropped, and a cluster's
+// primary is replaced. When the pools are the monitor's own, they follow
+// (the pools of dropped replicas close).
 func (m *Monitor) Update(clusters []Cluster) {
 	m.mu.Lock()
 	if m.stopped {
@@ -234,12 +263,9 @@ func (m *Monitor) Update(clusters []Cluster) {
 				cs.replicas[dsn] = &replicaState{dsn: dsn, status: Status{Endpoint: Addr(dsn), Lag: -1, LagMS: -1, SecondsBehind: -1, Error: "not checked yet"}}
 			}
 		}
-		for dsn, r := range cs.replicas {
+		for dsn := range cs.replicas {
 			if !listed[dsn] {
 				delete(cs.replicas, dsn)
-				if r.st != nil {
-					go r.st.Close() // checks in flight finish first (database/sql waits)
-				}
 			}
 		}
 	}
@@ -250,6 +276,13 @@ func (m *Monitor) Update(clusters []Cluster) {
 		}
 	}
 	m.mu.Unlock()
+	if m.ownsPools {
+		follow := make(map[string][]string, len(clusters))
+		for _, c := range clusters {
+			follow[c.Name] = c.Replicas
+		}
+		m.pools.Follow(follow)
+	}
 	for _, cs := range gone {
 		go m.retire(cs)
 	}
@@ -274,19 +307,11 @@ func (m *Monitor) run(c *clusterState) {
 	}()
 }
 
-// retire stops c's loop and closes its pools.
+// retire stops c's loop and waits for it.
 func (m *Monitor) retire(c *clusterState) {
 	if c.stop != nil {
 		c.stop()
 		<-c.done
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, r := range c.replicas {
-		if r.st != nil {
-			r.st.Close()
-			r.st = nil
-		}
 	}
 }
 
@@ -310,12 +335,13 @@ func (m *Monitor) check(ctx context.Context, c *clusterState) {
 	}
 	at := m.cfg.Now().UTC().Truncate(time.Microsecond)
 	wctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
-	err := primary.WriteHeartbeat(wctx, m.cfg.Router, at)
+	err := primary.Do(wctx, func(ctx context.Context, h Heartbeats) error { return h.WriteHeartbeat(ctx, m.cfg.Router, at) })
 	if err == nil && !purged {
 		// Rows of routers gone for an hour; best effort. Update resets
 		// purged when the primary changes, so it is read and written under
 		// the lock and kept only for the primary it was done on.
-		if perr := m.purge(wctx, primary, at.Add(-time.Hour)); perr == nil {
+		purge := func(ctx context.Context, h Heartbeats) error { return h.PurgeHeartbeats(ctx, at.Add(-time.Hour)) }
+		if perr := primary.Do(wctx, purge); perr == nil {
 			m.mu.Lock()
 			if c.primary == primary {
 				c.purged = true
@@ -343,25 +369,10 @@ func (m *Monitor) check(ctx context.Context, c *clusterState) {
 	}
 }
 
-// purger is a primary that can purge old heartbeat rows.
-type purger interface {
-	PurgeHeartbeats(ctx context.Context, before time.Time) error
-}
-
-func (m *Monitor) purge(ctx context.Context, p Primary, before time.Time) error {
-	if pp, ok := p.(purger); ok {
-		return pp.PurgeHeartbeats(ctx, before)
-	}
-	return nil
-}
-
 func (m *Monitor) checkReplica(ctx context.Context, c *clusterState, r *replicaState, firstBeat, lastBeat time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 	defer cancel()
 	st := Status{Endpoint: Addr(r.dsn), Lag: -1, LagMS: -1, SecondsBehind: -1}
-	m.mu.Lock()
-	pool := r.st
-	m.mu.Unlock()
 	reachable := false
 	set := func() {
 		st.CheckedAt = m.cfg.Now().UTC()
@@ -375,21 +386,11 @@ func (m *Monitor) checkReplica(ctx context.Context, c *clusterState, r *replicaS
 			r.status, r.reachable = st, reachable
 		}
 	}
-	if pool == nil {
-		p, err := m.cfg.Open(ctx, r.dsn)
-		if err != nil {
-			st.Error = fmt.Sprintf("connect: %v", err)
-			set()
-			return
-		}
-		m.mu.Lock()
-		if cur, ok := c.replicas[r.dsn]; !ok || cur != r || r.st != nil {
-			m.mu.Unlock()
-			p.Close() // dropped meanwhile, or opened twice
-			return
-		}
-		r.st, pool = p, p
-		m.mu.Unlock()
+	pool, err := m.pools.Get(ctx, r.dsn)
+	if err != nil {
+		st.Error = fmt.Sprintf("connect: %v", err)
+		set()
+		return
 	}
 	rs, err := pool.ReplicationStatus(ctx)
 	if err != nil {
@@ -446,19 +447,26 @@ func (m *Monitor) choose(cluster string, ok func(*replicaState) bool) (Replica, 
 		return Replica{}, false
 	}
 	var best *replicaState
+	var bestStore *store.Store
 	for _, dsn := range c.order {
 		r := c.replicas[dsn]
-		if r == nil || r.st == nil || !ok(r) {
+		if r == nil || !ok(r) {
+			continue
+		}
+		// Only a pool open and still listed: one that left the topology
+		// (closed) is never handed out.
+		st, open := m.pools.Peek(dsn)
+		if !open {
 			continue
 		}
 		if best == nil || lagKey(r.status.Lag) < lagKey(best.status.Lag) {
-			best = r
+			best, bestStore = r, st
 		}
 	}
 	if best == nil {
 		return Replica{}, false
 	}
-	return Replica{Endpoint: best.status.Endpoint, Store: best.st, Lag: best.status.Lag}, true
+	return Replica{Endpoint: best.status.Endpoint, Store: bestStore, Lag: best.status.Lag}, true
 }
 
 func lagKey(l time.Duration) time.Duration {

@@ -20,11 +20,10 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// The monitor measures a replica's lag from heartbeats, stops offering it
-// when its SQL thread stops (its lag then grows past the limit), and offers
-// it again once it catches up.
-func TestMonitorFollowsReplicaLag(t *testing.T) {
-	t.Parallel()
+// setup starts a test bed of one cluster with one replica and returns it,
+// that cluster, the test's own database on it and its migrated primary.
+func setup(t *testing.T) (*testbed.Bed, *testbed.Cluster, string, *store.Store) {
+	t.Helper()
 	ctx := context.Background()
 	bed, err := testbed.Start(ctx, testbed.Spec{Clusters: 1, Replicas: 1})
 	if err != nil {
@@ -37,12 +36,22 @@ func TestMonitorFollowsReplicaLag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer primary.Close()
+	t.Cleanup(func() { primary.Close() })
 	if err := primary.Migrate(ctx, time.Now()); err != nil {
 		t.Fatal(err)
 	}
+	return bed, c, name, primary
+}
+
+// The monitor measures a replica's lag from heartbeats, stops offering it
+// when its SQL thread stops (its lag then grows past the limit), and offers
+// it again once it catches up.
+func TestMonitorFollowsReplicaLag(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bed, c, name, primary := setup(t)
 	m := New(Config{Every: 50 * time.Millisecond, MaxLag: 300 * time.Millisecond})
-	m.Update([]Cluster{{Name: "c1", Primary: primary, Replicas: []string{c.Replicas[0].DSN(name)}}})
+	m.Update([]Cluster{{Name: "c1", Primary: Direct{primary}, Replicas: []string{c.Replicas[0].DSN(name)}}})
 	m.Start(ctx)
 	defer m.Stop()
 
@@ -72,7 +81,7 @@ func TestMonitorFollowsReplicaLag(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "caught-up replica offered again", func() bool { _, ok := m.Pick("c1"); return ok })
 
-	m.Update([]Cluster{{Name: "c1", Primary: primary}})
+	m.Update([]Cluster{{Name: "c1", Primary: Direct{primary}}})
 	if _, ok := m.Pick("c1"); ok {
 		t.Fatal("picked a replica the topology no longer lists")
 	}

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/shardmq/shardmq/internal/ctxwait"
 	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/store"
 )
@@ -251,7 +252,7 @@ func (j *Job) exportRange(ctx context.Context, arch *store.Store, sp store.Span)
 			}
 			rows[i] += int64(len(batch))
 			after = last
-			if err := pause(ctx, j.cfg.Pause); err != nil {
+			if err := ctxwait.Sleep(ctx, j.cfg.Pause); err != nil {
 				out.Close()
 				return nil, err
 			}
@@ -431,7 +432,7 @@ func (j *Job) Restore(ctx context.Context, month time.Time) (*RestoreReport, err
 			}
 			j.addRows("restore", int64(len(batch[i])))
 			batch[i] = batch[i][:0]
-			return pause(ctx, j.cfg.Pause)
+			return ctxwait.Sleep(ctx, j.cfg.Pause)
 		}
 		n, err := readColdFile(filepath.Join(j.cfg.ColdDir, f.File), f.SHA256, func(table string, r store.MoveRow) error {
 			i := 0

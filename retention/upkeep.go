@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/shardmq/shardmq/internal/ctxwait"
 	"github.com/shardmq/shardmq/store"
 )
 
@@ -78,7 +79,7 @@ func (j *Job) rebuild(ctx context.Context, cluster string, st *store.Store, tabl
 		if err := st.MarkDone(ctx, jobRebuild, table+"/"+p.Name, fmt.Sprintf("free=%d ratio=%.2f", p.DataFree, p.FreeRatio()), j.cfg.Now()); err != nil {
 			return err
 		}
-		if err := pause(ctx, j.cfg.Pause); err != nil {
+		if err := ctxwait.Sleep(ctx, j.cfg.Pause); err != nil {
 			return err
 		}
 	}

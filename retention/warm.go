@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/shardmq/shardmq/internal/ctxwait"
 	"github.com/shardmq/shardmq/store"
 )
 
@@ -248,7 +249,7 @@ func (j *Job) copySpan(ctx context.Context, src, dst *store.Store, from, to stri
 		if len(rows) < j.cfg.BatchRows {
 			return n, nil
 		}
-		if err := pause(ctx, j.cfg.Pause); err != nil {
+		if err := ctxwait.Sleep(ctx, j.cfg.Pause); err != nil {
 			return n, err
 		}
 	}
@@ -277,18 +278,4 @@ func sameRows(ctx context.Context, src, dst *store.Store, from, to string, sp st
 		rows += x.Rows
 	}
 	return true, fmt.Sprintf("rows=%d vshards=%d", rows, len(a)), nil
-}
-
-func pause(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -39,15 +39,12 @@ type primaryEndpoint struct {
 	guard    *circuit.Cluster
 }
 
-// WriteHeartbeat implements replica.Primary through the breaker.
-func (p *primaryEndpoint) WriteHeartbeat(ctx context.Context, router string, at time.Time) error {
-	return p.guard.Breaker().Do(ctx, func(ctx context.Context) error { return p.store.WriteHeartbeat(ctx, router, at) })
-}
-
-// PurgeHeartbeats lets the monitor purge rows of departed routers.
-func (p *primaryEndpoint) PurgeHeartbeats(ctx context.Context, before time.Time) error {
-	return p.store.PurgeHeartbeats(ctx, before)
-}
+// The monitor writes heartbeats on a primary's store through the
+// primary's call point.
+var (
+	_ replica.Primary    = circuit.Endpoint[replica.Heartbeats]{}
+	_ replica.Heartbeats = (*store.Store)(nil)
+)
 
 // newEndpoints returns the endpoints of cfg (defaults filled).
 func newEndpoints(cfg HAConfig) *endpoints {
@@ -103,7 +100,9 @@ func (e *endpoints) applied(top *topology.Topology) {
 		for _, dsn := range c.Replicas {
 			keep[replica.Addr(dsn)] = true
 		}
-		watch = append(watch, replica.Cluster{Name: name, Primary: p, Replicas: append([]string(nil), c.Replicas...)})
+		// The monitor's heartbeats go through the primary's breaker.
+		primary := circuit.Endpoint[replica.Heartbeats]{S: p.store, Breaker: p.guard.Breaker()}
+		watch = append(watch, replica.Cluster{Name: name, Primary: primary, Replicas: append([]string(nil), c.Replicas...)})
 	}
 	e.mu.Unlock()
 	e.breakers.Retain(keep)

@@ -16,9 +16,13 @@ import (
 // defaults their types name.
 type HAConfig struct {
 	// Replicas: heartbeat interval (Every, 250ms), lag limit for reads
-	// (MaxLag, 5s), check timeout (1s). Open, Now and Log are filled by
-	// the router unless set.
+	// (MaxLag, 5s), check timeout (1s). Now and Log are filled by the
+	// router unless set; Pools always is (the router's ReplicaPools).
 	Replicas replica.Config
+	// ReplicaPools: the one connection pool per replica DSN that the lag
+	// monitor, replica reads and durability waits share (24 connections,
+	// of which at most 16 GTID waits).
+	ReplicaPools replica.PoolConfig
 	// Breakers: one per MySQL endpoint; 5 consecutive failures open it for
 	// 2s, every call is bounded by 10s.
 	Breakers circuit.Config
@@ -41,8 +45,10 @@ type HAConfig struct {
 	ReplicaReadTimeout time.Duration
 }
 
-// withDefaults fills the defaults and the router's clock and logger.
-func (c HAConfig) withDefaults(log *slog.Logger, now func() time.Time) HAConfig {
+// withDefaults fills the defaults, the router's clock and logger, and the
+// replica pools the monitor uses (the router owns them: pools.go).
+func (c HAConfig) withDefaults(log *slog.Logger, now func() time.Time, replicas *replica.Pools) HAConfig {
+	c.Replicas.Pools = replicas
 	if c.WritableTimeout <= 0 {
 		c.WritableTimeout = 2 * time.Second
 	}

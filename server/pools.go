@@ -10,38 +10,46 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shardmq/shardmq/rebalance"
+	"github.com/shardmq/shardmq/replica"
 	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/topology"
 )
 
-// pools are the connection pools of every cluster's primary, by cluster
-// name: opened and migrated when a cluster first appears or its primary
-// changes, checked before use, and closed when they are replaced (after
-// the requests already routed to them are surely done) or the router
-// closes.
+// pools are the router's connection pools, all of them owned here: each
+// cluster's primary by cluster name — opened and migrated when a cluster
+// first appears or its primary changes, checked before use, and closed
+// when they are replaced (after the requests already routed to them are
+// surely done) — and one pool per replica DSN (replicas, a
+// replica.Pools), which the lag monitor, the replica reads and the
+// replicated-durability waits share. Both follow the topology at the same
+// step (update) and close with the router (close).
 type pools struct {
-	opts func(cluster string) store.Options
-	now  func() time.Time
-	log  *slog.Logger
+	opts     func(cluster string) store.Options
+	now      func() time.Time
+	log      *slog.Logger
+	replicas *replica.Pools
+	archive  *archiveConn // the archive cluster's primary, connected on first use (retention.go)
 
 	mu    sync.Mutex
 	conns map[string]*clusterConn // by cluster name
 }
 
 type clusterConn struct {
-	dsn      string
-	replicas []string
-	store    *store.Store
+	dsn   string
+	store *store.Store
 }
 
-func newPools(opts func(cluster string) store.Options, now func() time.Time, log *slog.Logger) *pools {
-	return &pools{opts: opts, now: now, log: log, conns: map[string]*clusterConn{}}
+func newPools(opts func(cluster string) store.Options, replicas replica.PoolConfig, now func() time.Time, log *slog.Logger) *pools {
+	return &pools{opts: opts, now: now, log: log, replicas: replica.NewPools(replicas), conns: map[string]*clusterConn{},
+		archive: &archiveConn{opts: func() store.Options { return opts(topology.ArchiveName) }, now: now, log: log}}
 }
 
 // update opens pools for the clusters of top that are new or whose primary
 // changed, migrates them and runs check on each (is it writable?), then
-// swaps them in and retires the pools of primaries that left. On an error
-// nothing changes. It returns every pool in use.
+// swaps them in and retires the pools of primaries that left; the replica
+// pools then follow top's replicas (those of replicas that left close).
+// On an error nothing changes. It returns every primary's pool in use.
 func (p *pools) update(ctx context.Context, top *topology.Topology, check func(ctx context.Context, cluster string, st *store.Store) error) (map[string]*store.Store, error) {
 	p.mu.Lock()
 	have := make(map[string]*clusterConn, len(p.conns))
@@ -55,9 +63,6 @@ func (p *pools) update(ctx context.Context, top *topology.Topology, check func(c
 	g, gctx := errgroup.WithContext(ctx)
 	for name, c := range top.Clusters {
 		if cc, ok := have[name]; ok && cc.dsn == c.Primary {
-			p.mu.Lock()
-			cc.replicas = append([]string(nil), c.Replicas...)
-			p.mu.Unlock()
 			continue
 		}
 		g.Go(func() error {
@@ -79,7 +84,7 @@ func (p *pools) update(ctx context.Context, top *topology.Topology, check func(c
 				}
 			}
 			mu.Lock()
-			fresh[name] = &clusterConn{dsn: c.Primary, replicas: append([]string(nil), c.Replicas...), store: st}
+			fresh[name] = &clusterConn{dsn: c.Primary, store: st}
 			mu.Unlock()
 			return nil
 		})
@@ -90,6 +95,13 @@ func (p *pools) update(ctx context.Context, top *topology.Topology, check func(c
 		}
 		return nil, err
 	}
+
+	follow := make(map[string][]string, len(top.Clusters))
+	for name, c := range top.Clusters {
+		follow[name] = c.Replicas
+	}
+	p.replicas.Follow(follow)
+	p.archive.follow(top)
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -135,21 +147,24 @@ func (p *pools) dbs() map[string]*sql.DB {
 	return out
 }
 
-// replicaDSNs lists a cluster's replicas in the topology in use.
-func (p *pools) replicaDSNs(cluster string) []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if cc, ok := p.conns[cluster]; ok {
-		return cc.replicas
+// movers are the clusters' primaries as the resharding jobs use them.
+func (p *pools) movers() map[string]rebalance.Mover {
+	stores := p.Stores()
+	out := make(map[string]rebalance.Mover, len(stores))
+	for k, v := range stores {
+		out[k] = v
 	}
-	return nil
+	return out
 }
 
-// close closes every pool in use.
+// close closes every pool in use: the primaries', the replicas' and the
+// archive cluster's.
 func (p *pools) close() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	for _, cc := range p.conns {
 		cc.store.Close()
 	}
+	p.mu.Unlock()
+	p.replicas.Close()
+	p.archive.close()
 }

@@ -4,55 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/shardmq/shardmq/broker"
-	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/replica"
 )
 
 // replicaWaiter confirms replicated durability: it waits until at least one
-// replica of a cluster has applied a GTID position. Replica pools are opened
-// on first use and kept; a replica that cannot be reached is tried again on
-// a later call.
+// replica of a cluster has applied a GTID position. It opens no pool of its
+// own: it waits on the replica pools the router shares (pools.replicas),
+// taking a wait slot of each (replica.Pools.Hold) so that waits never take
+// the connections the lag checks and replica reads need. A replica that
+// cannot be reached is tried again on a later call.
 type replicaWaiter struct {
-	dsns func(cluster string) []string // a cluster's replicas in the topology in use
-	mu   sync.Mutex
-	// pools by replica DSN
-	pools map[string]*store.Store
+	pools *replica.Pools
 }
 
-var _ broker.ReplicaWaiter = (*replicaWaiter)(nil)
-
-func newReplicaWaiter(dsns func(cluster string) []string) *replicaWaiter {
-	return &replicaWaiter{dsns: dsns, pools: map[string]*store.Store{}}
-}
-
-func (w *replicaWaiter) pool(ctx context.Context, dsn string) (*store.Store, error) {
-	w.mu.Lock()
-	st, ok := w.pools[dsn]
-	w.mu.Unlock()
-	if ok {
-		return st, nil
-	}
-	st, err := store.Open(ctx, dsn, store.Options{MaxOpen: 16})
-	if err != nil {
-		return nil, err
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if prev, ok := w.pools[dsn]; ok {
-		st.Close()
-		return prev, nil
-	}
-	w.pools[dsn] = st
-	return st, nil
-}
+var _ broker.ReplicaWaiter = replicaWaiter{}
 
 // WaitReplicated implements broker.ReplicaWaiter: the first replica to
 // apply gtid within timeout answers; if none does, the error says why.
-func (w *replicaWaiter) WaitReplicated(ctx context.Context, cluster, gtid string, timeout time.Duration) error {
-	dsns := w.dsns(cluster)
+func (w replicaWaiter) WaitReplicated(ctx context.Context, cluster, gtid string, timeout time.Duration) error {
+	dsns := w.pools.Replicas(cluster)
 	if len(dsns) == 0 {
 		return fmt.Errorf("cluster %s has no replica", cluster)
 	}
@@ -61,11 +34,12 @@ func (w *replicaWaiter) WaitReplicated(ctx context.Context, cluster, gtid string
 	errc := make(chan error, len(dsns))
 	for _, dsn := range dsns {
 		go func() {
-			st, err := w.pool(ctx, dsn)
+			st, release, err := w.pools.Hold(ctx, dsn)
 			if err != nil {
 				errc <- err
 				return
 			}
+			defer release()
 			errc <- st.WaitGTID(ctx, gtid, timeout)
 		}()
 	}
@@ -78,13 +52,4 @@ func (w *replicaWaiter) WaitReplicated(ctx context.Context, cluster, gtid string
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-func (w *replicaWaiter) close() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, st := range w.pools {
-		st.Close()
-	}
-	w.pools = map[string]*store.Store{}
 }

@@ -87,22 +87,12 @@ func (r *Router) setupReshard(ctx context.Context) error {
 			return rep.Lag, true
 		}
 	}
-	rs.manager = rebalance.New(cfg, rs.state, rs.backend, r.movers)
+	rs.manager = rebalance.New(cfg, rs.state, rs.backend, r.pools.movers)
 	r.api.RouteReshard(rs.manager)
 	r.reshard = rs
 	r.metrics.MustRegister(frozenCollector{r.broker})
 	r.metrics.MustRegister(rs.manager.Collectors()...)
 	return nil
-}
-
-// movers are the clusters' primaries as the jobs use them.
-func (r *Router) movers() map[string]rebalance.Mover {
-	stores := r.pools.Stores()
-	out := make(map[string]rebalance.Mover, len(stores))
-	for k, v := range stores {
-		out[k] = v
-	}
-	return out
 }
 
 // stop ends the barrier registration (the job manager is one of the

@@ -644,7 +644,7 @@ func TestReshardResumesAfterCrash(t *testing.T) {
 			<-release
 		}
 	}}
-	second := rebalance.New(cfg, rs.state, rs.backend, e.r.movers)
+	second := rebalance.New(cfg, rs.state, rs.backend, e.r.pools.movers)
 	second.Start(t.Context())
 	select {
 	case <-frozen:
@@ -664,7 +664,7 @@ func TestReshardResumesAfterCrash(t *testing.T) {
 	}
 
 	// Third runner finishes.
-	third := rebalance.New(rebalance.Config{RowsPerSecond: -1}, rs.state, rs.backend, e.r.movers)
+	third := rebalance.New(rebalance.Config{RowsPerSecond: -1}, rs.state, rs.backend, e.r.pools.movers)
 	third.Start(t.Context())
 	t.Cleanup(third.Stop)
 	job := e.waitJob(t, id, 2*time.Minute)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -15,11 +16,16 @@ import (
 
 // Retention (DESIGN §8, docs/retention.md): the jobs run on the leading
 // router over the hot clusters' primaries and the archive cluster named by
-// the topology. The archive cluster is connected lazily and again when
-// its DSN changes: a router serves without it, and the warm and cold jobs
-// and the archive lookups wait for it.
+// the topology. The archive cluster's pool (archiveConn, one of the
+// router's pools) is connected lazily and again when its DSN changes: a
+// router serves without it, and the warm and cold jobs and the archive
+// lookups wait for it.
 
 type archiveConn struct {
+	opts func() store.Options
+	now  func() time.Time
+	log  *slog.Logger
+
 	mu       sync.Mutex
 	dsn      string // wanted, from the topology in use
 	open     string // the DSN st was opened with
@@ -27,9 +33,8 @@ type archiveConn struct {
 	failedAt time.Time
 }
 
-// setArchive takes the archive cluster of a topology.
-func (r *Router) setArchive(top *topology.Topology) {
-	a := r.archive
+// follow takes the archive cluster of a topology.
+func (a *archiveConn) follow(top *topology.Topology) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.dsn = ""
@@ -41,8 +46,7 @@ func (r *Router) setArchive(top *topology.Topology) {
 // archiveStore returns the archive cluster's primary, connecting (and
 // migrating) it on first use; nil when the topology names none or it
 // cannot be reached (tried again after 10 s).
-func (r *Router) archiveStore() *store.Store {
-	a := r.archive
+func (a *archiveConn) store() *store.Store {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.dsn == a.open && a.st != nil {
@@ -53,28 +57,27 @@ func (r *Router) archiveStore() *store.Store {
 		time.AfterFunc(30*time.Second, func() { old.Close() })
 		a.st, a.open = nil, ""
 	}
-	if a.dsn == "" || r.cfg.Now().Sub(a.failedAt) < 10*time.Second {
+	if a.dsn == "" || a.now().Sub(a.failedAt) < 10*time.Second {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := store.Open(ctx, a.dsn, r.pools.opts(topology.ArchiveName))
+	st, err := store.Open(ctx, a.dsn, a.opts())
 	if err == nil {
-		if err = st.Migrate(ctx, r.cfg.Now()); err != nil {
+		if err = st.Migrate(ctx, a.now()); err != nil {
 			st.Close()
 		}
 	}
 	if err != nil {
-		a.failedAt = r.cfg.Now()
-		r.cfg.Log.Warn("archive cluster not reachable: archiving and archive lookups wait", "err", err)
+		a.failedAt = a.now()
+		a.log.Warn("archive cluster not reachable: archiving and archive lookups wait", "err", err)
 		return nil
 	}
 	a.st, a.open = st, a.dsn
 	return st
 }
 
-func (r *Router) closeArchive() {
-	a := r.archive
+func (a *archiveConn) close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.st != nil {
@@ -83,23 +86,24 @@ func (r *Router) closeArchive() {
 	}
 }
 
-// lookupArchive is the lookups' view of the archive cluster.
-func (r *Router) lookupArchive() lookup.Archive {
-	if st := r.archiveStore(); st != nil {
+// lookup is the lookups' view of the archive cluster (a nil interface,
+// not a nil store, when there is none).
+func (a *archiveConn) lookup() lookup.Archive {
+	if st := a.store(); st != nil {
 		return st
 	}
 	return nil
 }
 
-// reshardMoving says whether a resharding job is unfinished (paused ones
-// too: their rows may be on two clusters).
-func (r *Router) reshardMoving() bool {
-	if r.reshard == nil || r.reshard.manager == nil {
+// moving says whether a resharding job is unfinished (paused ones too:
+// their rows may be on two clusters); false without resharding.
+func (rs *reshard) moving() bool {
+	if rs == nil || rs.manager == nil {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	jobs, err := r.reshard.manager.List(ctx)
+	jobs, err := rs.manager.List(ctx)
 	if err != nil {
 		return true // unknown: wait
 	}
@@ -121,7 +125,7 @@ func (r *Router) setupRetention() error {
 	if cfg.Log == nil {
 		cfg.Log = r.cfg.Log
 	}
-	job, err := retention.New(cfg, retention.Deps{Hot: r.pools.Stores, Archive: r.archiveStore, Leading: leader(r.cfg.Leader), Moving: r.reshardMoving})
+	job, err := retention.New(cfg, retention.Deps{Hot: r.pools.Stores, Archive: r.pools.archive.store, Leading: leader(r.cfg.Leader), Moving: r.reshard.moving})
 	if err != nil {
 		return err
 	}

@@ -155,31 +155,26 @@ type UIConfig struct {
 // after it. The background services share one Start/Stop shape and stop in
 // the reverse order of their start.
 type Router struct {
-	cfg     Config
-	ids     *idgen.Gen
-	metrics *prometheus.Registry // GET /metrics; every part registers here
-	obs     *observability       // request, message, cluster and queue metrics (observe.go)
-	retries *txRetries           // transaction retries by cluster (jobs.go)
-	pools   *pools               // connection pools of the primaries (pools.go)
-	eps     *endpoints           // call points, breakers, replica monitor (endpoints.go)
-	applier *applier             // topology applications and their retries (apply.go)
-	table   *routing.Table
-	subs    *subscription.Registry
-	// replicas confirms replicated durability with its own pools.
-	replicas *replicaWaiter
-	broker   *broker.Broker
-	lookups  *lookup.Service
-	recon    *reconcile.Runner
-	upkeep   *deadletter.Upkeep // dead-letter alarms and archive
-	record   *mapRecorder
-	api      *api.Server
-	sec      *security
-	reshard  *reshard // resharding jobs and the barrier registration (reshard.go)
-	// archive is the archive cluster of retention, retention its jobs
-	// (retention.go).
-	archive   *archiveConn
-	retention *retention.Job
-	services  services // background services, stopped by Close in reverse order
+	cfg       Config
+	ids       *idgen.Gen
+	metrics   *prometheus.Registry // GET /metrics; every part registers here
+	obs       *observability       // request, message, cluster and queue metrics (observe.go)
+	retries   *txRetries           // transaction retries by cluster (jobs.go)
+	pools     *pools               // connection pools of the primaries and replicas (pools.go)
+	eps       *endpoints           // call points, breakers, replica monitor (endpoints.go)
+	applier   *applier             // topology applications and their retries (apply.go)
+	table     *routing.Table
+	subs      *subscription.Registry
+	broker    *broker.Broker
+	lookups   *lookup.Service
+	recon     *reconcile.Runner
+	upkeep    *deadletter.Upkeep // dead-letter alarms and archive
+	record    *mapRecorder
+	api       *api.Server
+	sec       *security
+	reshard   *reshard       // resharding jobs and the barrier registration (reshard.go)
+	retention *retention.Job // retention's jobs (retention.go); the archive cluster's pool is in pools
+	services  services       // background services, stopped by Close in reverse order
 
 	mu     sync.Mutex
 	closed bool
@@ -199,8 +194,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load topology: %w", err)
 	}
-	r := &Router{cfg: cfg, ids: idgen.New(cfg.Now), metrics: prometheus.NewRegistry(), applier: &applier{every: cfg.ReloadEvery},
-		archive: &archiveConn{}}
+	r := &Router{cfg: cfg, ids: idgen.New(cfg.Now), metrics: prometheus.NewRegistry(), applier: &applier{every: cfg.ReloadEvery}}
 	if err := r.build(ctx, top); err != nil {
 		r.Close()
 		return nil, err
@@ -217,14 +211,13 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	// Metrics and the primaries' pools, with the call points guarding them.
 	r.obs = newObservability(cfg.Observe, cfg.UI, r.metrics)
 	r.retries = newTxRetries(r.metrics)
-	r.pools = newPools(storeOptions(cfg.Store, r.ids, r.obs.msgs, r.retries), cfg.Now, cfg.Log)
+	r.pools = newPools(storeOptions(cfg.Store, r.ids, r.obs.msgs, r.retries), cfg.HA.ReplicaPools, cfg.Now, cfg.Log)
 	r.metrics.MustRegister(observe.NewPoolCollector(r.pools.dbs))
-	r.eps = newEndpoints(cfg.HA.withDefaults(cfg.Log, cfg.Now))
+	r.eps = newEndpoints(cfg.HA.withDefaults(cfg.Log, cfg.Now, r.pools.replicas))
 	clusters, err := r.connect(ctx, top)
 	if err != nil {
 		return err
 	}
-	r.setArchive(top)
 	if cfg.CheckMapRecords {
 		if err := r.checkRecorded(ctx, top.Map); err != nil {
 			return fmt.Errorf("load topology: %w", err)
@@ -245,13 +238,12 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	if err := r.subs.Start(ctx); err != nil {
 		return err
 	}
-	r.replicas = newReplicaWaiter(r.pools.replicaDSNs)
-	r.broker = broker.New(cfg.Broker, r.table, clusters, r.subs, r.replicas, r.ids, cfg.Now, cfg.Log)
+	r.broker = broker.New(cfg.Broker, r.table, clusters, r.subs, replicaWaiter{r.pools.replicas}, r.ids, cfg.Now, cfg.Log)
 
 	// Reads and background jobs over the broker and the endpoints.
 	lc := r.eps.cfg.Lookups
 	if lc.Archive == nil {
-		lc.Archive = r.lookupArchive
+		lc.Archive = r.pools.archive.lookup
 	}
 	r.lookups = lookup.New(lc, lookupEndpoints{r.eps}, r.table)
 	rc := r.eps.cfg.Reconcile
@@ -331,7 +323,6 @@ func (r *Router) apply(ctx context.Context, top *topology.Topology) {
 		return
 	}
 	r.broker.SetClusters(clusters)
-	r.setArchive(top)
 	if top.Map.Version() > r.table.Load().Version() {
 		r.record.now(ctx, top.Map) // on the clusters before it routes
 	}
@@ -428,20 +419,16 @@ func (r *Router) Close() {
 	r.reshard.stop()
 	r.sec.stop()
 	if r.eps != nil {
-		r.eps.monitor.Stop() // also when New failed before starting it: it closes the replica pools
+		r.eps.monitor.Stop() // also when New failed before starting it
 	}
 	if r.subs != nil {
 		r.subs.Stop()
 	}
 	if r.broker != nil {
-		r.broker.Close() // commits what is queued before the pools close
+		r.broker.Close() // commits (and waits for replicas) before the pools close
 	}
 	if r.pools != nil {
-		r.pools.close()
-	}
-	r.closeArchive()
-	if r.replicas != nil {
-		r.replicas.close()
+		r.pools.close() // primaries and replicas
 	}
 }
 

@@ -161,24 +161,11 @@ func (s *Store) TierSums(ctx context.Context, table string, sp Span) (map[uint16
 	fmt.Fprintf(&b, "SELECT vshard, COUNT(*), CAST(SUM(CRC32(%s)) AS CHAR) FROM %s", t.rowText(), t.name)
 	args := t.where(&b, nil, sp)
 	b.WriteString(" GROUP BY vshard")
-	rows, err := s.db.QueryContext(ctx, b.String(), args...)
-	if err != nil {
-		return nil, fmt.Errorf("checksum %s %s: %w", t.name, sp, translate(err))
-	}
-	defer rows.Close()
-	out := map[uint16]MoveBucket{}
-	for rows.Next() {
-		var v uint16
-		var m MoveBucket
-		if err := rows.Scan(&v, &m.Rows, &m.Sum); err != nil {
-			return nil, fmt.Errorf("checksum %s: %w", t.name, err)
-		}
-		out[v] = m
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("checksum %s %s: %w", t.name, sp, translate(err))
-	}
-	return out, nil
+	out, err := queryMap(ctx, s.db, fmt.Sprintf("checksum %s %s", t.name, sp), b.String(), args, func(rows *sql.Rows) (v uint16, m MoveBucket, err error) {
+		err = rows.Scan(&v, &m.Rows, &m.Sum)
+		return v, m, err
+	})
+	return out, translate(err)
 }
 
 // TierDelete deletes table's rows in span in statements of at most limit
@@ -193,40 +180,11 @@ func (s *Store) TierDelete(ctx context.Context, table string, sp Span, limit int
 	args := t.where(&b, nil, sp)
 	b.WriteString(" LIMIT ?")
 	args = append(args, limit)
-	q := b.String()
-	var total int64
-	for {
-		var n int64
-		err := s.inTx(ctx, txAttempts, s.retryHook("tier_delete"), func(tx *sql.Tx) error {
-			res, err := tx.ExecContext(ctx, q, args...)
-			if err != nil {
-				return fmt.Errorf("delete %s %s: %w", t.name, sp, err)
-			}
-			n, err = res.RowsAffected()
-			return err
-		})
-		total += n
-		if err != nil || n < int64(limit) {
-			return total, err
-		}
-		if err := pauseFor(ctx, pause); err != nil {
-			return total, err
-		}
-	}
-}
-
-func pauseFor(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	q, what := b.String(), fmt.Sprintf("delete %s %s", t.name, sp)
+	return s.inBatches(ctx, "tier_delete", limit, pause, func(tx *sql.Tx) (int, error) {
+		n, err := execCount(ctx, tx, what, q, args...)
+		return int(n), err
+	})
 }
 
 // IndexCold records that the archive_message rows (as TierRead returns
@@ -416,23 +374,7 @@ func (s *Store) ArchivedTrace(ctx context.Context, topic, key string, now time.T
 }
 
 func archivedEvents(ctx context.Context, q queryer, id uint64) ([]Event, error) {
-	rows, err := q.QueryContext(ctx, selectArchivedEvents(1), id)
-	if err != nil {
-		return nil, fmt.Errorf("select archive_trace: %w", err)
-	}
-	defer rows.Close()
-	var out []Event
-	for rows.Next() {
-		var e Event
-		var claimed sql.NullTime
-		if err := rows.Scan(&e.ID, &e.At, &e.MessageID, &e.VShard, &e.Subscription, &e.Type, &e.Consumer, &e.Attempt, &claimed,
-			&e.ErrorCode, &e.Error, &e.RequestID); err != nil {
-			return nil, fmt.Errorf("select archive_trace: %w", err)
-		}
-		e.ClaimedAt = claimed.Time
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return queryRows(ctx, q, "select archive_trace", selectArchivedEvents(1), []any{id}, scanEvent)
 }
 
 // Events reads the trace events of message ids held by this cluster, in

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 )
@@ -58,26 +59,15 @@ const selectColdCols = `SELECT message_id, created_at, vshard, topic, msg_key, C
   msg_status, file, exported_at FROM archive_cold_index`
 
 func scanCold(ctx context.Context, q queryer, query string, args ...any) ([]ColdEntry, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("select archive_cold_index: %w", translate(err))
-	}
-	defer rows.Close()
-	var out []ColdEntry
-	for rows.Next() {
+	out, err := queryRows(ctx, q, "select archive_cold_index", query, args, func(rows *sql.Rows) (ColdEntry, error) {
 		m := &Message{}
 		e := ColdEntry{Message: m}
 		var code int
-		if err := rows.Scan(&m.ID, &m.CreatedAt, &m.VShard, &m.Topic, &m.Key, &m.OrderKey, &m.TransactionID, &code, &e.File, &e.ExportedAt); err != nil {
-			return nil, fmt.Errorf("select archive_cold_index: %w", err)
-		}
+		err := rows.Scan(&m.ID, &m.CreatedAt, &m.VShard, &m.Topic, &m.Key, &m.OrderKey, &m.TransactionID, &code, &e.File, &e.ExportedAt)
 		m.Status = statusOf(code)
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("select archive_cold_index: %w", translate(err))
-	}
-	return out, nil
+		return e, err
+	})
+	return out, translate(err)
 }
 
 // ColdByKey returns the newest message with (topic, key) exported to a

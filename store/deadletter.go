@@ -39,36 +39,13 @@ type RedriveRequest struct {
 // handles, so that a large one never holds many locks for long.
 const redriveBatch = 500
 
-// inBatches runs batch in transactions of at most redriveBatch rows until
-// one handles fewer, so that a large redrive, purge, archive or drop never
-// holds many locks for long. batch returns how many rows it handled; the
-// total is returned, with what was done before an error.
-func (s *Store) inBatches(ctx context.Context, op string, batch func(tx *sql.Tx) (int, error)) (int64, error) {
-	var total int64
-	for {
-		var n int
-		err := s.inTx(ctx, txAttempts, s.retryHook(op), func(tx *sql.Tx) error {
-			var err error
-			n, err = batch(tx)
-			return err
-		})
-		if err != nil {
-			return total, err
-		}
-		total += int64(n)
-		if n < redriveBatch {
-			return total, nil
-		}
-	}
-}
-
 // Redrive makes dead letters ready again with attempts reset, in batches
 // of short transactions; each is traced redriven, and a message with no
 // dead delivery left is pending again. On an ordered subscription a revived
 // delivery whose key has another live delivery is parked, so that a key
 // never has two in flight. It returns how many were redriven.
 func (s *Store) Redrive(ctx context.Context, req RedriveRequest) (int64, error) {
-	return s.inBatches(ctx, "redrive", func(tx *sql.Tx) (int, error) {
+	return s.inBatches(ctx, "redrive", redriveBatch, 0, func(tx *sql.Tx) (int, error) {
 		ds, err := lockDead(ctx, tx, req.Topic, req.Subscription, req.ErrorCode, req.IDs, redriveBatch, req.Now)
 		if err != nil || len(ds) == 0 {
 			return 0, err
@@ -102,7 +79,7 @@ func (s *Store) Redrive(ctx context.Context, req RedriveRequest) (int64, error) 
 // PurgeDead deletes a subscription's dead letters (of one error code, or
 // all) in batches and returns how many. Their messages stay dead.
 func (s *Store) PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error) {
-	return s.inBatches(ctx, "purge", func(tx *sql.Tx) (int, error) {
+	return s.inBatches(ctx, "purge", redriveBatch, 0, func(tx *sql.Tx) (int, error) {
 		ids, err := deleteDeadBatch(ctx, tx, topic, sub, errorCode, redriveBatch)
 		return len(ids), err
 	})
@@ -126,7 +103,7 @@ func (s *Store) DeadByCode(ctx context.Context, req RedriveRequest) (map[string]
 // (and are not leased) into dead_letter_archive, in batches; each is traced
 // archived. It returns how many moved.
 func (s *Store) ArchiveDead(ctx context.Context, topic, sub string, cutoff, now time.Time) (int64, error) {
-	return s.inBatches(ctx, "archive", func(tx *sql.Tx) (int, error) {
+	return s.inBatches(ctx, "archive", redriveBatch, 0, func(tx *sql.Tx) (int, error) {
 		ds, err := lockStaleDead(ctx, tx, topic, sub, cutoff, redriveBatch)
 		if err != nil || len(ds) == 0 {
 			return 0, err
@@ -154,7 +131,7 @@ func (s *Store) ArchiveDead(ctx context.Context, topic, sub string, cutoff, now 
 // is consumed in the documented sense — nothing waits for it any more —
 // and its trace says why. It returns how many deliveries went.
 func (s *Store) DropSubscription(ctx context.Context, topic, sub string, now time.Time) (int64, error) {
-	return s.inBatches(ctx, "drop_subscription", func(tx *sql.Tx) (int, error) {
+	return s.inBatches(ctx, "drop_subscription", redriveBatch, 0, func(tx *sql.Tx) (int, error) {
 		ds, err := lockSubscriptionBatch(ctx, tx, topic, sub, redriveBatch)
 		if err != nil || len(ds) == 0 {
 			return 0, err
@@ -192,18 +169,14 @@ const DroppedSubscriptionDeleted = "subscription_deleted"
 // Unpark releases every parked delivery of a subscription that is no
 // longer ordered.
 func (s *Store) Unpark(ctx context.Context, topic, sub string, now time.Time) (int64, error) {
-	var total int64
-	for {
-		n, err := unparkAll(ctx, s.db, topic, sub, now, 1000)
-		if err != nil {
-			return total, translate(err)
-		}
-		total += n
-		if n < 1000 {
-			return total, nil
-		}
-	}
+	return s.inBatches(ctx, "unpark", unparkBatch, 0, func(tx *sql.Tx) (int, error) {
+		n, err := unparkAll(ctx, tx, topic, sub, now, unparkBatch)
+		return int(n), err
+	})
 }
+
+// unparkBatch is how many parked deliveries one unpark statement releases.
+const unparkBatch = 1000
 
 // Stats counts every subscription's deliveries on this cluster by state.
 func (s *Store) Stats(ctx context.Context, now time.Time) ([]QueueStats, error) {

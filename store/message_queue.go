@@ -288,13 +288,10 @@ WHERE topic = ? AND subscription = ? AND order_key = ? AND is_dead = 0 ORDER BY 
 
 // unparkAll releases every parked delivery of a subscription (it stopped
 // being ordered), up to limit rows; it returns how many.
-func unparkAll(ctx context.Context, db *sql.DB, topic, sub string, now time.Time, limit int) (int64, error) {
-	res, err := db.ExecContext(ctx, `UPDATE message_queue SET parked = 0, available_at = ? WHERE topic = ? AND subscription = ? AND is_dead = 0 AND parked = 1 LIMIT ?`,
+func unparkAll(ctx context.Context, tx *sql.Tx, topic, sub string, now time.Time, limit int) (int64, error) {
+	return execCount(ctx, tx, "unpark message_queue",
+		`UPDATE message_queue SET parked = 0, available_at = ? WHERE topic = ? AND subscription = ? AND is_dead = 0 AND parked = 1 LIMIT ?`,
 		now, topic, sub, limit)
-	if err != nil {
-		return 0, fmt.Errorf("unpark message_queue: %w", err)
-	}
-	return res.RowsAffected()
 }
 
 // keyInFlight reports whether an order key has a delivery leased now. A

@@ -141,14 +141,18 @@ func eventsOf(ctx context.Context, q queryer, ids []uint64, types ...string) ([]
 		query += " AND event IN (" + inList(len(types)) + ")"
 		args = appendArgs(args, types)
 	}
-	return queryRows(ctx, q, "select message_trace", query+" ORDER BY created_at, id", args, func(rows *sql.Rows) (Event, error) {
-		var e Event
-		var claimed sql.NullTime
-		err := rows.Scan(&e.ID, &e.At, &e.MessageID, &e.VShard, &e.Subscription, &e.Type, &e.Consumer, &e.Attempt, &claimed,
-			&e.ErrorCode, &e.Error, &e.RequestID)
-		e.ClaimedAt = claimed.Time
-		return e, err
-	})
+	return queryRows(ctx, q, "select message_trace", query+" ORDER BY created_at, id", args, scanEvent)
+}
+
+// scanEvent reads a trace event in the column order of eventsOf, which
+// archive_trace's reads share.
+func scanEvent(rows *sql.Rows) (Event, error) {
+	var e Event
+	var claimed sql.NullTime
+	err := rows.Scan(&e.ID, &e.At, &e.MessageID, &e.VShard, &e.Subscription, &e.Type, &e.Consumer, &e.Attempt, &claimed,
+		&e.ErrorCode, &e.Error, &e.RequestID)
+	e.ClaimedAt = claimed.Time
+	return e, err
 }
 
 // messageTraceMove moves trace events with their vshard (see move.go).

@@ -273,11 +273,7 @@ func (s *Store) MoveDelete(ctx context.Context, table string, keys []MoveRow) (i
 	q := b.String()
 	var n int64
 	err = s.inTx(ctx, txAttempts, s.retryHook("move_delete"), func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, q, args...)
-		if err != nil {
-			return fmt.Errorf("delete %s: %w", t.name, err)
-		}
-		n, err = res.RowsAffected()
+		n, err = execCount(ctx, tx, "delete "+t.name, q, args...)
 		return err
 	})
 	return n, err
@@ -364,23 +360,8 @@ func (s *Store) MoveDeleteVShards(ctx context.Context, table string, vshards []u
 	b.WriteString(" LIMIT ?")
 	args = append(args, limit)
 	q := b.String()
-	var total int64
-	for {
-		var n int64
-		err := s.inTx(ctx, txAttempts, s.retryHook("move_delete"), func(tx *sql.Tx) error {
-			res, err := tx.ExecContext(ctx, q, args...)
-			if err != nil {
-				return fmt.Errorf("delete %s: %w", t.name, err)
-			}
-			n, err = res.RowsAffected()
-			return err
-		})
-		if err != nil {
-			return total, err
-		}
-		total += n
-		if n < int64(limit) {
-			return total, nil
-		}
-	}
+	return s.inBatches(ctx, "move_delete", limit, 0, func(tx *sql.Tx) (int, error) {
+		n, err := execCount(ctx, tx, "delete "+t.name, q, args...)
+		return int(n), err
+	})
 }

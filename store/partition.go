@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -83,34 +84,33 @@ func (s *Store) Partitions(ctx context.Context, table string) ([]Partition, erro
 }
 
 func (s *Store) partitions(ctx context.Context, table string) ([]Partition, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT PARTITION_NAME, PARTITION_DESCRIPTION, COALESCE(TABLE_ROWS, 0), COALESCE(DATA_LENGTH, 0),
+	type row struct {
+		p    Partition
+		desc string // the bound as the server writes it
+	}
+	rows, err := queryRows(ctx, s.db, "list partitions of "+table, `SELECT PARTITION_NAME, PARTITION_DESCRIPTION, COALESCE(TABLE_ROWS, 0), COALESCE(DATA_LENGTH, 0),
   COALESCE(INDEX_LENGTH, 0), COALESCE(DATA_FREE, 0) FROM information_schema.PARTITIONS
-WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND PARTITION_NAME IS NOT NULL ORDER BY PARTITION_ORDINAL_POSITION`, table)
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND PARTITION_NAME IS NOT NULL ORDER BY PARTITION_ORDINAL_POSITION`, []any{table}, func(rows *sql.Rows) (r row, err error) {
+		err = rows.Scan(&r.p.Name, &r.desc, &r.p.Rows, &r.p.DataLength, &r.p.IndexLength, &r.p.DataFree)
+		return r, err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("list partitions of %s: %w", table, translate(err))
+		return nil, translate(err)
 	}
-	defer rows.Close()
-	var out []Partition
-	for rows.Next() {
-		var p Partition
-		var desc string
-		if err := rows.Scan(&p.Name, &desc, &p.Rows, &p.DataLength, &p.IndexLength, &p.DataFree); err != nil {
-			return nil, fmt.Errorf("list partitions of %s: %w", table, err)
+	out := make([]Partition, len(rows))
+	for i, r := range rows {
+		out[i] = r.p
+		if strings.EqualFold(r.desc, "MAXVALUE") {
+			continue
 		}
-		if !strings.EqualFold(desc, "MAXVALUE") {
-			d := strings.Trim(desc, "'")
-			t, err := time.Parse(time.DateTime, d)
-			if err != nil {
-				if t, err = time.Parse(time.DateOnly, d); err != nil {
-					return nil, fmt.Errorf("partition %s of %s: bound %q: %w", p.Name, table, desc, err)
-				}
+		d := strings.Trim(r.desc, "'")
+		t, err := time.Parse(time.DateTime, d)
+		if err != nil {
+			if t, err = time.Parse(time.DateOnly, d); err != nil {
+				return nil, fmt.Errorf("partition %s of %s: bound %q: %w", r.p.Name, table, r.desc, err)
 			}
-			p.LessThan = t.UTC()
 		}
-		out = append(out, p)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list partitions of %s: %w", table, translate(err))
+		out[i].LessThan = t.UTC()
 	}
 	return out, nil
 }
@@ -205,19 +205,20 @@ func (s *Store) RebuildPartition(ctx context.Context, table, name string) error 
 // adminStatement runs ANALYZE-like statements, which answer a result set
 // whose Msg_type says whether they failed.
 func (s *Store) adminStatement(ctx context.Context, q string) error {
-	rows, err := s.db.QueryContext(ctx, q)
-	if err != nil {
-		return fmt.Errorf("%s: %w", q, translate(err))
-	}
-	defer rows.Close()
-	for rows.Next() {
+	var failed string // the server's own word that it failed: not an outage
+	err := queryEach(ctx, s.db, q, q, nil, func(rows *sql.Rows) error {
 		var tbl, op, typ, text string
-		if err := rows.Scan(&tbl, &op, &typ, &text); err != nil {
-			return fmt.Errorf("%s: %w", q, err)
+		err := rows.Scan(&tbl, &op, &typ, &text)
+		if err == nil && failed == "" && strings.EqualFold(typ, "error") {
+			failed = text
 		}
-		if strings.EqualFold(typ, "error") {
-			return fmt.Errorf("%s: %s", q, text)
-		}
+		return err
+	})
+	if err != nil {
+		return translate(err)
 	}
-	return rows.Err()
+	if failed != "" {
+		return fmt.Errorf("%s: %s", q, failed)
+	}
+	return nil
 }

@@ -5,11 +5,16 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/shardmq/shardmq/internal/ctxwait"
 )
 
 // The shapes every statement of this package is built from, written once:
 // reading rows (queryEach, queryRows), a list of values (inList,
-// appendArgs, vshardIn) and a list of rows (placeholders). The statements
+// appendArgs, vshardIn), a list of rows (placeholders), a write that
+// counts its rows (execCount) and a large change in short transactions
+// (inBatches). The statements
 // themselves stay in the file of their table. docs/design.md says why this
 // is a helper rather than generated code.
 
@@ -144,4 +149,42 @@ func (s *Store) upsertRows(ctx context.Context, op, table string, cols, update [
 		}
 		return nil
 	})
+}
+
+// execCount runs a statement in tx and returns how many rows it changed;
+// what names it in the error.
+func execCount(ctx context.Context, tx *sql.Tx, what, query string, args ...any) (int64, error) {
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return res.RowsAffected()
+}
+
+// inBatches runs batch in a transaction of its own (retried on deadlock
+// like every other) again and again until one handles fewer than limit
+// rows, waiting pause between them (a throttle; 0 for none), so that a
+// large redrive, purge, archive or delete never holds many locks for
+// long. batch returns how many rows it handled; the total is returned,
+// with what committed before an error. op names the retry hook.
+func (s *Store) inBatches(ctx context.Context, op string, limit int, pause time.Duration, batch func(tx *sql.Tx) (int, error)) (int64, error) {
+	var total int64
+	for {
+		var n int
+		err := s.inTx(ctx, txAttempts, s.retryHook(op), func(tx *sql.Tx) error {
+			var err error
+			n, err = batch(tx)
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += int64(n)
+		if n < limit {
+			return total, nil
+		}
+		if err := ctxwait.Sleep(ctx, pause); err != nil {
+			return total, err
+		}
+	}
 }

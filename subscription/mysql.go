@@ -59,26 +59,36 @@ func (m *MySQLStore) version(ctx context.Context, topic, name string) (uint64, e
 // (tombstones included); every primary must answer, since a write must
 // reach all of them anyway.
 func (m *MySQLStore) storedVersion(ctx context.Context, topic, name string) (uint64, error) {
+	best, _, errs := m.newest(ctx)
+	if len(errs) > 0 {
+		return 0, fmt.Errorf("read stored versions of %s/%s: %w", topic, name, errors.Join(errs...))
+	}
+	return best[[2]string{topic, name}].Version, nil
+}
+
+// newest reads every primary's subscription rows and keeps the highest
+// version of each (topic, name), tombstones included; answered counts the
+// primaries that answered, errs names the others.
+func (m *MySQLStore) newest(ctx context.Context) (best map[[2]string]store.SubscriptionRow, answered int, errs []error) {
 	var mu sync.Mutex
-	var max uint64
-	errs := m.each(ctx, func(_ string, st *store.Store) error {
+	best = map[[2]string]store.SubscriptionRow{}
+	errs = m.each(ctx, func(_ string, st *store.Store) error {
 		rows, err := st.ListSubscriptions(ctx)
 		if err != nil {
 			return err
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		answered++
 		for _, r := range rows {
-			if r.Topic == topic && r.Name == name && r.Version > max {
-				max = r.Version
+			k := [2]string{r.Topic, r.Name}
+			if cur, ok := best[k]; !ok || r.Version > cur.Version {
+				best[k] = r
 			}
 		}
 		return nil
 	})
-	if len(errs) > 0 {
-		return 0, fmt.Errorf("read stored versions of %s/%s: %w", topic, name, errors.Join(errs...))
-	}
-	return max, nil
+	return best, answered, errs
 }
 
 func (m *MySQLStore) each(ctx context.Context, fn func(name string, st *store.Store) error) []error {
@@ -107,25 +117,7 @@ func (m *MySQLStore) each(ctx context.Context, fn func(name string, st *store.St
 // List implements Store. It returns what the reachable clusters hold along
 // with an error naming those that did not answer.
 func (m *MySQLStore) List(ctx context.Context) ([]Subscription, error) {
-	var mu sync.Mutex
-	best := map[[2]string]store.SubscriptionRow{}
-	answered := 0
-	errs := m.each(ctx, func(_ string, st *store.Store) error {
-		rows, err := st.ListSubscriptions(ctx)
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		answered++
-		for _, r := range rows {
-			k := [2]string{r.Topic, r.Name}
-			if cur, ok := best[k]; !ok || r.Version > cur.Version {
-				best[k] = r
-			}
-		}
-		return nil
-	})
+	best, answered, errs := m.newest(ctx)
 	var out []Subscription
 	for _, r := range best {
 		if r.Deleted {

@@ -22,6 +22,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/hashicorp/consul/api"
 
+	"github.com/shardmq/shardmq/internal/ctxwait"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/topology"
 )
@@ -356,14 +357,7 @@ func (s *Source) backoff(n int) time.Duration {
 
 // sleep waits d or until ctx is done; false when ctx is done.
 func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return ctxwait.Sleep(ctx, d) == nil
 }
 
 // nextIndex applies Consul's rules for the index of the next blocking
