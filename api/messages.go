@@ -125,6 +125,12 @@ func (s *Server) validateProduce(req *produceRequest) ([]broker.Message, *apiErr
 		switch {
 		case hasJSON && m.PayloadBase64 != nil:
 			return nil, at("give payload or payload_base64, not both")
+		case hasJSON && !bytes.ContainsAny(m.Payload, " \t\r\n"):
+			// Without a whitespace byte there is nothing to compact: the
+			// decoder has validated the value, and a json.RawMessage holds
+			// its own copy of it. (json.Compact here was 5 % of the
+			// router's CPU under produce load.)
+			msg.Payload, msg.PayloadJSON = m.Payload, true
 		case hasJSON:
 			var buf bytes.Buffer
 			if err := json.Compact(&buf, m.Payload); err != nil {
