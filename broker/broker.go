@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/expirable"
+
 	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/routing"
@@ -172,7 +174,7 @@ type Broker struct {
 	log      *slog.Logger
 	wake     *notifier
 	rr       atomic.Uint64
-	recent   *recentKeys
+	recent   *expirable.LRU[string, recentKey]
 	setMu    sync.Mutex
 	claims   *claimers
 	polls    *pollGate // shared long-poll re-polls (longpoll.go)
@@ -211,7 +213,7 @@ func New(cfg Config, table *routing.Table, clusters map[string]Cluster, subs Sub
 	b := &Broker{cfg: cfg.withDefaults(), table: table, subs: subs, replicas: replicas, ids: ids, now: now, log: log, wake: newNotifier(),
 		claims: newClaimers(), draining: make(chan struct{}), pins: newPins(), polls: newPollGate()}
 	if b.cfg.RecentKeys > 0 {
-		b.recent = newRecentKeys(b.cfg.RecentKeys, b.cfg.RecentKeysTTL)
+		b.recent = expirable.NewLRU[string, recentKey](b.cfg.RecentKeys, nil, b.cfg.RecentKeysTTL)
 		b.rejected = newRejectedTrace(b)
 	}
 	empty := map[string]*cluster{}
