@@ -115,9 +115,12 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 		}
 		// A lapsed lease's lease_expired event carries its claim, as an ack
 		// or nack does, so that the trace shows every attempt's claim.
+		// A candidate that still carries a lease is one whose lease lapsed
+		// (dead-letter claims take dead deliveries, whose lease is over).
+		lapsedLease := func(d delivery) bool { return !req.Dead && (d.lockedBy != "" || d.claimToken != 0) }
 		var lapsed []uint64
 		for _, d := range cands {
-			if !req.Dead && (d.lockedBy != "" || d.claimToken != 0) {
+			if lapsedLease(d) {
 				lapsed = append(lapsed, d.messageID)
 			}
 		}
@@ -137,7 +140,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 		var unpark []delivery
 		next := 0 // the request being filled
 		for _, d := range cands {
-			expired := !req.Dead && (d.lockedBy != "" || d.claimToken != 0)
+			expired := lapsedLease(d)
 			if expired && d.attempts >= req.MaxAttempts {
 				nExpired++
 				nDied++
