@@ -218,8 +218,9 @@ bench-consume: deps loadtest-build
 # the same run: the peer publishes (100 per call) and consumes (batch 100)
 # before and after one round of bench-produce and of bench-consume. Its
 # own Go module (loadtest/peers) keeps Watermill out of the product's
-# go.mod. Last lines: consume ratio router/peer: R, produce ratio
-# router/peer: R.
+# go.mod. The same run drives loadtest.Floor, DESIGN §6's rows written by
+# hand with no router, to show what the contract allows on this machine.
+# Last lines: consume ratio router/peer: R, produce ratio router/peer: R.
 bench-peers: deps loadtest-build
 	cd loadtest/peers && $(GO) build -o ../../bin/bench-peers .
 	bin/bench-peers -sandbox $(SANDBOX_DIR) -loadtest bin/loadtest -router-bin bin/router -out $(LOADTEST_OUT)/bench-peers $(if $(LOADTEST_ARGS),-loadtest-args '$(LOADTEST_ARGS)')

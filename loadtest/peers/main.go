@@ -49,6 +49,8 @@ type options struct {
 	preload, publishers, batch, subs     int
 	duration, warmup                     time.Duration
 	loadtestArgs                         string
+	floorClients, floorCommitters        int
+	floorConsumers                       int
 }
 
 func run(args []string, stdout io.Writer) int {
@@ -65,6 +67,9 @@ func run(args []string, stdout io.Writer) int {
 	fs.DurationVar(&o.duration, "duration", 12*time.Second, "each publish phase (the router's bench-produce phase length)")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "excluded at the start of each publish phase")
 	fs.StringVar(&o.loadtestArgs, "loadtest-args", "", "extra flags for the load tester's runs")
+	fs.IntVar(&o.floorClients, "floor-clients", 64, "one-message-at-a-time senders of the floor's single-message phase (the client scenario's goroutines)")
+	fs.IntVar(&o.floorCommitters, "floor-committers", 2, "transactions in flight of the floor's ideal group commit")
+	fs.IntVar(&o.floorConsumers, "floor-consumers", 4, "consumers of the floor's consume phase (the router's bench-consume consumers)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -145,8 +150,13 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "%s: %.0f messages/s (%d in %.1f s)\n", ph.Name, ph.PerSec, ph.Messages, ph.Seconds)
 		return nil
 	}
+	fl, err := newFloor(ctx, primary.DSN(""), o, cpu)
+	if err != nil {
+		return err
+	}
+	defer fl.close()
 	// Produce: peer, router (bench-produce, one round: baseline, router
-	// batched, router single), peer.
+	// batched, router single), the floor (batched, single), peer.
 	if err := addPeer(p.publish(ctx, "peer publish #1")); err != nil {
 		return err
 	}
@@ -155,6 +165,12 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 		return err
 	}
 	rep.Phases = append(rep.Phases, rp...)
+	if err := addPeer(fl.produceBatched(ctx, "floor publish")); err != nil {
+		return err
+	}
+	if err := addPeer(fl.produceSingle(ctx, "floor single")); err != nil {
+		return err
+	}
 	if err := addPeer(p.publish(ctx, "peer publish #2")); err != nil {
 		return err
 	}
@@ -167,13 +183,21 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 		return err
 	}
 	rep.Phases = append(rep.Phases, rc...)
+	if err := addPeer(fl.consume(ctx, "floor consume")); err != nil {
+		return err
+	}
 	if err := addPeer(p.consume(ctx, "peer consume #2")); err != nil {
 		return err
 	}
 
 	rep.Ratios = map[string]float64{
-		"consume": rate(rep.Phases, "router", "consume") / rate(rep.Phases, "peer", "consume"),
-		"produce": rate(rep.Phases, "router", "produce") / rate(rep.Phases, "peer", "produce"),
+		"consume":              rate(rep.Phases, "router", "consume") / rate(rep.Phases, "peer", "consume"),
+		"produce":              rate(rep.Phases, "router", "produce") / rate(rep.Phases, "peer", "produce"),
+		"floor_consume":        rate(rep.Phases, "floor", "consume") / rate(rep.Phases, "peer", "consume"),
+		"floor_produce":        rate(rep.Phases, "floor", "produce") / rate(rep.Phases, "peer", "produce"),
+		"router_floor_consume": rate(rep.Phases, "router", "consume") / rate(rep.Phases, "floor", "consume"),
+		"router_floor_produce": rate(rep.Phases, "router", "produce") / rate(rep.Phases, "floor", "produce"),
+		"floor_single":         rate(rep.Phases, "floor", "single") / rate(rep.Phases, "floor", "produce"),
 	}
 	for _, ph := range rep.Phases {
 		for _, pr := range ph.Problems {
@@ -191,6 +215,9 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 	fmt.Fprintln(stdout)
 	fmt.Fprint(stdout, md)
 	fmt.Fprintf(stdout, "report: %s\n", filepath.Join(o.out, "report.md"))
+	fmt.Fprintf(stdout, "floor consume ratio floor/peer: %.2f\n", rep.Ratios["floor_consume"])
+	fmt.Fprintf(stdout, "floor produce ratio floor/peer: %.2f\n", rep.Ratios["floor_produce"])
+	fmt.Fprintf(stdout, "floor single-message ratio floor single/floor batched: %.2f\n", rep.Ratios["floor_single"])
 	fmt.Fprintf(stdout, "consume ratio router/peer: %.2f\n", rep.Ratios["consume"])
 	fmt.Fprintf(stdout, "produce ratio router/peer: %.2f\n", rep.Ratios["produce"])
 	if len(rep.Problems) > 0 {
@@ -547,6 +574,10 @@ func (r *report) markdown() string {
 	}
 	w("\n| ratio (router / peer, mean of the peer's two phases) | |\n|---|---:|\n")
 	w("| consume | %.2f |\n| produce (router batched 100 per request / peer 100 per publish) | %.2f |\n", r.Ratios["consume"], r.Ratios["produce"])
+	w("\nThe floor (DESIGN §6's rows by hand, no router; docs/performance.md, \"The floor\"):\n\n| ratio | |\n|---|---:|\n")
+	w("| floor consume / peer consume | %.2f |\n| floor publish / peer publish | %.2f |\n", r.Ratios["floor_consume"], r.Ratios["floor_produce"])
+	w("| router consume / floor consume | %.2f |\n| router batched produce / floor publish | %.2f |\n", r.Ratios["router_floor_consume"], r.Ratios["router_floor_produce"])
+	w("| floor single (ideal group commit) / floor publish | %.2f |\n", r.Ratios["floor_single"])
 	for _, p := range r.Problems {
 		w("\nPROBLEM: %s\n", p)
 	}

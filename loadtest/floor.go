@@ -1,0 +1,503 @@
+package loadtest
+
+import (
+	"context"
+	"crypto/md5"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shardmq/shardmq/internal/ctxwait"
+)
+
+// Floor writes DESIGN §6's row budget by hand, with nothing else: the
+// three rows a produced message costs (dedup registry, message, delivery)
+// and the four a first-attempt claim → ack costs (lease, delete, `acked`
+// event, status), each batch in the fewest statements, on one primary,
+// with no router, no HTTP, no partitions, no transaction or ordering index
+// and no status check across subscriptions. It is the measuring stick for
+// the speed targets (docs/performance.md, "The floor"): an implementation
+// of the contract writes at least these rows, so a rate against a peer that
+// the floor cannot reach is out of reach for the router as well.
+//
+// Its tables live in the database its DB was opened on and are named
+// floor_*; they are a benchmark's schema, not the product's (package store
+// holds those).
+type Floor struct {
+	DB *sql.DB
+	// Clock gives the times written; defaults to time.Now.
+	Clock func() time.Time
+
+	ids   atomic.Uint64 // router-generated ids, as the contract asks
+	token atomic.Uint64
+}
+
+// floorTables are the budget's four tables, each with only the keys the
+// contract's reads need: the dedup registry's unique key, the message by
+// id, the delivery's claim index (the product's idx_claim column order),
+// the trace by message.
+var floorTables = []string{
+	`CREATE TABLE floor_key (
+  topic VARBINARY(128) NOT NULL,
+  msg_key VARBINARY(256) NOT NULL,
+  message_id BIGINT UNSIGNED NOT NULL,
+  payload_hash BINARY(16) NOT NULL,
+  PRIMARY KEY (topic, msg_key)
+) ENGINE=InnoDB`,
+	`CREATE TABLE floor_store (
+  id BIGINT UNSIGNED NOT NULL,
+  created_at DATETIME(3) NOT NULL,
+  topic VARBINARY(128) NOT NULL,
+  msg_key VARBINARY(256) NOT NULL,
+  payload MEDIUMBLOB NOT NULL,
+  msg_status TINYINT UNSIGNED NOT NULL DEFAULT 0,
+  status_at DATETIME(6) NULL,
+  PRIMARY KEY (id)
+) ENGINE=InnoDB`,
+	`CREATE TABLE floor_queue (
+  message_id BIGINT UNSIGNED NOT NULL,
+  subscription VARBINARY(128) NOT NULL,
+  topic VARBINARY(128) NOT NULL,
+  priority TINYINT UNSIGNED NOT NULL,
+  available_at DATETIME(6) NOT NULL,
+  attempts SMALLINT UNSIGNED NOT NULL DEFAULT 0,
+  locked_by VARBINARY(128) NULL,
+  claim_token BIGINT UNSIGNED NOT NULL DEFAULT 0,
+  claimed_at DATETIME(6) NULL,
+  PRIMARY KEY (message_id, subscription),
+  KEY idx_claim (topic, subscription, priority DESC, message_id, available_at)
+) ENGINE=InnoDB`,
+	`CREATE TABLE floor_trace (
+  message_id BIGINT UNSIGNED NOT NULL,
+  id BIGINT UNSIGNED NOT NULL,
+  subscription VARBINARY(128) NOT NULL,
+  event VARCHAR(24) NOT NULL,
+  consumer VARBINARY(128) NULL,
+  attempt SMALLINT UNSIGNED NOT NULL,
+  claimed_at DATETIME(6) NULL,
+  created_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (message_id, id)
+) ENGINE=InnoDB`,
+}
+
+// Create drops and creates the floor's tables.
+func (f *Floor) Create(ctx context.Context) error {
+	for _, t := range []string{"floor_key", "floor_store", "floor_queue", "floor_trace"} {
+		if _, err := f.DB.ExecContext(ctx, "DROP TABLE IF EXISTS "+t); err != nil {
+			return fmt.Errorf("floor: drop %s: %w", t, err)
+		}
+	}
+	for _, q := range floorTables {
+		if _, err := f.DB.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("floor: create tables: %w", err)
+		}
+	}
+	return nil
+}
+
+func (f *Floor) now() time.Time {
+	if f.Clock != nil {
+		return f.Clock().UTC()
+	}
+	return time.Now().UTC()
+}
+
+// FloorMessage is one message to publish.
+type FloorMessage struct {
+	Key     string
+	Payload []byte
+}
+
+// FloorSubscription is the one subscription every floor message is
+// delivered to.
+const FloorSubscription = "default"
+
+// Publish writes msgs to topic in one transaction: a registry row, a
+// message row and a delivery row each, one multi-row INSERT per table.
+// A key already registered fails the transaction (the floor's keys are
+// unique; the registry's primary key is the dedup check).
+func (f *Floor) Publish(ctx context.Context, topic string, msgs []FloorMessage) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	now := f.now()
+	keys := make([]any, 0, 4*len(msgs))
+	store := make([]any, 0, 5*len(msgs))
+	queue := make([]any, 0, 4*len(msgs))
+	for _, m := range msgs {
+		id := f.ids.Add(1)
+		sum := md5.Sum(m.Payload)
+		keys = append(keys, topic, m.Key, id, sum[:])
+		store = append(store, id, now, topic, m.Key, m.Payload)
+		queue = append(queue, id, FloorSubscription, topic, 0, now)
+	}
+	return f.inTx(ctx, "publish", func(tx *sql.Tx) error {
+		for _, st := range []struct {
+			head, row string
+			args      []any
+		}{
+			{"INSERT INTO floor_key (topic, msg_key, message_id, payload_hash) VALUES ", "(?,?,?,?)", keys},
+			{"INSERT INTO floor_store (id, created_at, topic, msg_key, payload) VALUES ", "(?,?,?,?,?)", store},
+			{"INSERT INTO floor_queue (message_id, subscription, topic, priority, available_at) VALUES ", "(?,?,?,?,?)", queue},
+		} {
+			if _, err := tx.ExecContext(ctx, st.head+repeatList(st.row, len(msgs)), st.args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// FloorLease is one claimed delivery, with what its `acked` event carries.
+type FloorLease struct {
+	MessageID uint64
+	Token     uint64
+	Consumer  string
+	Attempt   int
+	ClaimedAt time.Time
+	Payload   []byte
+}
+
+// Claim leases up to max ready deliveries, highest priority then oldest,
+// skipping rows another claim holds, and reads their bodies: one short
+// transaction of a locking read, the lease update and the body read.
+func (f *Floor) Claim(ctx context.Context, topic, consumer string, max int, visibility time.Duration) ([]FloorLease, error) {
+	now := f.now()
+	token := f.token.Add(1)
+	var out []FloorLease
+	err := f.inTx(ctx, "claim", func(tx *sql.Tx) error {
+		out = out[:0]
+		ids, err := queryIDs(ctx, tx, "SELECT message_id FROM floor_queue WHERE topic = ? AND subscription = ? AND available_at <= ?"+
+			" ORDER BY priority DESC, message_id LIMIT ? FOR UPDATE SKIP LOCKED", topic, FloorSubscription, now, max)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		args := []any{token, consumer, now, now.Add(visibility), FloorSubscription}
+		if _, err := tx.ExecContext(ctx, "UPDATE floor_queue SET claim_token = ?, locked_by = ?, claimed_at = ?,"+
+			" attempts = attempts + 1, available_at = ? WHERE subscription = ? AND message_id IN ("+marks(len(ids))+")",
+			append(args, idArgs(ids)...)...); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, "SELECT id, payload FROM floor_store WHERE id IN ("+marks(len(ids))+")", idArgs(ids)...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			l := FloorLease{Token: token, Consumer: consumer, Attempt: 1, ClaimedAt: now}
+			if err := rows.Scan(&l.MessageID, &l.Payload); err != nil {
+				return err
+			}
+			out = append(out, l)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// Ack completes one claim's leases (one token): deletes the deliveries the
+// token still holds, writes each an `acked` event with its claim time,
+// consumer and attempt, and marks the messages consumed, in one
+// transaction. A lease the token no longer holds fails the whole ack: the
+// floor's leases never expire during a run.
+func (f *Floor) Ack(ctx context.Context, leases []FloorLease) error {
+	if len(leases) == 0 {
+		return nil
+	}
+	now := f.now()
+	ids := make([]uint64, len(leases))
+	trace := make([]any, 0, 8*len(leases))
+	for i, l := range leases {
+		ids[i] = l.MessageID
+		trace = append(trace, l.MessageID, f.ids.Add(1), FloorSubscription, "acked", l.Consumer, l.Attempt, l.ClaimedAt, now)
+	}
+	return f.inTx(ctx, "ack", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, "DELETE FROM floor_queue WHERE subscription = ? AND claim_token = ? AND message_id IN ("+
+			marks(len(ids))+")", append([]any{FloorSubscription, leases[0].Token}, idArgs(ids)...)...)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n != int64(len(ids)) {
+			return fmt.Errorf("deleted %d of %d deliveries (%v)", n, len(ids), err)
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO floor_trace (message_id, id, subscription, event, consumer, attempt, claimed_at, created_at) VALUES "+
+			repeatList("(?,?,?,?,?,?,?,?)", len(leases)), trace...); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, "UPDATE floor_store SET msg_status = 1, status_at = ? WHERE id IN ("+marks(len(ids))+")",
+			append([]any{now}, idArgs(ids)...)...)
+		return err
+	})
+}
+
+// Counts reads how many messages, live deliveries, `acked` events and
+// consumed messages the floor holds: what a test checks after a run.
+func (f *Floor) Counts(ctx context.Context) (messages, deliveries, acked, consumed int64, err error) {
+	err = f.DB.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM floor_store), (SELECT COUNT(*) FROM floor_queue),"+
+		" (SELECT COUNT(*) FROM floor_trace WHERE event = 'acked'), (SELECT COUNT(*) FROM floor_store WHERE msg_status = 1)").
+		Scan(&messages, &deliveries, &acked, &consumed)
+	if err != nil {
+		err = fmt.Errorf("floor: counts: %w", err)
+	}
+	return
+}
+
+// inTx runs fn in a transaction, again after a deadlock (error 1213),
+// which concurrent multi-row inserts may meet.
+func (f *Floor) inTx(ctx context.Context, what string, fn func(*sql.Tx) error) error {
+	var err error
+	for range 5 {
+		var tx *sql.Tx
+		if tx, err = f.DB.BeginTx(ctx, nil); err != nil {
+			break
+		}
+		if err = fn(tx); err == nil {
+			if err = tx.Commit(); err == nil {
+				return nil
+			}
+		} else {
+			tx.Rollback()
+		}
+		var me *mysql.MySQLError
+		if !errors.As(err, &me) || me.Number != 1213 {
+			break
+		}
+	}
+	return fmt.Errorf("floor: %s: %w", what, err)
+}
+
+// FloorRun is the outcome of a floor phase.
+type FloorRun struct {
+	Messages int64         // counted: committed inside the window (produce) or the whole backlog (consume)
+	Total    int64         // moved over the whole phase, warm-up included: the CPU's divisor
+	Window   time.Duration // the counted span
+}
+
+// PerSec is the phase's rate.
+func (r FloorRun) PerSec() float64 {
+	if r.Window <= 0 {
+		return 0
+	}
+	return float64(r.Messages) / r.Window.Seconds()
+}
+
+// Preload publishes n messages to topic with workers, batch per
+// transaction: the backlog a consume phase drains (not measured).
+func (f *Floor) Preload(ctx context.Context, topic string, n, workers, batch int) error {
+	var seq, left atomic.Int64
+	left.Store(int64(n))
+	g, gctx := errgroup.WithContext(ctx)
+	for w := range workers {
+		g.Go(func() error {
+			for {
+				k := min(int64(batch), left.Add(-int64(batch))+int64(batch))
+				if k <= 0 {
+					return nil
+				}
+				if err := f.Publish(gctx, topic, floorMessages(int(k), fmt.Sprint("p", w), &seq)); err != nil {
+					return err
+				}
+			}
+		})
+	}
+	return g.Wait()
+}
+
+// ProduceBatched runs workers closed loop for d, each publishing batch
+// messages per transaction, and counts what committed after warmup.
+func (f *Floor) ProduceBatched(ctx context.Context, topic string, workers, batch int, d, warmup time.Duration) (FloorRun, error) {
+	var seq atomic.Int64
+	return f.window(ctx, workers, d, warmup, func(ctx context.Context, w int) (int, error) {
+		msgs := floorMessages(batch, fmt.Sprint("w", w), &seq)
+		return len(msgs), f.Publish(ctx, topic, msgs)
+	})
+}
+
+// ProduceSingle runs clients closed loop for d, each sending one message
+// at a time and waiting for its commit, gathered by an ideal group commit:
+// up to committers transactions in flight, each taking every message that
+// waits (at most 500), with no HTTP, no JSON and no linger between the
+// clients and the database. It is the floor of issue 17's single-message
+// producers: what one-at-a-time senders can get from the database when
+// nothing else costs anything.
+func (f *Floor) ProduceSingle(ctx context.Context, topic string, clients, committers int, d, warmup time.Duration) (FloorRun, error) {
+	type req struct {
+		m    FloorMessage
+		done chan error
+	}
+	queue := make(chan req, clients)
+	cctx, cancel := context.WithCancel(ctx)
+	var cwg sync.WaitGroup
+	for range committers {
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			for {
+				var batch []req
+				select {
+				case r := <-queue:
+					batch = append(batch, r)
+				case <-cctx.Done():
+					return
+				}
+			more:
+				for len(batch) < 500 {
+					select {
+					case r := <-queue:
+						batch = append(batch, r)
+					default:
+						break more
+					}
+				}
+				msgs := make([]FloorMessage, len(batch))
+				for i, r := range batch {
+					msgs[i] = r.m
+				}
+				err := f.Publish(ctx, topic, msgs)
+				for _, r := range batch {
+					r.done <- err
+				}
+			}
+		}()
+	}
+	var seq atomic.Int64
+	run, err := f.window(ctx, clients, d, warmup, func(ctx context.Context, w int) (int, error) {
+		r := req{m: floorMessages(1, fmt.Sprint("s", w), &seq)[0], done: make(chan error, 1)}
+		select {
+		case queue <- r:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		return 1, <-r.done
+	})
+	cancel()
+	cwg.Wait()
+	return run, err
+}
+
+// window runs workers closed loop for d; each call of one reports how many
+// messages it committed. Those that finish after warmup count.
+func (f *Floor) window(ctx context.Context, workers int, d, warmup time.Duration, one func(context.Context, int) (int, error)) (FloorRun, error) {
+	start := time.Now()
+	from, end := start.Add(warmup), start.Add(d)
+	var counted, total atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil && time.Now().Before(end) {
+				n, err := one(ctx, w)
+				if err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+				total.Add(int64(n))
+				if now := time.Now(); !now.Before(from) && !now.After(end) {
+					counted.Add(int64(n))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return FloorRun{Messages: counted.Load(), Total: total.Load(), Window: d - warmup}, firstErr
+}
+
+// Consume drains topic's whole backlog with workers, each claiming batch and
+// acking what it got, and reports the backlog over the time until the last
+// ack committed. A claim that finds nothing while others still hold leases
+// tries again; the phase ends when a claim finds nothing and every
+// delivery is acked.
+func (f *Floor) Consume(ctx context.Context, topic string, workers, batch int, backlog int64) (FloorRun, error) {
+	start := time.Now()
+	var acked atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			consumer := fmt.Sprint("floor-", w)
+			for ctx.Err() == nil && acked.Load() < backlog {
+				leases, err := f.Claim(ctx, topic, consumer, batch, time.Minute)
+				if err == nil {
+					err = f.Ack(ctx, leases)
+				}
+				if err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+				acked.Add(int64(len(leases)))
+				if len(leases) == 0 {
+					ctxwait.Sleep(ctx, time.Millisecond) // the last leases are another worker's
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	if firstErr == nil && acked.Load() != backlog {
+		firstErr = fmt.Errorf("floor: consumed %d of %d", acked.Load(), backlog)
+	}
+	return FloorRun{Messages: acked.Load(), Total: acked.Load(), Window: time.Since(start)}, firstErr
+}
+
+// floorMessages makes n messages of the load tester's payload size (100–
+// 300 bytes of JSON, uniform) with unique keys.
+func floorMessages(n int, prefix string, seq *atomic.Int64) []FloorMessage {
+	out := make([]FloorMessage, n)
+	for i := range out {
+		key := fmt.Sprintf("%s-%d", prefix, seq.Add(1))
+		body := `{"key":"` + key + `","p":"`
+		pad := max(100+rand.IntN(201)-len(body)-2, 0)
+		out[i] = FloorMessage{Key: key, Payload: []byte(body + strings.Repeat("x", pad) + `"}`)}
+	}
+	return out
+}
+
+func queryIDs(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]uint64, error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []uint64
+	for rows.Next() {
+		var id uint64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+func marks(n int) string { return strings.TrimSuffix(strings.Repeat("?,", n), ",") }
+
+func repeatList(row string, n int) string {
+	return strings.TrimSuffix(strings.Repeat(row+",", n), ",")
+}
+
+func idArgs(ids []uint64) []any {
+	out := make([]any, len(ids))
+	for i, id := range ids {
+		out[i] = id
+	}
+	return out
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/shardmq/shardmq/loadtest"
+)
+
+// floorPhases runs loadtest.Floor, DESIGN §6's rows written by hand, in
+// its own database beside the peer's, with the peer's phase shapes: the
+// same publishers and batch, the same backlog; its single-message phase
+// has the client scenario's senders.
+type floorPhases struct {
+	db  *sql.DB
+	f   *loadtest.Floor
+	o   options
+	cpu []loadtest.CPUSource
+	n   int
+}
+
+func newFloor(ctx context.Context, dsn string, o options, cpu []loadtest.CPUSource) (*floorPhases, error) {
+	admin, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	for _, q := range []string{"DROP DATABASE IF EXISTS peer_floor", "CREATE DATABASE peer_floor"} {
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			return nil, fmt.Errorf("floor database: %s: %w", q, err)
+		}
+	}
+	db, err := sql.Open("mysql", dsn+"peer_floor?interpolateParams=true&parseTime=true")
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(128)
+	db.SetMaxIdleConns(128)
+	fl := &floorPhases{db: db, f: &loadtest.Floor{DB: db}, o: o, cpu: cpu}
+	if err := fl.f.Create(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return fl, nil
+}
+
+func (fl *floorPhases) close() { fl.db.Close() }
+
+func (fl *floorPhases) topic() string {
+	fl.n++
+	return fmt.Sprint("floor_", fl.n)
+}
+
+func (fl *floorPhases) phase(name, work string, r loadtest.FloorRun, tr *tracker) phase {
+	return phase{Name: name, Target: "floor", Work: work, Messages: r.Messages, Seconds: r.Window.Seconds(),
+		PerSec: r.PerSec(), CPU: tr.finish(r.Total)}
+}
+
+func (fl *floorPhases) produceBatched(ctx context.Context, name string) (phase, error) {
+	tr := newTracker(fl.cpu)
+	r, err := fl.f.ProduceBatched(ctx, fl.topic(), fl.o.publishers, fl.o.batch, fl.o.duration, fl.o.warmup)
+	if err != nil {
+		return phase{}, err
+	}
+	return fl.phase(name, "produce", r, tr), nil
+}
+
+func (fl *floorPhases) produceSingle(ctx context.Context, name string) (phase, error) {
+	tr := newTracker(fl.cpu)
+	r, err := fl.f.ProduceSingle(ctx, fl.topic(), fl.o.floorClients, fl.o.floorCommitters, fl.o.duration, fl.o.warmup)
+	if err != nil {
+		return phase{}, err
+	}
+	return fl.phase(name, "single", r, tr), nil
+}
+
+func (fl *floorPhases) consume(ctx context.Context, name string) (phase, error) {
+	topic := fl.topic()
+	if err := fl.f.Preload(ctx, topic, fl.o.preload, fl.o.publishers, fl.o.batch); err != nil {
+		return phase{}, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	tr := newTracker(fl.cpu)
+	r, err := fl.f.Consume(cctx, topic, fl.o.floorConsumers, fl.o.batch, int64(fl.o.preload))
+	if err != nil {
+		return phase{}, err
+	}
+	return fl.phase(name, "consume", r, tr), nil
+}
