@@ -79,6 +79,46 @@ func TestFloorWritesTheBudget(t *testing.T) {
 	}
 }
 
+// TestFloorAcks checks what each kind of ack writes.
+func TestFloorAcks(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ack                  FloorAck
+		acked, consumed, all int64
+	}{
+		{AckBudget, 30, 30, 30},
+		{AckFolded, 30, 30, 30},
+		{AckDeleteOnly, 0, 0, 30},
+	} {
+		t.Run(tc.ack.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			f := setupFloor(t)
+			f.Acks = tc.ack
+			if err := f.Preload(ctx, "t", 30, 2, 10); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Consume(ctx, "t", 2, 7, 30); err != nil {
+				t.Fatal(err)
+			}
+			messages, deliveries, acked, consumed, err := f.Counts(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if messages != tc.all || deliveries != 0 || acked != tc.acked || consumed != tc.consumed {
+				t.Fatalf("messages %d, deliveries %d, acked %d, consumed %d; want %d, 0, %d, %d",
+					messages, deliveries, acked, consumed, tc.all, tc.acked, tc.consumed)
+			}
+			if back, err := ParseFloorAck(tc.ack.String()); err != nil || back != tc.ack {
+				t.Fatalf("ParseFloorAck(%q) = %v, %v", tc.ack, back, err)
+			}
+		})
+	}
+	if _, err := ParseFloorAck("none"); err == nil {
+		t.Fatal(`ParseFloorAck("none") accepted`)
+	}
+}
+
 // TestFloorAckNeedsTheLease refuses an ack whose token no longer holds the
 // deliveries, and writes nothing for it.
 func TestFloorAckNeedsTheLease(t *testing.T) {

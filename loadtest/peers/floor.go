@@ -38,7 +38,12 @@ func newFloor(ctx context.Context, dsn string, o options, cpu []loadtest.CPUSour
 	}
 	db.SetMaxOpenConns(128)
 	db.SetMaxIdleConns(128)
-	fl := &floorPhases{db: db, f: &loadtest.Floor{DB: db}, o: o, cpu: cpu}
+	ack, err := loadtest.ParseFloorAck(o.floorAck)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	fl := &floorPhases{db: db, f: &loadtest.Floor{DB: db, Acks: ack}, o: o, cpu: cpu}
 	if err := fl.f.Create(ctx); err != nil {
 		db.Close()
 		return nil, err

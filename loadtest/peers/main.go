@@ -51,6 +51,7 @@ type options struct {
 	loadtestArgs                         string
 	floorClients, floorCommitters        int
 	floorConsumers                       int
+	floorAck                             string
 }
 
 func run(args []string, stdout io.Writer) int {
@@ -69,6 +70,7 @@ func run(args []string, stdout io.Writer) int {
 	fs.StringVar(&o.loadtestArgs, "loadtest-args", "", "extra flags for the load tester's runs")
 	fs.IntVar(&o.floorClients, "floor-clients", 64, "one-message-at-a-time senders of the floor's single-message phase (the client scenario's goroutines)")
 	fs.IntVar(&o.floorCommitters, "floor-committers", 2, "transactions in flight of the floor's ideal group commit")
+	fs.StringVar(&o.floorAck, "floor-ack", "budget", "what the floor's ack writes besides the delete: budget (DESIGN §6: acked trace row and status), folded (the acked event in the status update), delete-only")
 	fs.IntVar(&o.floorConsumers, "floor-consumers", 4, "consumers of the floor's consume phase (the router's bench-consume consumers)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -183,7 +185,11 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 		return err
 	}
 	rep.Phases = append(rep.Phases, rc...)
-	if err := addPeer(fl.consume(ctx, "floor consume")); err != nil {
+	consumeName := "floor consume"
+	if o.floorAck != "budget" {
+		consumeName += " (ack " + o.floorAck + ", not DESIGN §6)"
+	}
+	if err := addPeer(fl.consume(ctx, consumeName)); err != nil {
 		return err
 	}
 	if err := addPeer(p.consume(ctx, "peer consume #2")); err != nil {
