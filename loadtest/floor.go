@@ -37,6 +37,13 @@ type Floor struct {
 	// AckBudget, DESIGN §6's rows; the others measure budgets the
 	// contract does not allow today (docs/performance.md, "The floor").
 	Acks FloorAck
+	// LeasedOut moves a leased delivery out of the claim index's range (a
+	// leased flag ahead of priority in the key), so that a claim never
+	// walks past in-flight rows; the product keeps them in the range,
+	// ordered among the ready ones, and tells them apart by available_at.
+	// The floor does not pay what LeasedOut would cost a real queue:
+	// finding expired leases needs another read.
+	LeasedOut bool
 	// Clock gives the times written; defaults to time.Now.
 	Clock func() time.Time
 
@@ -79,8 +86,9 @@ var floorTables = []string{
   locked_by VARBINARY(128) NULL,
   claim_token BIGINT UNSIGNED NOT NULL DEFAULT 0,
   claimed_at DATETIME(6) NULL,
+  leased TINYINT UNSIGNED NOT NULL DEFAULT 0,
   PRIMARY KEY (message_id, subscription),
-  KEY idx_claim (topic, subscription, priority DESC, message_id, available_at)
+  KEY idx_claim (%s)
 ) ENGINE=InnoDB`,
 	`CREATE TABLE floor_trace (
   message_id BIGINT UNSIGNED NOT NULL,
@@ -102,7 +110,14 @@ func (f *Floor) Create(ctx context.Context) error {
 			return fmt.Errorf("floor: drop %s: %w", t, err)
 		}
 	}
+	claimKey := "topic, subscription, priority DESC, message_id, available_at"
+	if f.LeasedOut {
+		claimKey = "topic, subscription, leased, priority DESC, message_id, available_at"
+	}
 	for _, q := range floorTables {
+		if strings.Contains(q, "%s") {
+			q = fmt.Sprintf(q, claimKey)
+		}
 		if _, err := f.DB.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("floor: create tables: %w", err)
 		}
@@ -219,14 +234,18 @@ func (f *Floor) Claim(ctx context.Context, topic, consumer string, max int, visi
 	var out []FloorLease
 	err := f.inTx(ctx, "claim", func(tx *sql.Tx) error {
 		out = out[:0]
-		ids, err := queryIDs(ctx, tx, "SELECT message_id FROM floor_queue WHERE topic = ? AND subscription = ? AND available_at <= ?"+
+		ids, err := queryIDs(ctx, tx, "SELECT message_id FROM floor_queue WHERE topic = ? AND subscription = ? AND leased = 0 AND available_at <= ?"+
 			" ORDER BY priority DESC, message_id LIMIT ? FOR UPDATE SKIP LOCKED", topic, FloorSubscription, now, max)
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		args := []any{token, consumer, now, now.Add(visibility), FloorSubscription}
+		leased := 0
+		if f.LeasedOut {
+			leased = 1
+		}
+		args := []any{token, consumer, now, now.Add(visibility), leased, FloorSubscription}
 		if _, err := tx.ExecContext(ctx, "UPDATE floor_queue SET claim_token = ?, locked_by = ?, claimed_at = ?,"+
-			" attempts = attempts + 1, available_at = ? WHERE subscription = ? AND message_id IN ("+marks(len(ids))+")",
+			" attempts = attempts + 1, available_at = ?, leased = ? WHERE subscription = ? AND message_id IN ("+marks(len(ids))+")",
 			append(args, idArgs(ids)...)...); err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"testing"
 	"time"
 
@@ -84,17 +85,21 @@ func TestFloorAcks(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		ack                  FloorAck
+		leasedOut            bool
 		acked, consumed, all int64
 	}{
-		{AckBudget, 30, 30, 30},
-		{AckFolded, 30, 30, 30},
-		{AckDeleteOnly, 0, 0, 30},
+		{AckBudget, false, 30, 30, 30},
+		{AckBudget, true, 30, 30, 30},
+		{AckFolded, false, 30, 30, 30},
+		{AckDeleteOnly, false, 0, 0, 30},
 	} {
-		t.Run(tc.ack.String(), func(t *testing.T) {
+		t.Run(fmt.Sprint(tc.ack, "/leased-out=", tc.leasedOut), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			f := setupFloor(t)
-			f.Acks = tc.ack
+			f := &Floor{DB: setupFloor(t).DB, Acks: tc.ack, LeasedOut: tc.leasedOut}
+			if err := f.Create(ctx); err != nil {
+				t.Fatal(err)
+			}
 			if err := f.Preload(ctx, "t", 30, 2, 10); err != nil {
 				t.Fatal(err)
 			}

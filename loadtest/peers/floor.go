@@ -43,7 +43,7 @@ func newFloor(ctx context.Context, dsn string, o options, cpu []loadtest.CPUSour
 		db.Close()
 		return nil, err
 	}
-	fl := &floorPhases{db: db, f: &loadtest.Floor{DB: db, Acks: ack}, o: o, cpu: cpu}
+	fl := &floorPhases{db: db, f: &loadtest.Floor{DB: db, Acks: ack, LeasedOut: o.floorLeasedOut}, o: o, cpu: cpu}
 	if err := fl.f.Create(ctx); err != nil {
 		db.Close()
 		return nil, err

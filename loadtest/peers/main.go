@@ -52,6 +52,7 @@ type options struct {
 	floorClients, floorCommitters        int
 	floorConsumers                       int
 	floorAck                             string
+	floorLeasedOut                       bool
 }
 
 func run(args []string, stdout io.Writer) int {
@@ -71,6 +72,7 @@ func run(args []string, stdout io.Writer) int {
 	fs.IntVar(&o.floorClients, "floor-clients", 64, "one-message-at-a-time senders of the floor's single-message phase (the client scenario's goroutines)")
 	fs.IntVar(&o.floorCommitters, "floor-committers", 2, "transactions in flight of the floor's ideal group commit")
 	fs.StringVar(&o.floorAck, "floor-ack", "budget", "what the floor's ack writes besides the delete: budget (DESIGN §6: acked trace row and status), folded (the acked event in the status update), delete-only")
+	fs.BoolVar(&o.floorLeasedOut, "floor-leased-out", false, "the floor moves leased deliveries out of the claim index's range (not the product's layout)")
 	fs.IntVar(&o.floorConsumers, "floor-consumers", 4, "consumers of the floor's consume phase (the router's bench-consume consumers)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -188,6 +190,9 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 	consumeName := "floor consume"
 	if o.floorAck != "budget" {
 		consumeName += " (ack " + o.floorAck + ", not DESIGN §6)"
+	}
+	if o.floorLeasedOut {
+		consumeName += " (leased out of the claim range)"
 	}
 	if err := addPeer(fl.consume(ctx, consumeName)); err != nil {
 		return err
