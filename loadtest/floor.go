@@ -225,17 +225,23 @@ type FloorLease struct {
 	Payload   []byte
 }
 
-// Claim leases up to max ready deliveries, highest priority then oldest,
+// Claim leases up to limit ready deliveries, highest priority then oldest,
 // skipping rows another claim holds, and reads their bodies: one short
 // transaction of a locking read, the lease update and the body read.
-func (f *Floor) Claim(ctx context.Context, topic, consumer string, max int, visibility time.Duration) ([]FloorLease, error) {
+func (f *Floor) Claim(ctx context.Context, topic, consumer string, limit int, visibility time.Duration) ([]FloorLease, error) {
+	// Only the LeasedOut layout has the flag in its index; with the
+	// product's layout a condition on it would read every walked row.
+	notLeased := ""
+	if f.LeasedOut {
+		notLeased = " AND leased = 0"
+	}
 	now := f.now()
 	token := f.token.Add(1)
 	var out []FloorLease
 	err := f.inTx(ctx, "claim", func(tx *sql.Tx) error {
 		out = out[:0]
-		ids, err := queryIDs(ctx, tx, "SELECT message_id FROM floor_queue WHERE topic = ? AND subscription = ? AND leased = 0 AND available_at <= ?"+
-			" ORDER BY priority DESC, message_id LIMIT ? FOR UPDATE SKIP LOCKED", topic, FloorSubscription, now, max)
+		ids, err := queryIDs(ctx, tx, "SELECT message_id FROM floor_queue WHERE topic = ? AND subscription = ?"+notLeased+" AND available_at <= ?"+
+			" ORDER BY priority DESC, message_id LIMIT ? FOR UPDATE SKIP LOCKED", topic, FloorSubscription, now, limit)
 		if err != nil || len(ids) == 0 {
 			return err
 		}
