@@ -472,31 +472,42 @@ func (f *Floor) window(ctx context.Context, workers int, d, warmup time.Duration
 	start := time.Now()
 	from, end := start.Add(warmup), start.Add(d)
 	var counted, total atomic.Int64
-	var firstErr error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil && time.Now().Before(end) {
-				n, err := one(ctx, w)
-				if err != nil {
-					once.Do(func() { firstErr = err })
-					return
-				}
-				total.Add(int64(n))
-				if now := time.Now(); !now.Before(from) && !now.After(end) {
-					counted.Add(int64(n))
+	err := f.workers(ctx, workers, func(w int) (bool, error) {
+		if !time.Now().Before(end) {
+			return false, nil
+		}
+		n, err := one(ctx, w)
+		if err != nil {
+			return false, err
+		}
+		total.Add(int64(n))
+		if now := time.Now(); !now.Before(from) && !now.After(end) {
+			counted.Add(int64(n))
+		}
+		return true, nil
+	})
+	return FloorRun{Messages: counted.Load(), Total: total.Load(), Window: d - warmup}, err
+}
+
+// workers runs n loops of step (given the loop's number) until step
+// says stop, fails or ctx ends; the answer is the first failure, or ctx's
+// error.
+func (f *Floor) workers(ctx context.Context, n int, step func(w int) (bool, error)) error {
+	var g errgroup.Group
+	for w := range n {
+		g.Go(func() error {
+			for ctx.Err() == nil {
+				if more, err := step(w); err != nil || !more {
+					return err
 				}
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
+	if err := g.Wait(); err != nil {
+		return err
 	}
-	return FloorRun{Messages: counted.Load(), Total: total.Load(), Window: d - warmup}, firstErr
+	return ctx.Err()
 }
 
 // Consume drains topic's whole backlog with workers, each claiming batch and
@@ -507,38 +518,27 @@ func (f *Floor) window(ctx context.Context, workers int, d, warmup time.Duration
 func (f *Floor) Consume(ctx context.Context, topic string, workers, batch int, backlog int64) (FloorRun, error) {
 	start := time.Now()
 	var acked atomic.Int64
-	var firstErr error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			consumer := fmt.Sprint("floor-", w)
-			for ctx.Err() == nil && acked.Load() < backlog {
-				leases, err := f.Claim(ctx, topic, consumer, batch, time.Minute)
-				if err == nil {
-					err = f.Ack(ctx, leases)
-				}
-				if err != nil {
-					once.Do(func() { firstErr = err })
-					return
-				}
-				acked.Add(int64(len(leases)))
-				if len(leases) == 0 {
-					ctxwait.Sleep(ctx, time.Millisecond) // the last leases are another worker's
-				}
-			}
-		}()
+	err := f.workers(ctx, workers, func(w int) (bool, error) {
+		if acked.Load() >= backlog {
+			return false, nil
+		}
+		leases, err := f.Claim(ctx, topic, fmt.Sprint("floor-", w), batch, time.Minute)
+		if err == nil {
+			err = f.Ack(ctx, leases)
+		}
+		if err != nil {
+			return false, err
+		}
+		acked.Add(int64(len(leases)))
+		if len(leases) == 0 {
+			ctxwait.Sleep(ctx, time.Millisecond) // the last leases are another worker's
+		}
+		return true, nil
+	})
+	if err == nil && acked.Load() != backlog {
+		err = fmt.Errorf("floor: consumed %d of %d", acked.Load(), backlog)
 	}
-	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
-	}
-	if firstErr == nil && acked.Load() != backlog {
-		firstErr = fmt.Errorf("floor: consumed %d of %d", acked.Load(), backlog)
-	}
-	return FloorRun{Messages: acked.Load(), Total: acked.Load(), Window: time.Since(start)}, firstErr
+	return FloorRun{Messages: acked.Load(), Total: acked.Load(), Window: time.Since(start)}, err
 }
 
 // floorMessages makes n messages of the load tester's payload size (100–

@@ -2,9 +2,7 @@ package loadtest
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"fmt"
 	"testing"
 	"time"
@@ -15,23 +13,14 @@ import (
 // setupFloor is a Floor on its own database on the bed's first primary.
 func setupFloor(t *testing.T) *Floor {
 	t.Helper()
-	ctx := context.Background()
-	var rnd [4]byte
-	rand.Read(rnd[:])
-	name := "t_floor_" + hex.EncodeToString(rnd[:])
-	if err := testbed.CreateDatabase(ctx, bed, name); err != nil {
-		t.Fatal(err)
-	}
+	name := testbed.TestDatabase(t, bed, "t_floor_")
 	db, err := sql.Open("mysql", bed.Clusters[0].Primary.DSN(name)+"?interpolateParams=true&parseTime=true")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		db.Exec("DROP DATABASE " + name)
-		db.Close()
-	})
+	t.Cleanup(func() { db.Close() })
 	f := &Floor{DB: db}
-	if err := f.Create(ctx); err != nil {
+	if err := f.Create(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return f
