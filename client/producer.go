@@ -135,11 +135,11 @@ type SendResult struct {
 // If ctx ends first, Send returns ctx's error and the message may or may
 // not be stored: send it again with the same key (and order key) to know.
 func (p *Producer) Send(ctx context.Context, topic string, m Message) (Result, error) {
-	var backoff time.Duration
+	var wait time.Duration
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 {
-			if err := sleepCtx(ctx, backoff); err != nil {
+			if err := sleepCtx(ctx, wait); err != nil {
 				return Result{Key: m.Key}, fmt.Errorf("send %q to %s after %d attempts (last: %v): %w", m.Key, topic, attempt-1, lastErr, err)
 			}
 		}
@@ -148,18 +148,15 @@ func (p *Producer) Send(ctx context.Context, topic string, m Message) (Result, e
 			return Result{Key: m.Key}, err
 		}
 		switch {
-		case o.err == nil && (o.res.Status == StatusCreated || o.res.Status == StatusDuplicate):
-			return o.res, nil
-		case o.err == nil && o.res.Status == StatusConflict:
-			return o.res, fmt.Errorf("send %q to %s: %w", m.Key, topic, ErrConflict)
 		case o.err == nil:
-			lastErr = &Error{Code: CodeUnavailable, Message: "item answered " + o.res.Status, RetryAfter: o.retryAfter}
-			if o.res.Error != nil {
-				lastErr = &Error{Code: o.res.Error.Code, Message: o.res.Error.Message, RetryAfter: o.retryAfter}
+			ierr, retry := itemOutcome(o.res, o.retryAfter)
+			switch {
+			case ierr == nil:
+				return o.res, nil
+			case !retry:
+				return o.res, fmt.Errorf("send %q to %s: %w", m.Key, topic, ierr)
 			}
-			if o.res.Status != StatusUnavailable {
-				return o.res, fmt.Errorf("send %q to %s: %w", m.Key, topic, lastErr)
-			}
+			lastErr = ierr
 		case retryable(o.err):
 			lastErr = o.err
 		default:
@@ -168,8 +165,27 @@ func (p *Producer) Send(ctx context.Context, topic string, m Message) (Result, e
 		if attempt >= p.cfg.MaxAttempts {
 			return o.res, fmt.Errorf("send %q to %s: %d attempts: %w", m.Key, topic, attempt, lastErr)
 		}
-		backoff = p.backoff(attempt, max(o.retryAfter, retryAfterOf(lastErr)))
+		wait = backoff(p.cfg.InitialBackoff, p.cfg.MaxBackoff, attempt, max(o.retryAfter, retryAfterOf(lastErr)))
 	}
+}
+
+// itemOutcome is what one produced item's answer means: nil for created and
+// duplicate (stored), ErrConflict, and otherwise an *Error with the item's
+// code — retry says whether its outcome is open and a send with the same
+// key may succeed (unavailable; unknown, a commit whose outcome the router
+// could not learn) or not (rejected: the database refused a value).
+func itemOutcome(r Result, retryAfter time.Duration) (err error, retry bool) {
+	switch r.Status {
+	case StatusCreated, StatusDuplicate:
+		return nil, false
+	case StatusConflict:
+		return ErrConflict, false
+	}
+	e := &Error{Code: CodeUnavailable, Message: "item answered " + r.Status, RetryAfter: retryAfter}
+	if r.Error != nil {
+		e.Code, e.Message = r.Error.Code, r.Error.Message
+	}
+	return e, r.Status == StatusUnavailable || r.Status == StatusUnknown
 }
 
 // SendMany sends msgs to topic and answers each one's outcome, in order,
@@ -211,12 +227,14 @@ func (p *Producer) once(ctx context.Context, topic string, m Message) (outcome, 
 	}
 }
 
-func (p *Producer) backoff(attempt int, retryAfter time.Duration) time.Duration {
-	d := p.cfg.InitialBackoff
-	for i := 1; i < attempt && d < p.cfg.MaxBackoff; i++ {
+// backoff is the wait before retry number attempt: initial·2^(attempt-1)
+// capped at most, ±20 % jitter, never shorter than retryAfter.
+func backoff(initial, most time.Duration, attempt int, retryAfter time.Duration) time.Duration {
+	d := initial
+	for i := 1; i < attempt && d < most; i++ {
 		d *= 2
 	}
-	d = min(d, p.cfg.MaxBackoff)
+	d = min(d, most)
 	d = time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 	return max(d, retryAfter)
 }

@@ -46,6 +46,13 @@ const (
 	StatusDuplicate   = "duplicate"
 	StatusConflict    = "conflict"
 	StatusUnavailable = "unavailable"
+	// StatusUnknown: the commit's outcome is unknown to the router (the
+	// connection broke during COMMIT); a retry with the same key is safe
+	// and tells.
+	StatusUnknown = "unknown"
+	// StatusRejected: the database refused a value; a retry fails the
+	// same way.
+	StatusRejected = "rejected"
 )
 
 // Lease statuses (ack, nack, extend).
@@ -68,7 +75,8 @@ type Result struct {
 	// ID is the stored message's id (the original's for a duplicate).
 	ID     string `json:"id,omitempty"`
 	VShard int    `json:"vshard"`
-	// Status is created, duplicate, conflict or unavailable.
+	// Status is created, duplicate, conflict, unavailable, unknown or
+	// rejected.
 	Status string     `json:"status"`
 	Error  *itemError `json:"error,omitempty"`
 }

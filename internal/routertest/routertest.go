@@ -8,11 +8,14 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/shardmq/shardmq/auth"
 	"github.com/shardmq/shardmq/internal/testbed"
@@ -29,6 +32,11 @@ type Router struct {
 	Database string
 	// CA holds the certificate of a TLS router.
 	CA *x509.CertPool
+
+	cfg    server.Config
+	mu     sync.Mutex
+	srv    *httptest.Server
+	router *server.Router
 }
 
 // Options tune Start.
@@ -90,6 +98,7 @@ func Start(t testing.TB, bed *testbed.Bed, o Options) *Router {
 	if o.Tune != nil {
 		o.Tune(&cfg)
 	}
+	out.cfg = cfg
 	r, err := server.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -103,9 +112,57 @@ func Start(t testing.TB, bed *testbed.Bed, o Options) *Router {
 		srv.Start()
 	}
 	out.URL = srv.URL
-	t.Cleanup(func() {
-		srv.Close()
-		r.Close()
-	})
+	out.srv, out.router = srv, r
+	t.Cleanup(out.stop)
 	return out
+}
+
+func (rt *Router) stop() {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.srv != nil {
+		rt.srv.Close()
+		rt.router.Close()
+		rt.srv, rt.router = nil, nil
+	}
+}
+
+// Restart stops the router as a crash looks to its clients — every
+// connection is cut at once, answers of requests in flight are lost
+// (their group commits may still complete) — then starts a new router
+// over the same databases on the same address. Not for TLS routers.
+func (rt *Router) Restart(t testing.TB) {
+	t.Helper()
+	if rt.CA != nil {
+		t.Fatal("routertest: Restart of a TLS router")
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	addr := rt.srv.Listener.Addr().String()
+	rt.srv.Listener.Close()
+	rt.srv.CloseClientConnections()
+	rt.srv.Close()
+	rt.router.Close()
+	r, err := server.New(context.Background(), rt.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The port was ours a moment ago; another process may take it in
+	// between, which ends the test rather than hang it.
+	var ln net.Listener
+	for range 50 {
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		r.Close()
+		t.Fatalf("routertest: listening again on %s: %v", addr, err)
+	}
+	srv := httptest.NewUnstartedServer(r.Handler())
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	rt.srv, rt.router = srv, r
 }
