@@ -202,8 +202,11 @@ loadtest: deps loadtest-build
 		-out $(LOADTEST_OUT)/mixed$(if $(FAULT),-fault-$(FAULT))$(if $(filter-out 1,$(ROUTERS)),-r$(ROUTERS))$(if $(filter-out 1,$(WORKERS)),-w$(WORKERS)) $(LOADTEST_ARGS)
 
 # bench-produce: batched produce through the router and straight into
-# MySQL (the baseline), and one message per request from 64 clients, in
-# alternating rounds. Last line: produce ratio router/baseline: R.
+# MySQL (the baseline), one message per request from 64 clients, 64
+# goroutines sending through the Go client's Producer, and one goroutine
+# publishing 200,000 messages through its asynchronous Publisher, in
+# alternating rounds. Lines before the last: client single-message ratio,
+# client async ratio. Last line: produce ratio router/baseline: R.
 bench-produce: deps loadtest-build
 	bin/loadtest -scenario bench-produce $(LOADTEST_FLAGS) -out $(LOADTEST_OUT)/bench-produce $(LOADTEST_ARGS)
 

@@ -334,7 +334,8 @@ func (c *Client) NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 // payload, both payloads, a payload that is not JSON).
 //
 // Messages one goroutine publishes with one order key (or, without one,
-// one key) are stored in the order of its Publish calls.
+// one key) are stored in the order of its Publish calls (but see
+// MaxPerKey).
 func (p *Publisher) Publish(ctx context.Context, topic string, m Message) (*Publication, error) {
 	pub := &Publication{done: make(chan struct{})}
 	if err := p.publish(ctx, topic, m, pub, nil); err != nil {
@@ -414,8 +415,15 @@ func (p *Publisher) publish(ctx context.Context, topic string, m Message, pub *P
 	}
 	ch.queue = append(ch.queue, msg)
 	if ch.state == chainIdle {
-		p.topic(topic).push(ch, false, time.Now())
-		p.signal()
+		q := p.topic(topic)
+		q.push(ch, false, time.Now())
+		// The dispatcher needs to know when its topic has something to
+		// linger for, or enough to send at once; in between, its timer
+		// does.
+		full := q.heads == p.cfg.MaxBatch || (q.bytes >= p.cfg.MaxBatchBytes && q.bytes-msg.size < p.cfg.MaxBatchBytes)
+		if q.heads == 1 || full {
+			p.signal()
+		}
 	}
 	p.mu.Unlock()
 	return nil

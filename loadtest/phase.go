@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shardmq/shardmq/client"
 	"github.com/shardmq/shardmq/internal/ctxwait"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
@@ -71,6 +72,10 @@ type phaseSpec struct {
 	FaultAt, FaultDown time.Duration
 	// Preload marks a phase that only prepares data (reported apart).
 	Preload bool
+	// Async replaces the producers with one goroutine that publishes
+	// Count fresh keys, one Publish call each, through the workload's
+	// AsyncTarget (the Go client's asynchronous publisher).
+	Async bool
 	// KeyBase is added to the producer worker numbers in the keys: a
 	// generator of a fleet writes its own share of the key space.
 	KeyBase int
@@ -103,6 +108,7 @@ type phase struct {
 	timeline                                  *Timeline
 	retry                                     retryQueue
 	remaining                                 atomic.Int64 // Count mode
+	lastProduce                               atomic.Int64 // unix ns of the last answer that stored one
 	producersDone                             atomic.Bool
 	firstAck, lastAck                         atomic.Int64 // unix ns, consume phases
 	faultMu                                   sync.Mutex
@@ -164,9 +170,13 @@ func (p *phase) run(ctx context.Context, progress *progress) PhaseReport {
 	}
 	var prod, cons, aux sync.WaitGroup
 	if s.Kind != "consume" {
-		for w := range s.Producers {
-			prod.Add(1)
-			go func() { defer prod.Done(); p.producer(ctx, w) }()
+		switch {
+		case s.Async:
+			prod.Go(func() { p.publisher(ctx) })
+		default:
+			for w := range s.Producers {
+				prod.Go(func() { p.producer(ctx, w) })
+			}
 		}
 		for range max(2, s.Producers/2) {
 			aux.Add(1)
@@ -253,6 +263,45 @@ func (p *phase) producer(ctx context.Context, w int) {
 	}
 }
 
+// publisher is the one goroutine of an Async phase: it publishes Count
+// fresh keys one Publish call at a time through the target's
+// client.Publisher, each answer booked by its callback, then flushes.
+// A message the publisher gave up on goes to the retry queue, as a
+// producer's would.
+func (p *phase) publisher(ctx context.Context) {
+	wl, s := p.wl, p.spec
+	pub := wl.target.(*AsyncTarget).Publisher()
+	requests := pub.Stats().Requests // the publisher serves every round
+	const topic = 0
+	for range s.Count {
+		seq := wl.seqs[0]
+		wl.seqs[0]++
+		k := newKeyID(s.KeyBase, seq)
+		wl.v.Sent(k, topic)
+		m := p.message(k, topic, false)
+		p.offered.Add(1)
+		sent := time.Now()
+		book := func(res client.Result, err error) {
+			done := time.Now()
+			p.produceLat.Record(done.Sub(sent), p.inWindow(done))
+			pr, re := fromClient(res, err)
+			if re != nil {
+				p.booksProduce(topic, []Message{m}, nil, re, done)
+				return
+			}
+			p.booksProduce(topic, []Message{m}, []ProduceResult{pr}, nil, done)
+		}
+		if err := pub.PublishFunc(ctx, wl.topics[topic], clientMessage(m), book); err != nil {
+			book(client.Result{}, err) // not taken (the run is ending): the retriers send it
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	}
+	pub.Flush(ctx)
+	p.mRequests.Store(pub.Stats().Requests - requests)
+}
+
 func (p *phase) message(k keyID, topic int, repeat bool) Message {
 	key := p.wl.ks.key(k)
 	return Message{ID: k, Key: key, OrderKey: p.wl.ks.orderKey(k), Payload: p.wl.ks.payloadJSON(key, k), Repeat: repeat, topic: topic}
@@ -331,6 +380,9 @@ func (p *phase) booksProduce(topic int, msgs []Message, res []ProduceResult, err
 	}
 	p.produced.Add(ok)
 	sec.produced.Add(ok)
+	if ok > 0 {
+		p.lastProduce.Store(done.UnixNano())
+	}
 	p.retry.add(topic, retry)
 }
 

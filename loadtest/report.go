@@ -26,7 +26,10 @@ type Report struct {
 	Results []Result      `json:"results"`
 	// Ratios: produce (router/baseline, batched), consume (router/
 	// baseline), single_vs_batched_baseline (one message per request
-	// through the router against the batched baseline).
+	// through the router against the batched baseline),
+	// client_single_vs_router_batched and client_async_vs_router_batched
+	// (the Go client's Producer and Publisher phases against the router's
+	// batched rate).
 	Ratios       map[string]float64 `json:"ratios,omitempty"`
 	Verification []Verification     `json:"verification"`
 	Summary      Summary            `json:"summary"`
@@ -50,6 +53,7 @@ type Settings struct {
 	Batch          int     `json:"batch"`
 	ClaimMax       int     `json:"claim_max"`
 	SingleClients  int     `json:"single_clients,omitempty"`
+	AsyncCount     int     `json:"async_count,omitempty"`
 	ProduceRate    float64 `json:"produce_rate_target"`
 	ConsumeRate    float64 `json:"consume_rate_target"`
 	DurationS      float64 `json:"duration_s"`
@@ -199,6 +203,11 @@ func (p *phase) report() PhaseReport {
 	window := winEnd.Sub(p.measureFrom).Seconds()
 	if s.Count > 0 || s.Kind == "consume" {
 		window = now.Sub(p.start).Seconds()
+	}
+	if last := p.lastProduce.Load(); s.Count > 0 && last > 0 {
+		// A fixed count written: rate over the time it took, from the
+		// start to the last answer that stored one.
+		window = time.Unix(0, last).Sub(p.start).Seconds()
 	}
 	r.WindowS = window
 	if s.Kind != "consume" {

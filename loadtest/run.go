@@ -118,7 +118,7 @@ func settings(c *Config) Settings {
 		VisibilityS: c.Visibility.Seconds(), Durability: c.Durability, BaselineIncl: c.Baseline}
 	switch c.Scenario {
 	case ScenarioBenchProduce:
-		s.SingleClients, s.Rounds = c.SingleClients, c.Rounds
+		s.SingleClients, s.Rounds, s.AsyncCount = c.SingleClients, c.Rounds, c.AsyncCount
 		s.ProduceRate, s.ConsumeRate = 0, 0
 	case ScenarioBenchConsume:
 		s.Rounds, s.Preload = c.Rounds, c.Preload
@@ -308,9 +308,23 @@ func (r *runner) benchProduce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The Go client's Publisher: one goroutine, one Publish call per
+	// message, the publisher batching them itself.
+	ap := c.AsyncPublisher
+	ap.Durability = c.Durability
+	at, err := NewAsyncTarget(c.Router, c.Token, ap, r.router)
+	if err != nil {
+		return err
+	}
+	defer at.Close()
+	wlA, err := r.workload(ctx, "a", at)
+	if err != nil {
+		return err
+	}
 	batched := fmt.Sprintf("produce batch %d, %d producers", c.Batch, c.Producers)
 	single := fmt.Sprintf("produce 1 message per request, %d clients", c.SingleClients)
 	clientSingle := fmt.Sprintf("produce 1 message per Send through the Go client, %d goroutines", c.SingleClients)
+	clientAsync := fmt.Sprintf("produce %d messages, 1 Publish call at a time, through the Go client's Publisher, 1 goroutine", c.AsyncCount)
 	runOne := func(round int, which string) {
 		var s phaseSpec
 		switch which {
@@ -324,9 +338,16 @@ func (r *runner) benchProduce(ctx context.Context) error {
 		case "c":
 			s = r.spec(fmt.Sprintf("client single #%d", round+1), "produce")
 			s.Producers, s.Batch = c.SingleClients, 1
+		case "a":
+			// A count, not a duration: the rate is the count over the time
+			// from the first Publish to the last answer (a bound of ten
+			// minutes only stops a run gone wrong).
+			s = r.spec(fmt.Sprintf("client async #%d", round+1), "produce")
+			s.Producers, s.Batch, s.Async, s.Count = 1, 1, true, int64(c.AsyncCount)
+			s.Warmup, s.Duration = 0, 10*time.Minute
 		}
 		s.ProduceRate, s.Drain, s.DupShare = 0, 0, 0
-		wl := map[string]*workload{"r": wlR, "b": wlB, "s": wlS, "c": wlC}[which]
+		wl := map[string]*workload{"r": wlR, "b": wlB, "s": wlS, "c": wlC, "a": wlA}[which]
 		rep := r.runPhase(ctx, wl, s)
 		name := batched
 		switch which {
@@ -334,13 +355,15 @@ func (r *runner) benchProduce(ctx context.Context) error {
 			name = single
 		case "c":
 			name = clientSingle
+		case "a":
+			name = clientAsync
 		}
 		r.result(name, wl.target.Name(), rep.Produce.Messages, rep.WindowS)
 	}
 	for round := range c.Rounds {
-		order := []string{"b", "r", "s", "c"}
+		order := []string{"b", "r", "s", "c", "a"}
 		if round%2 == 1 {
-			order = []string{"c", "s", "r", "b"}
+			order = []string{"a", "c", "s", "r", "b"}
 		}
 		for _, w := range order {
 			if ctx.Err() != nil {
@@ -353,8 +376,10 @@ func (r *runner) benchProduce(ctx context.Context) error {
 	r.verify(ctx, wlB, "baseline batched", false)
 	r.verify(ctx, wlS, "router single", false)
 	r.verify(ctx, wlC, "client single", false)
+	r.verify(ctx, wlA, "client async", false)
 	r.ratio("produce", batched)
 	r.ratioOf("client_single_vs_router_batched", clientSingle, "client", batched, "router")
+	r.ratioOf("client_async_vs_router_batched", clientAsync, "client", batched, "router")
 	r.ratioOf("single_vs_batched_baseline", single, "router", batched, "baseline")
 	return nil
 }
@@ -522,6 +547,9 @@ func (rep *Report) SummaryLines() []string {
 		}
 		if v, ok := rep.Ratios["client_single_vs_router_batched"]; ok {
 			out = append(out, fmt.Sprintf("client single-message ratio: %.2f", v))
+		}
+		if v, ok := rep.Ratios["client_async_vs_router_batched"]; ok {
+			out = append(out, fmt.Sprintf("client async ratio: %.2f", v))
 		}
 		out = append(out, fmt.Sprintf("produce ratio router/baseline: %.2f", rep.Ratios["produce"]))
 	case ScenarioBenchConsume:

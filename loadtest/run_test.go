@@ -174,7 +174,7 @@ func TestBenchProduceRatioLine(t *testing.T) {
 	t.Parallel()
 	e := setupOn(t, bed)
 	cfg := e.small(ScenarioBenchProduce)
-	cfg.Rounds, cfg.Duration, cfg.Warmup, cfg.SingleClients = 1, 1500*time.Millisecond, 500*time.Millisecond, 4
+	cfg.Rounds, cfg.Duration, cfg.Warmup, cfg.SingleClients, cfg.AsyncCount = 1, 1500*time.Millisecond, 500*time.Millisecond, 4, 3000
 	rep, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -187,14 +187,40 @@ func TestBenchProduceRatioLine(t *testing.T) {
 	if _, ok := rep.Ratios["single_vs_batched_baseline"]; !ok {
 		t.Fatalf("no single-message ratio: %v", rep.Ratios)
 	}
-	// The Go client's phase: its messages were produced and verified (the
-	// books are checked by checkPassed), and its ratio is the line before
-	// the last.
+	// The Go client's phases: their messages were produced and verified
+	// (the books are checked by checkPassed), and their ratios are the
+	// lines before the last.
 	if v, ok := rep.Ratios["client_single_vs_router_batched"]; !ok || v <= 0 {
 		t.Fatalf("no client single-message ratio: %v", rep.Ratios)
 	}
-	if line := lines[len(lines)-2]; !regexp.MustCompile(`^client single-message ratio: \d+\.\d\d$`).MatchString(line) {
+	if line := lines[len(lines)-3]; !regexp.MustCompile(`^client single-message ratio: \d+\.\d\d$`).MatchString(line) {
+		t.Fatalf("third line from the end %q", line)
+	}
+	if v, ok := rep.Ratios["client_async_vs_router_batched"]; !ok || v <= 0 {
+		t.Fatalf("no client async ratio: %v", rep.Ratios)
+	}
+	if line := lines[len(lines)-2]; !regexp.MustCompile(`^client async ratio: \d+\.\d\d$`).MatchString(line) {
 		t.Fatalf("line before the last %q", line)
+	}
+	// The async phase: one goroutine published exactly AsyncCount new
+	// keys, every one stored, verified under its own name.
+	found := false
+	for _, ph := range rep.Phases {
+		if ph.Name != "client async #1" {
+			continue
+		}
+		found = true
+		if ph.Target != "client" || ph.Producers != 1 || ph.Offered != 3000 || ph.Produce.Messages != 3000 || ph.Produce.Requests == 0 {
+			t.Fatalf("async phase: target %s, %d producers, %d offered, %d stored in %d requests", ph.Target, ph.Producers, ph.Offered, ph.Produce.Messages, ph.Produce.Requests)
+		}
+	}
+	for _, v := range rep.Verification {
+		if v.Workload == "client async" && v.Acknowledged != 3000 {
+			t.Fatalf("client async verification: %+v", v)
+		}
+	}
+	if !found {
+		t.Fatal("no client async phase")
 	}
 }
 
