@@ -10,6 +10,12 @@
 //     `unavailable` (and whole requests refused with 503 or 429) with the
 //     same key, after a backoff with jitter that honours Retry-After. The
 //     router deduplicates by key, so a retry never stores a message twice.
+//   - Publisher publishes asynchronously: Publish returns a handle at once
+//     (PublishFunc takes a callback), the publisher lingers a few
+//     milliseconds or until a batch is full, keeps several requests in
+//     flight, keeps each order key's messages in publish order through
+//     retries, and answers each message's final outcome; its buffer is
+//     bounded, and Flush and Close wait for everything outstanding.
 //   - Consumer runs a claim loop with bounded concurrency, extends the
 //     leases of deliveries whose handler still runs, acks on success and
 //     nacks with an error code on failure, and stops gracefully.

@@ -98,6 +98,91 @@ func ExampleProducer_Close() {
 	}
 }
 
+func ExampleClient_NewPublisher() {
+	c, _ := client.New(client.Config{URL: "http://127.0.0.1:8080"})
+	p, err := c.NewPublisher(client.PublisherConfig{
+		Linger:         5 * time.Millisecond, // wait this long for a batch to fill
+		MaxInFlight:    4,                    // requests at once
+		BufferMessages: 10000,                // past this, Publish waits…
+		ErrorWhenFull:  false,                // …or, when true, answers ErrBufferFull
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close(context.Background())
+}
+
+func ExamplePublisher_Publish() {
+	c, _ := client.New(client.Config{URL: "http://127.0.0.1:8080"})
+	p, _ := c.NewPublisher(client.PublisherConfig{})
+	ctx := context.Background()
+	var pubs []*client.Publication
+	for i := range 1000 {
+		// Returns at once; one goroutine publishing one message at a time
+		// still fills batched requests.
+		pub, err := p.Publish(ctx, "orders", client.Message{
+			Key:      fmt.Sprintf("order-%d-paid", i),
+			OrderKey: fmt.Sprintf("order-%d", i), // the order of one order's messages is kept
+			Payload:  json.RawMessage(fmt.Sprintf(`{"order":%d}`, i)),
+		})
+		if err != nil {
+			log.Fatal(err) // not taken: closed, buffer full (ErrorWhenFull), ctx ended
+		}
+		pubs = append(pubs, pub)
+	}
+	for _, pub := range pubs {
+		res, err := pub.Wait(ctx)
+		if err != nil {
+			log.Printf("%s: %v", res.Key, err) // publish it again with the same key to know
+			continue
+		}
+		fmt.Println(res.Key, res.Status, res.ID) // created or duplicate
+	}
+	if err := p.Close(ctx); err != nil {
+		log.Print(err)
+	}
+}
+
+func ExamplePublisher_PublishFunc() {
+	c, _ := client.New(client.Config{URL: "http://127.0.0.1:8080"})
+	p, _ := c.NewPublisher(client.PublisherConfig{})
+	err := p.PublishFunc(context.Background(), "orders", client.Message{Key: "order-7-paid", Payload: json.RawMessage(`{"order":7}`)},
+		func(res client.Result, err error) {
+			// Runs on the publisher's goroutine: keep it short.
+			if err != nil {
+				log.Printf("order-7-paid: %v", err)
+			}
+		})
+	if err != nil {
+		log.Print(err)
+	}
+	// Flush waits for the answers (and callbacks) of everything published so far.
+	p.Flush(context.Background())
+}
+
+func ExamplePublisher_Resume() {
+	c, _ := client.New(client.Config{URL: "http://127.0.0.1:8080"})
+	p, _ := c.NewPublisher(client.PublisherConfig{})
+	pub, _ := p.Publish(context.Background(), "orders", client.Message{Key: "order-9-shipped", OrderKey: "order-9", Payload: json.RawMessage(`{}`)})
+	if _, err := pub.Wait(context.Background()); err != nil && !errors.Is(err, client.ErrConflict) {
+		// Later messages of order-9 are refused (ErrOrderKeyPaused) until
+		// this one is published again, first, and the key resumed.
+		p.Resume("orders", "order-9")
+	}
+}
+
+func ExamplePublisher_Close() {
+	c, _ := client.New(client.Config{URL: "http://127.0.0.1:8080"})
+	p, _ := c.NewPublisher(client.PublisherConfig{})
+	// Close sends what is held and waits until every message has its
+	// outcome; if ctx ends first, the rest are answered ErrClosed.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Close(ctx); err != nil {
+		log.Print(err)
+	}
+}
+
 func ExampleClient_NewConsumer() {
 	c, _ := client.New(client.Config{URL: "http://127.0.0.1:8080"})
 	cn, err := c.NewConsumer(client.ConsumerConfig{Topic: "orders", Subscription: "points", Concurrency: 16},
