@@ -208,8 +208,8 @@ func (p *Publication) Wait(ctx context.Context) (Result, error) {
 	}
 }
 
-// Attempts is how many times the message was sent (0 when it never was);
-// read it after Done.
+// Attempts is how many times the message was sent (0 when it never was).
+// It waits for Done.
 func (p *Publication) Attempts() int {
 	<-p.done
 	return p.attempts
@@ -349,7 +349,8 @@ func (p *Publisher) Publish(ctx context.Context, topic string, m Message) (*Publ
 // unless PublishFunc answers an error. fn runs on one of the publisher's
 // goroutines (or on the caller's, before PublishFunc returns, when the
 // outcome is known at once), possibly at the same time as other
-// callbacks; it must not block for long, as the next requests wait for it.
+// callbacks. Keep it short, and do not call Flush or Close from it: they
+// wait for it to return.
 func (p *Publisher) PublishFunc(ctx context.Context, topic string, m Message, fn func(Result, error)) error {
 	return p.publish(ctx, topic, m, nil, fn)
 }
@@ -492,6 +493,7 @@ func (p *Publisher) Close(ctx context.Context) error {
 	}
 	p.signal()
 	<-p.done
+	p.cancel()
 	if err != nil {
 		return fmt.Errorf("closing the publisher: %w", err)
 	}
