@@ -98,12 +98,33 @@ router_info = echo; \
 	echo "stop:     make stop (stops the sandbox too and deletes its data)"
 
 # test runs every package with -race against one shared sandbox of real
-# MariaDB servers that lives as long as the run, then the bounded fuzz run.
-test: deps browser-deps vet promtool-test
+# MariaDB servers that lives as long as the run — the product's module,
+# then the SQS clients' module (test-sqs) — then the bounded fuzz run.
+test: deps browser-deps sqs-deps vet promtool-test
 	@mkdir -p bin
 	$(GO) build -o bin/sandbox ./cmd/sandbox
-	bin/sandbox exec -clusters 2 -replicas 1 -- $(GO) test -race -count=1 -timeout 15m ./...
+	bin/sandbox exec -clusters 2 -replicas 1 -- sh -c '$(GO) test -race -count=1 -timeout 15m ./... && $(test_sqs)'
 	@$(MAKE) --no-print-directory fuzz
+
+# test-sqs drives the router's SQS API (docs/sqs.md) through real clients
+# over a fresh test bed: the AWS SDK for Go v2 (JSON protocol) and Debian's
+# AWS CLI and boto3 (query protocol, sqs/sdktest/testdata). sqs/sdktest is
+# a Go module of its own, as client/watermill is, so that the product's
+# go.mod does not depend on the AWS SDK. Ends with go test's ok line.
+.PHONY: sqs-deps test-sqs
+test_sqs = cd sqs/sdktest && SQS_E2E=require $(GO) test -race -count=1 -timeout 10m .
+test-sqs: deps sqs-deps
+	@mkdir -p bin
+	$(GO) build -o bin/sandbox ./cmd/sandbox
+	bin/sandbox exec -clusters 2 -replicas 1 -- sh -c '$(test_sqs)'
+
+# sqs-deps installs Debian's awscli and python3-boto3 when /usr/bin/aws or
+# boto3 for /usr/bin/python3 is missing (the query-protocol clients).
+sqs-deps:
+	@if [ ! -x /usr/bin/aws ] || ! /usr/bin/python3 -c 'import boto3' >/dev/null 2>&1; then \
+		echo "awscli or python3-boto3 not found: installing them"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends awscli python3-boto3; \
+	fi
 
 # browser-deps installs Debian's chromium when it is missing: the
 # headless-browser test of the operators' page (server's TestUIBrowser,
@@ -144,6 +165,7 @@ fuzz:
 
 vet:
 	$(GO) vet ./...
+	cd sqs/sdktest && $(GO) vet .
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 

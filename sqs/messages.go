@@ -352,10 +352,14 @@ func (h *Handler) receiveMessage(c *call) (any, *apiError) {
 // its sources' dead letters, long-polling up to wait.
 func (h *Handler) claim(c *call, q *queue, srcs []*queue, count int, lease, wait time.Duration) ([]received, *apiError) {
 	deadline := time.Now().Add(wait)
-	for {
+	for first := true; ; first = false {
 		ownWait := time.Until(deadline)
 		if len(srcs) > 0 {
+			// Look at the sources before the first wait, then between waits.
 			ownWait = min(ownWait, pollSources)
+			if first {
+				ownWait = 0
+			}
 		}
 		ds, err := h.b.Claim(c.ctx, broker.ClaimRequest{Topic: q.topic, Subscription: q.sub, Consumer: c.consumer(),
 			Max: count, Lease: lease, Wait: max(ownWait, 0)})

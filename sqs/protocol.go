@@ -121,19 +121,19 @@ var queryNames = map[string]struct {
 	json  string
 	isMap bool
 }{
-	"Attribute":                                {"Attributes", true},
-	"Tag":                                      {"Tags", true},
-	"Tags":                                     {"Tags", true},
-	"MessageAttribute":                         {"MessageAttributes", true},
-	"MessageSystemAttribute":                   {"MessageSystemAttributes", true},
-	"AttributeName":                            {"AttributeNames", false},
-	"MessageAttributeName":                     {"MessageAttributeNames", false},
-	"MessageSystemAttributeName":               {"MessageSystemAttributeNames", false},
-	"TagKey":                                   {"TagKeys", false},
-	"StringListValue":                          {"StringListValues", false},
-	"BinaryListValue":                          {"BinaryListValues", false},
-	"SendMessageBatchRequestEntry":             {"Entries", false},
-	"DeleteMessageBatchRequestEntry":           {"Entries", false},
+	"Attribute":                      {"Attributes", true},
+	"Tag":                            {"Tags", true},
+	"Tags":                           {"Tags", true},
+	"MessageAttribute":               {"MessageAttributes", true},
+	"MessageSystemAttribute":         {"MessageSystemAttributes", true},
+	"AttributeName":                  {"AttributeNames", false},
+	"MessageAttributeName":           {"MessageAttributeNames", false},
+	"MessageSystemAttributeName":     {"MessageSystemAttributeNames", false},
+	"TagKey":                         {"TagKeys", false},
+	"StringListValue":                {"StringListValues", false},
+	"BinaryListValue":                {"BinaryListValues", false},
+	"SendMessageBatchRequestEntry":   {"Entries", false},
+	"DeleteMessageBatchRequestEntry": {"Entries", false},
 	"ChangeMessageVisibilityBatchRequestEntry": {"Entries", false},
 }
 
