@@ -96,7 +96,7 @@ func verifySignature(r *http.Request, body []byte, s sigHeader, secret string, n
 	if h := r.Header.Get("X-Amz-Content-Sha256"); h != "" && h != payloadHash {
 		return errf(codeSignatureMismatch, "X-Amz-Content-Sha256 is not the body's SHA-256")
 	}
-	want := signature(secret, s.date, s.region, amzDate, canonicalRequest(r, s.signedHeaders, payloadHash))
+	want := signature(secret, s.date, s.region, sigService, amzDate, canonicalRequest(r, s.signedHeaders, payloadHash))
 	if !hmac.Equal([]byte(want), []byte(strings.ToLower(s.signature))) {
 		return errf(codeSignatureMismatch, "the request signature we calculated does not match the signature you provided; check your AWS secret access key and signing method")
 	}
@@ -104,14 +104,14 @@ func verifySignature(r *http.Request, body []byte, s sigHeader, secret string, n
 }
 
 // signature is the hex HMAC of the string to sign under the key derived
-// from secret for the day and region.
-func signature(secret, day, region, amzDate, canonical string) string {
-	scope := day + "/" + region + "/" + sigService + "/aws4_request"
+// from secret for the day, region and service.
+func signature(secret, day, region, service, amzDate, canonical string) string {
+	scope := day + "/" + region + "/" + service + "/aws4_request"
 	ch := sha256.Sum256([]byte(canonical))
 	toSign := sigAlgorithm + "\n" + amzDate + "\n" + scope + "\n" + hex.EncodeToString(ch[:])
 	k := hmacSHA256([]byte("AWS4"+secret), day)
 	k = hmacSHA256(k, region)
-	k = hmacSHA256(k, sigService)
+	k = hmacSHA256(k, service)
 	k = hmacSHA256(k, "aws4_request")
 	return hex.EncodeToString(hmacSHA256(k, toSign))
 }
@@ -235,7 +235,7 @@ func Sign(req *http.Request, body []byte, accessKey, secret, region string, now 
 		req.Host = req.URL.Host
 	}
 	sum := sha256.Sum256(body)
-	sig := signature(secret, amzDate[:8], region, amzDate, canonicalRequest(req, signed, hex.EncodeToString(sum[:])))
+	sig := signature(secret, amzDate[:8], region, sigService, amzDate, canonicalRequest(req, signed, hex.EncodeToString(sum[:])))
 	req.Header.Set("Authorization", sigAlgorithm+" Credential="+accessKey+"/"+amzDate[:8]+"/"+region+"/"+sigService+
 		"/aws4_request, SignedHeaders="+strings.Join(signed, ";")+", Signature="+sig)
 }
