@@ -81,6 +81,10 @@ type Config struct {
 	// Token is the API token sent with every request to the router; ""
 	// sends none (a router without a token file).
 	Token string
+	// SQSAccessKey and SQSSecret sign the SQS leg of bench-consume (an
+	// access key of the router's -aws-credentials acting as an admin
+	// token); "" sends it unsigned (a router without a token file).
+	SQSAccessKey, SQSSecret string
 	// Topology gives the clusters: needed for the baseline, the
 	// per-cluster distribution and looking up keys that were not consumed.
 	// Without it a run against the router still verifies by consumption,

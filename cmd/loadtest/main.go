@@ -183,6 +183,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if len(cfg.Routers) == 0 {
 			cfg.Token = secret
 		}
+		// And an SQS access key acting as that token (bench-consume's
+		// SQS leg).
+		awsKeys, keyID, keySecret, err := runAccessKey(*out)
+		if err != nil {
+			return fail("%v", err)
+		}
+		if len(cfg.Routers) == 0 {
+			cfg.SQSAccessKey, cfg.SQSSecret = keyID, keySecret
+		}
 		var urls []string
 		for i := range *nRouters {
 			logPath := *routerLog
@@ -190,7 +199,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				logPath = strings.TrimSuffix(logPath, ".log") + fmt.Sprintf("-%d.log", i+1)
 			}
 			rp := &loadtest.RouterProcess{Bin: *routerBin, Topology: *topoPath, LogPath: logPath,
-				Args: append([]string{"-tokens", tokens}, strings.Fields(*routerArgs)...)}
+				Args: append([]string{"-tokens", tokens, "-aws-credentials", awsKeys}, strings.Fields(*routerArgs)...)}
 			if err := rp.Start(ctx); err != nil {
 				return fail("%v", err)
 			}
@@ -349,6 +358,18 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// runAccessKey makes an SQS access key for a child router acting as the
+// run's token: the access-key file in dir, and the key.
+func runAccessKey(dir string) (path, id, secret string, err error) {
+	if id, secret, err = auth.NewAccessKey(); err != nil {
+		return "", "", "", err
+	}
+	path = filepath.Join(dir, "router-aws-keys.yaml")
+	os.Remove(path)
+	err = auth.PutAccessKey(path, auth.AccessKey{ID: id, Secret: secret, Token: "loadtest"}, true)
+	return path, id, secret, err
 }
 
 // runToken makes an admin token for a child router: the token file (its
