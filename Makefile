@@ -236,7 +236,8 @@ bench-produce: deps loadtest-build
 	bin/loadtest -scenario bench-produce $(LOADTEST_FLAGS) -out $(LOADTEST_OUT)/bench-produce $(LOADTEST_ARGS)
 
 # bench-consume: the same preloaded backlog drained through the router and
-# straight from MySQL (claim 100 + ack). Last line: consume ratio
+# straight from MySQL (claim 100 + ack), then the SQS leg (docs/sqs.md).
+# Last lines: sqs consume ratio sqs/native: R, consume ratio
 # router/baseline: R.
 bench-consume: deps loadtest-build
 	bin/loadtest -scenario bench-consume $(LOADTEST_FLAGS) -out $(LOADTEST_OUT)/bench-consume $(LOADTEST_ARGS)
