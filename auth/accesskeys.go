@@ -94,14 +94,8 @@ func NewAccessKey() (id, secret string, err error) {
 // The file is replaced in one rename.
 func PutAccessKey(path string, k AccessKey, replace bool) error {
 	var f AccessKeyFile
-	data, err := os.ReadFile(path)
-	switch {
-	case err == nil:
-		if err := yaml.Unmarshal(data, &f); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-	case !os.IsNotExist(err):
-		return fmt.Errorf("access-key file: %w", err)
+	if err := readYAML(path, "access-key file", &f); err != nil {
+		return err
 	}
 	kept := f.Keys[:0]
 	for _, e := range f.Keys {
@@ -119,6 +113,21 @@ func PutAccessKey(path string, k AccessKey, replace bool) error {
 	}
 	out = append([]byte("# shardmq SQS access keys: secrets in clear, readable by the router's user only (docs/security.md)\n"), out...)
 	return writePrivate(path, out)
+}
+
+// readYAML reads the YAML file at path into v; a missing file leaves v
+// as it is. what names the file in errors.
+func readYAML(path, what string, v any) error {
+	data, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if err := yaml.Unmarshal(data, v); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	case !os.IsNotExist(err):
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
 }
 
 // writePrivate writes data to path readable by its owner only, in one

@@ -76,20 +76,9 @@ func (h *Handler) listDeadLetterSources(c *call) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	limit := 1000
-	if in.MaxResults.set {
-		if in.MaxResults.v < 1 || in.MaxResults.v > 1000 {
-			return nil, errf(codeInvalidParameterValue, "MaxResults must be 1-1000")
-		}
-		limit = int(in.MaxResults.v)
-	}
-	after := ""
-	if in.NextToken != "" {
-		b, err := base64.RawURLEncoding.DecodeString(in.NextToken)
-		if err != nil {
-			return nil, errf(codeInvalidParameterValue, "NextToken is not one this router gave")
-		}
-		after = string(b)
+	limit, after, e := paging(in.MaxResults, in.NextToken)
+	if e != nil {
+		return nil, e
 	}
 	out := listSourcesResult{QueueUrls: []string{}}
 	for _, s := range h.sources(q) {
@@ -97,7 +86,7 @@ func (h *Handler) listDeadLetterSources(c *call) (any, *apiError) {
 			continue
 		}
 		if len(out.QueueUrls) == limit {
-			out.NextToken = base64.RawURLEncoding.EncodeToString([]byte(out.QueueUrls[limit-1][len(c.base):]))
+			out.NextToken = nextToken(out.QueueUrls[limit-1][len(c.base):])
 			break
 		}
 		out.QueueUrls = append(out.QueueUrls, c.base+s.name)

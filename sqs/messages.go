@@ -192,8 +192,19 @@ func (h *Handler) sendMessage(c *call) (any, *apiError) {
 	return q.produced(res, out[0])
 }
 
+// entry is a batch entry: it has an id.
+type entry interface{ entryID() string }
+
+func (e sendEntry) entryID() string   { return e.ID }
+func (e deleteEntry) entryID() string { return e.ID }
+func (e changeEntry) entryID() string { return e.ID }
+
 // checkBatch validates a batch's entry ids.
-func checkBatch(ids []string) *apiError {
+func checkBatch[E entry](entries []E) *apiError {
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = e.entryID()
+	}
 	switch {
 	case len(ids) == 0:
 		return errf(codeEmptyBatch, "there should be at least one entry in the request")
@@ -222,13 +233,11 @@ func (h *Handler) sendMessageBatch(c *call) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	ids := make([]string, len(in.Entries))
 	total := 0
-	for i, en := range in.Entries {
-		ids[i] = en.ID
+	for _, en := range in.Entries {
 		total += len(en.MessageBody)
 	}
-	if e := checkBatch(ids); e != nil {
+	if e := checkBatch(in.Entries); e != nil {
 		return nil, e
 	}
 	if total > 262144 {
@@ -537,11 +546,7 @@ func (h *Handler) deleteMessageBatch(c *call) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	ids := make([]string, len(in.Entries))
-	for i, en := range in.Entries {
-		ids[i] = en.ID
-	}
-	if e := checkBatch(ids); e != nil {
+	if e := checkBatch(in.Entries); e != nil {
 		return nil, e
 	}
 	out := deleteBatchResult{Successful: []idResult{}, Failed: []batchError{}}
@@ -638,11 +643,7 @@ func (h *Handler) changeVisibilityBatch(c *call) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	ids := make([]string, len(in.Entries))
-	for i, en := range in.Entries {
-		ids[i] = en.ID
-	}
-	if e := checkBatch(ids); e != nil {
+	if e := checkBatch(in.Entries); e != nil {
 		return nil, e
 	}
 	out := changeBatchResult{Successful: []idResult{}, Failed: []batchError{}}

@@ -157,6 +157,17 @@ func (h *Handler) queueFromURL(c *call, rawURL string, scope auth.Scope) (*queue
 	return q, e
 }
 
+// queueToChange resolves a queue the caller changes (admin on its
+// topic). A subscription made natively gets its state here, keeping its
+// creation time.
+func (h *Handler) queueToChange(c *call, rawURL string) (*queue, *apiError) {
+	q, e := h.queueFromURL(c, rawURL, auth.Admin)
+	if e == nil && len(q.s.Queue) == 0 {
+		q.st.Created = q.s.CreatedAt.Unix()
+	}
+	return q, e
+}
+
 // attr is a queue attribute's stored value, or its default.
 func (q *queue) attr(name string) string {
 	if v, ok := q.st.Attributes[name]; ok {
@@ -428,20 +439,9 @@ func (h *Handler) listQueues(c *call) (any, *apiError) {
 	if e := decodeParams(c.req, &in); e != nil {
 		return nil, e
 	}
-	max := 1000
-	if in.MaxResults.set {
-		if in.MaxResults.v < 1 || in.MaxResults.v > 1000 {
-			return nil, errf(codeInvalidParameterValue, "MaxResults must be 1-1000")
-		}
-		max = int(in.MaxResults.v)
-	}
-	after := ""
-	if in.NextToken != "" {
-		b, err := base64.RawURLEncoding.DecodeString(in.NextToken)
-		if err != nil {
-			return nil, errf(codeInvalidParameterValue, "NextToken is not one this router gave")
-		}
-		after = string(b)
+	max, after, e := paging(in.MaxResults, in.NextToken)
+	if e != nil {
+		return nil, e
 	}
 	var names []string
 	for _, s := range h.subs.List("") {
@@ -455,7 +455,7 @@ func (h *Handler) listQueues(c *call) (any, *apiError) {
 	for i, n := range names {
 		if i == max {
 			if in.MaxResults.set {
-				out.NextToken = base64.RawURLEncoding.EncodeToString([]byte(names[i-1]))
+				out.NextToken = nextToken(names[i-1])
 			}
 			break
 		}
@@ -463,6 +463,28 @@ func (h *Handler) listQueues(c *call) (any, *apiError) {
 	}
 	return out, nil
 }
+
+// paging reads a listing's MaxResults (1-1000, default 1000) and
+// NextToken (the last name of the page before, as nextToken gave it).
+func paging(maxResults num, token string) (limit int, after string, e *apiError) {
+	limit = 1000
+	if maxResults.set {
+		if maxResults.v < 1 || maxResults.v > 1000 {
+			return 0, "", errf(codeInvalidParameterValue, "MaxResults must be 1-1000")
+		}
+		limit = int(maxResults.v)
+	}
+	if token != "" {
+		b, err := base64.RawURLEncoding.DecodeString(token)
+		if err != nil {
+			return 0, "", errf(codeInvalidParameterValue, "NextToken is not one this router gave")
+		}
+		after = string(b)
+	}
+	return limit, after, nil
+}
+
+func nextToken(last string) string { return base64.RawURLEncoding.EncodeToString([]byte(last)) }
 
 type queueURLInput struct {
 	QueueURL string `json:"QueueUrl"`
@@ -492,16 +514,12 @@ func (h *Handler) purgeQueue(c *call) (any, *apiError) {
 	if e := decodeParams(c.req, &in); e != nil {
 		return nil, e
 	}
-	q, e := h.queueFromURL(c, in.QueueURL, auth.Admin)
+	q, e := h.queueToChange(c, in.QueueURL)
 	if e != nil {
 		return nil, e
 	}
 	if err := h.b.DeleteSubscription(c.ctx, q.topic, q.sub); err != nil && !errors.Is(err, broker.ErrUnknownSubscription) {
 		return nil, errUnavailable("purge the queue", err)
-	}
-	if len(q.s.Queue) == 0 {
-		// Keep the creation time of a subscription made natively.
-		q.st.Created = q.s.CreatedAt.Unix()
 	}
 	if _, e := h.save(c, q); e != nil {
 		return nil, e
@@ -626,12 +644,9 @@ func (h *Handler) setQueueAttributes(c *call) (any, *apiError) {
 	if e := decodeParams(c.req, &in); e != nil {
 		return nil, e
 	}
-	q, e := h.queueFromURL(c, in.QueueURL, auth.Admin)
+	q, e := h.queueToChange(c, in.QueueURL)
 	if e != nil {
 		return nil, e
-	}
-	if len(q.s.Queue) == 0 {
-		q.st.Created = q.s.CreatedAt.Unix()
 	}
 	if e := h.applyAttributes(c, q, in.Attributes, false); e != nil {
 		return nil, e
@@ -671,12 +686,9 @@ func (h *Handler) changeTags(c *call, change func(*queue, tagInput)) (any, *apiE
 	if e := decodeParams(c.req, &in); e != nil {
 		return nil, e
 	}
-	q, e := h.queueFromURL(c, in.QueueURL, auth.Admin)
+	q, e := h.queueToChange(c, in.QueueURL)
 	if e != nil {
 		return nil, e
-	}
-	if len(q.s.Queue) == 0 {
-		q.st.Created = q.s.CreatedAt.Unix()
 	}
 	if q.st.Tags == nil {
 		q.st.Tags = map[string]string{}
