@@ -195,9 +195,7 @@ func (h *Handler) sendMessage(c *call) (any, *apiError) {
 // entry is a batch entry: it has an id.
 type entry interface{ entryID() string }
 
-func (e sendEntry) entryID() string   { return e.ID }
-func (e deleteEntry) entryID() string { return e.ID }
-func (e changeEntry) entryID() string { return e.ID }
+func (e sendEntry) entryID() string { return e.ID }
 
 // checkBatch validates a batch's entry ids.
 func checkBatch[E entry](entries []E) *apiError {
@@ -474,19 +472,24 @@ func (h *Handler) receipt(c *call, q *queue, handle string) (broker.Receipt, *ap
 	return r, c.allow(auth.Consume, r.Topic)
 }
 
-type deleteEntry struct {
-	ID            string `json:"Id"`
-	ReceiptHandle string `json:"ReceiptHandle"`
+// handleEntry is one receipt handle of a delete or a visibility change
+// (VisibilityTimeout only in the latter), single or batched.
+type handleEntry struct {
+	ID                string `json:"Id"`
+	ReceiptHandle     string `json:"ReceiptHandle"`
+	VisibilityTimeout num    `json:"VisibilityTimeout"`
 }
 
-type deleteInput struct {
+func (e handleEntry) entryID() string { return e.ID }
+
+type handleInput struct {
 	QueueURL string `json:"QueueUrl"`
-	deleteEntry
+	handleEntry
 }
 
-type deleteBatchInput struct {
+type handleBatchInput struct {
 	QueueURL string        `json:"QueueUrl"`
-	Entries  []deleteEntry `json:"Entries"`
+	Entries  []handleEntry `json:"Entries"`
 }
 
 type idResult struct {
@@ -503,163 +506,143 @@ type changeBatchResult struct {
 	Failed     []batchError `json:"Failed" xml:"BatchResultErrorEntry"`
 }
 
-// ackStatus is what SQS answers for an ack's outcome. A receipt whose
-// message was already deleted succeeds; one whose lease was taken over
-// succeeds on a standard queue and is invalid on a FIFO one, as SQS
-// documents for stale receipt handles.
-func (q *queue) ackStatus(r broker.LeaseResult) *apiError {
-	switch r.Status {
-	case domain.LeaseOK, domain.LeaseNotFound:
-		return nil
-	case domain.LeaseLost:
-		if q.fifo() {
-			return errf(codeReceiptHandleInvalid, "the receipt handle has expired")
+// receiptOp is what a delete or a visibility change does with the
+// receipts of its entries that decoded: an outcome per receipt.
+type receiptOp func(c *call, q *queue, rs []broker.Receipt, es []handleEntry) []*apiError
+
+// onReceipts serves a delete or a visibility change: it resolves the
+// queue (consume), checks a batch's entries, decodes each receipt handle
+// and applies op to those that decoded. It answers an outcome per entry,
+// in order, nil for success; or an error for the whole call.
+func (h *Handler) onReceipts(c *call, rawURL string, entries []handleEntry, batch bool, op receiptOp) ([]*apiError, *apiError) {
+	q, e := h.queueFromURL(c, rawURL, auth.Consume)
+	if e != nil {
+		return nil, e
+	}
+	if batch {
+		if e := checkBatch(entries); e != nil {
+			return nil, e
 		}
-		return nil
-	default:
-		return errUnavailable("delete the message", r.Err)
 	}
-}
-
-func (h *Handler) deleteMessage(c *call) (any, *apiError) {
-	var in deleteInput
-	if e := decodeParams(c.req, &in); e != nil {
-		return nil, e
-	}
-	q, e := h.queueFromURL(c, in.QueueURL, auth.Consume)
-	if e != nil {
-		return nil, e
-	}
-	r, e := h.receipt(c, q, in.ReceiptHandle)
-	if e != nil {
-		return nil, e
-	}
-	return nil, q.ackStatus(h.b.Ack(c.ctx, []broker.Receipt{r})[0])
-}
-
-func (h *Handler) deleteMessageBatch(c *call) (any, *apiError) {
-	var in deleteBatchInput
-	if e := decodeParams(c.req, &in); e != nil {
-		return nil, e
-	}
-	q, e := h.queueFromURL(c, in.QueueURL, auth.Consume)
-	if e != nil {
-		return nil, e
-	}
-	if e := checkBatch(in.Entries); e != nil {
-		return nil, e
-	}
-	out := deleteBatchResult{Successful: []idResult{}, Failed: []batchError{}}
-	var receipts []broker.Receipt
-	var which []string
-	for _, en := range in.Entries {
+	out := make([]*apiError, len(entries))
+	var rs []broker.Receipt
+	var es []handleEntry
+	var at []int
+	for i, en := range entries {
 		r, e := h.receipt(c, q, en.ReceiptHandle)
 		if e != nil {
-			out.Failed = append(out.Failed, entryError(en.ID, e))
+			out[i] = e
 			continue
 		}
-		receipts, which = append(receipts, r), append(which, en.ID)
+		rs, es, at = append(rs, r), append(es, en), append(at, i)
 	}
-	if len(receipts) > 0 {
-		for i, r := range h.b.Ack(c.ctx, receipts) {
-			if e := q.ackStatus(r); e != nil {
-				out.Failed = append(out.Failed, entryError(which[i], e))
-				continue
-			}
-			out.Successful = append(out.Successful, idResult{which[i]})
+	if len(rs) > 0 {
+		for j, e := range op(c, q, rs, es) {
+			out[at[j]] = e
 		}
+	}
+	if !batch && out[0] != nil {
+		return nil, out[0]
 	}
 	return out, nil
 }
 
-type changeEntry struct {
-	ID                string `json:"Id"`
-	ReceiptHandle     string `json:"ReceiptHandle"`
-	VisibilityTimeout num    `json:"VisibilityTimeout"`
-}
-
-type changeInput struct {
-	QueueURL string `json:"QueueUrl"`
-	changeEntry
-}
-
-type changeBatchInput struct {
-	QueueURL string        `json:"QueueUrl"`
-	Entries  []changeEntry `json:"Entries"`
-}
-
-// visibilityLease is the lease a ChangeMessageVisibility sets: 0 makes
-// the message visible again at once (the lease ends in a millisecond, and
-// the next receive counts as another, as in SQS).
-func visibilityLease(n num) (time.Duration, *apiError) {
-	if !n.set {
-		return 0, errf(codeMissingParameter, "the request must contain the parameter VisibilityTimeout")
+// ack deletes: one ack of every receipt. A receipt whose message was
+// already deleted succeeds; one whose lease was taken over succeeds on a
+// standard queue and is invalid on a FIFO one, as SQS documents for stale
+// receipt handles.
+func (h *Handler) ack(c *call, q *queue, rs []broker.Receipt, _ []handleEntry) []*apiError {
+	out := make([]*apiError, len(rs))
+	for i, r := range h.b.Ack(c.ctx, rs) {
+		switch r.Status {
+		case domain.LeaseOK, domain.LeaseNotFound:
+		case domain.LeaseLost:
+			if q.fifo() {
+				out[i] = errf(codeReceiptHandleInvalid, "the receipt handle has expired")
+			}
+		default:
+			out[i] = errUnavailable("delete the message", r.Err)
+		}
 	}
-	if n.v < 0 || n.v > 43200 {
-		return 0, errf(codeInvalidParameterValue, "VisibilityTimeout must be 0-43200, got %d", n.v)
-	}
-	return max(time.Duration(n.v)*time.Second, time.Millisecond), nil
+	return out
 }
 
-func extendStatus(r broker.LeaseResult) *apiError {
-	switch r.Status {
-	case domain.LeaseOK:
-		return nil
-	case domain.LeaseLost:
-		return errf(codeMessageNotInflight, "the message is not in flight under this receipt handle")
-	case domain.LeaseNotFound:
-		return errf(codeReceiptHandleInvalid, "the message of this receipt handle was deleted")
-	default:
-		return errUnavailable("change the visibility", r.Err)
+// extend changes visibility timeouts: 0 makes a message visible again at
+// once (its lease ends in a millisecond, and the next receive counts as
+// another, as in SQS).
+func (h *Handler) extend(c *call, _ *queue, rs []broker.Receipt, es []handleEntry) []*apiError {
+	out := make([]*apiError, len(rs))
+	for i, r := range rs {
+		n := es[i].VisibilityTimeout
+		switch {
+		case !n.set:
+			out[i] = errf(codeMissingParameter, "the request must contain the parameter VisibilityTimeout")
+			continue
+		case n.v < 0 || n.v > 43200:
+			out[i] = errf(codeInvalidParameterValue, "VisibilityTimeout must be 0-43200, got %d", n.v)
+			continue
+		}
+		lease := max(time.Duration(n.v)*time.Second, time.Millisecond)
+		switch res := h.b.Extend(c.ctx, []broker.Receipt{r}, lease)[0]; res.Status {
+		case domain.LeaseOK:
+		case domain.LeaseLost:
+			out[i] = errf(codeMessageNotInflight, "the message is not in flight under this receipt handle")
+		case domain.LeaseNotFound:
+			out[i] = errf(codeReceiptHandleInvalid, "the message of this receipt handle was deleted")
+		default:
+			out[i] = errUnavailable("change the visibility", res.Err)
+		}
 	}
+	return out
 }
 
-func (h *Handler) changeVisibility(c *call) (any, *apiError) {
-	var in changeInput
+func (h *Handler) single(c *call, op receiptOp) (any, *apiError) {
+	var in handleInput
 	if e := decodeParams(c.req, &in); e != nil {
 		return nil, e
 	}
-	q, e := h.queueFromURL(c, in.QueueURL, auth.Consume)
+	_, e := h.onReceipts(c, in.QueueURL, []handleEntry{in.handleEntry}, false, op)
+	return nil, e
+}
+
+// batch serves a batch and sorts its outcomes into ok (with the ids) and
+// failed.
+func (h *Handler) batch(c *call, op receiptOp) (ok []idResult, failed []batchError, e *apiError) {
+	var in handleBatchInput
+	if e := decodeParams(c.req, &in); e != nil {
+		return nil, nil, e
+	}
+	errs, e := h.onReceipts(c, in.QueueURL, in.Entries, true, op)
+	if e != nil {
+		return nil, nil, e
+	}
+	ok, failed = []idResult{}, []batchError{}
+	for i, en := range in.Entries {
+		if errs[i] != nil {
+			failed = append(failed, entryError(en.ID, errs[i]))
+			continue
+		}
+		ok = append(ok, idResult{en.ID})
+	}
+	return ok, failed, nil
+}
+
+func (h *Handler) deleteMessage(c *call) (any, *apiError) { return h.single(c, h.ack) }
+
+func (h *Handler) changeVisibility(c *call) (any, *apiError) { return h.single(c, h.extend) }
+
+func (h *Handler) deleteMessageBatch(c *call) (any, *apiError) {
+	ok, failed, e := h.batch(c, h.ack)
 	if e != nil {
 		return nil, e
 	}
-	r, e := h.receipt(c, q, in.ReceiptHandle)
-	if e != nil {
-		return nil, e
-	}
-	lease, e := visibilityLease(in.VisibilityTimeout)
-	if e != nil {
-		return nil, e
-	}
-	return nil, extendStatus(h.b.Extend(c.ctx, []broker.Receipt{r}, lease)[0])
+	return deleteBatchResult{ok, failed}, nil
 }
 
 func (h *Handler) changeVisibilityBatch(c *call) (any, *apiError) {
-	var in changeBatchInput
-	if e := decodeParams(c.req, &in); e != nil {
-		return nil, e
-	}
-	q, e := h.queueFromURL(c, in.QueueURL, auth.Consume)
+	ok, failed, e := h.batch(c, h.extend)
 	if e != nil {
 		return nil, e
 	}
-	if e := checkBatch(in.Entries); e != nil {
-		return nil, e
-	}
-	out := changeBatchResult{Successful: []idResult{}, Failed: []batchError{}}
-	for _, en := range in.Entries {
-		r, e := h.receipt(c, q, en.ReceiptHandle)
-		if e == nil {
-			var lease time.Duration
-			if lease, e = visibilityLease(en.VisibilityTimeout); e == nil {
-				e = extendStatus(h.b.Extend(c.ctx, []broker.Receipt{r}, lease)[0])
-			}
-		}
-		if e != nil {
-			out.Failed = append(out.Failed, entryError(en.ID, e))
-			continue
-		}
-		out.Successful = append(out.Successful, idResult{en.ID})
-	}
-	return out, nil
+	return changeBatchResult{ok, failed}, nil
 }
