@@ -206,15 +206,17 @@ func TestFIFO(t *testing.T) {
 	}
 	q := must(c.CreateQueue(x, &sqs.CreateQueueInput{QueueName: aws.String("jobs.fifo"), Attributes: map[string]string{"FifoQueue": "true"}}))(t).QueueUrl
 	const per = 4
+	ids := map[string]string{}
 	for i := range per {
 		for _, g := range []string{"ga", "gb"} {
 			body := fmt.Sprintf("%s-%d", g, i)
-			must(c.SendMessage(x, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String(body), MessageGroupId: aws.String(g), MessageDeduplicationId: aws.String(body)}))(t)
+			out := must(c.SendMessage(x, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String(body), MessageGroupId: aws.String(g), MessageDeduplicationId: aws.String(body)}))(t)
+			ids[body] = aws.ToString(out.MessageId)
 		}
 	}
-	first := must(c.SendMessage(x, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("ga-dup"), MessageGroupId: aws.String("ga"), MessageDeduplicationId: aws.String("ga-0")}))(t)
-	if first.SequenceNumber == nil {
-		t.Fatal("no SequenceNumber on a FIFO send")
+	dup := must(c.SendMessage(x, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("ga-dup"), MessageGroupId: aws.String("ga"), MessageDeduplicationId: aws.String("ga-0")}))(t)
+	if dup.SequenceNumber == nil || aws.ToString(dup.MessageId) != ids["ga-0"] {
+		t.Fatalf("a repeated deduplication id answered %s (sequence %v), the first send %s", aws.ToString(dup.MessageId), dup.SequenceNumber, ids["ga-0"])
 	}
 	_, err = c.SendMessage(x, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("x"), MessageGroupId: aws.String("ga")})
 	if code(err) != "InvalidParameterValue" {
