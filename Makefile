@@ -103,7 +103,7 @@ router_info = echo; \
 test: deps browser-deps sqs-deps vet promtool-test
 	@mkdir -p bin
 	$(GO) build -o bin/sandbox ./cmd/sandbox
-	bin/sandbox exec -clusters 2 -replicas 1 -- sh -c '$(GO) test -race -count=1 -timeout 15m ./... && $(test_sqs)'
+	bin/sandbox exec -clusters 2 -replicas 1 -- sh -c '$(GO) test -race -count=1 -timeout 15m ./...; a=$$?; ($(test_sqs)); b=$$?; [ $$a -eq 0 ] && [ $$b -eq 0 ]'
 	@$(MAKE) --no-print-directory fuzz
 
 # test-sqs drives the router's SQS API (docs/sqs.md) through real clients
