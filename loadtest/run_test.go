@@ -204,7 +204,7 @@ func TestBenchConsumeRatioLine(t *testing.T) {
 	t.Parallel()
 	e := setupOn(t, bed)
 	cfg := e.small(ScenarioBenchConsume)
-	cfg.Rounds, cfg.Preload = 1, 2000
+	cfg.Rounds, cfg.Preload, cfg.SQSPreload = 1, 2000, 300
 	rep, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +225,7 @@ func TestBenchConsumeRatioLine(t *testing.T) {
 		t.Fatalf("line before the last %q", line)
 	}
 	for _, side := range []string{"sqs", "native"} {
-		if res, ok := (&runner{report: rep}).find(sqsFigure, side); !ok || res.Messages != 2000 {
+		if res, ok := (&runner{report: rep}).find(sqsFigure, side); !ok || res.Messages != 300 {
 			t.Fatalf("%s leg: %+v", side, res)
 		}
 	}

@@ -19,7 +19,7 @@ import (
 // backlog drained through the router's SQS API — ReceiveMessage of 10,
 // DeleteMessageBatch of what came — and through its own API with the same
 // batches — claim 10, ack them — by Consumers consumers each, in the same
-// run; each backlog (Preload, at most 20,000) is loaded in batches of 10
+// run; each backlog (SQSPreload) is loaded in batches of 10
 // (SendMessageBatch, and a produce of 10) before its drain is timed. Its line is
 // `sqs consume ratio sqs/native: R`.
 
@@ -28,10 +28,6 @@ const (
 	sqsBody    = 100 // bytes of every message body, on both legs
 	sqsFigure  = "consume batches of 10 (sqs: ReceiveMessage + DeleteMessageBatch; native: claim + ack)"
 	sqsRatioID = "sqs"
-	// sqsMaxBacklog caps the leg's backlog per side and round (Preload
-	// when smaller), to keep bench-consume's time in bounds: batches of
-	// 10 take ten times the requests of the main rounds' claims of 100.
-	sqsMaxBacklog = 20000
 )
 
 // sqsLeg talks to one router over plain HTTP: the SQS API's JSON protocol
@@ -218,7 +214,7 @@ func (r *runner) benchSQS(ctx context.Context) error {
 				return n, nil
 			}},
 	}
-	backlog := min(r.cfg.Preload, sqsMaxBacklog)
+	backlog := r.cfg.SQSPreload
 	for round := range r.cfg.Rounds {
 		order := sides
 		if round%2 == 1 {

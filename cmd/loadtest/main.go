@@ -73,6 +73,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.ClientProducer.MaxInFlight, "client-inflight", 0, "bench-produce's Go client phase: produce requests in flight at once (default the client's, 2)")
 	fs.IntVar(&cfg.Rounds, "rounds", 0, "rounds of the bench scenarios, alternating router and baseline (default 2)")
 	fs.IntVar(&cfg.Preload, "preload", 0, "messages preloaded per side (and round) by the consume scenarios (default 100000; 60000 for bench-consume)")
+	fs.IntVar(&cfg.SQSPreload, "sqs-preload", 0, "messages per side (and round) of bench-consume's SQS leg (default -preload, at most 20000)")
 	payload := fs.String("payload", "uniform:100:300", "payload bytes: N, uniform:A:B or exp:MEAN[:CAP]")
 	keys := fs.String("keys", "uniform", "key distribution: uniform or hot:N:SHARE (SHARE of messages on N hot vshards)")
 	fs.IntVar(&cfg.Topics, "topics", 0, "topics (default 1)")
