@@ -7,6 +7,8 @@ SANDBOX_DIR ?= $(VAR)/sandbox
 ROUTER_ADDR ?= 127.0.0.1:8080
 TOKEN_FILE  ?= $(VAR)/router.token
 TOKENS      ?= $(VAR)/tokens.yaml
+AWS_KEYS    ?= $(VAR)/aws-keys.yaml
+AWS_CREDENTIALS ?= $(VAR)/aws-credentials
 CLUSTERS    ?= 2
 REPLICAS    ?= 1
 
@@ -29,7 +31,9 @@ build:
 
 # Each router start makes a fresh admin token: the secret in
 # $(TOKEN_FILE) (mode 0600), its hash in the router's token file $(TOKENS)
-# (docs/security.md).
+# (docs/security.md); and a fresh SQS access key acting as that token: in
+# the router's access-key file $(AWS_KEYS) and, as the profile `default`
+# of an AWS shared-credentials file, in $(AWS_CREDENTIALS) (docs/sqs.md).
 # run makes sure a sandbox of $(CLUSTERS) clusters (primary + $(REPLICAS)
 # replica each) runs in $(SANDBOX_DIR) and a router on $(ROUTER_ADDR) over
 # its generated static topology, in the background, starting only what is
@@ -72,8 +76,9 @@ alive = { [ -r /proc/$(1)/stat ] && [ "$$(sed 's/.*) //' /proc/$(1)/stat | cut -
 router_running = [ -f $(VAR)/router.pid ] && $(call alive,$$(cat $(VAR)/router.pid))
 start_router = mkdir -p $(VAR); \
 	bin/shardmqctl token new -name sandbox-admin -admin '*' -tokens $(TOKENS) -out $(TOKEN_FILE) || exit 1; \
+	bin/shardmqctl aws-key new -token sandbox-admin -keys $(AWS_KEYS) -out $(AWS_CREDENTIALS) -replace || exit 1; \
 	if [ -f $(VAR)/router.log ]; then mv -f $(VAR)/router.log $(VAR)/router.log.1; fi; \
-	nohup bin/router -listen $(ROUTER_ADDR) -topology $(SANDBOX_DIR)/topology.yaml -tokens $(TOKENS) -disk-path $(SANDBOX_DIR) > $(VAR)/router.log 2>&1 & echo $$! > $(VAR)/router.pid; \
+	nohup bin/router -listen $(ROUTER_ADDR) -topology $(SANDBOX_DIR)/topology.yaml -tokens $(TOKENS) -aws-credentials $(AWS_KEYS) -disk-path $(SANDBOX_DIR) > $(VAR)/router.log 2>&1 & echo $$! > $(VAR)/router.pid; \
 	for i in $$(seq 1 100); do \
 		if curl -fsS http://$(ROUTER_ADDR)/readyz >/dev/null 2>&1; then break; fi; \
 		if ! $(call alive,$$(cat $(VAR)/router.pid)); then echo "router exited:"; tail -20 $(VAR)/router.log; exit 1; fi; \
@@ -87,17 +92,39 @@ router_info = echo; \
 	echo "router:   http://$(ROUTER_ADDR)  (pid $$(cat $(VAR)/router.pid), log $(VAR)/router.log)"; \
 	echo "topology: $(SANDBOX_DIR)/topology.yaml (edit it: the router reloads it within a second)"; \
 	echo "token:    $(TOKEN_FILE) (admin on every topic; bin/shardmqctl reads it; new one at each router start)"; \
+	echo "sqs:      AWS_SHARED_CREDENTIALS_FILE=$(AWS_CREDENTIALS) AWS_REGION=us-east-1 aws --endpoint-url http://$(ROUTER_ADDR) sqs list-queues"; \
 	echo "try:      curl -s -XPOST http://$(ROUTER_ADDR)/v1/topics/orders/messages -H \"Authorization: Bearer \$$(cat $(TOKEN_FILE))\" -H 'Content-Type: application/json' -d '{\"messages\":[{\"key\":\"order-42-paid\",\"payload\":{\"amount\":42}}]}'"; \
 	echo "restart:  make restart-router (the sandbox and its data stay)"; \
 	echo "stop:     make stop (stops the sandbox too and deletes its data)"
 
 # test runs every package with -race against one shared sandbox of real
-# MariaDB servers that lives as long as the run, then the bounded fuzz run.
-test: deps browser-deps vet promtool-test
+# MariaDB servers that lives as long as the run — the product's module,
+# then the SQS clients' module (test-sqs) — then the bounded fuzz run.
+test: deps browser-deps sqs-deps vet promtool-test
 	@mkdir -p bin
 	$(GO) build -o bin/sandbox ./cmd/sandbox
-	bin/sandbox exec -clusters 2 -replicas 1 -- $(GO) test -race -count=1 -timeout 15m ./...
+	bin/sandbox exec -clusters 2 -replicas 1 -- sh -c '$(GO) test -race -count=1 -timeout 15m ./...; a=$$?; ($(test_sqs)); b=$$?; [ $$a -eq 0 ] && [ $$b -eq 0 ]'
 	@$(MAKE) --no-print-directory fuzz
+
+# test-sqs drives the router's SQS API (docs/sqs.md) through real clients
+# over a fresh test bed: the AWS SDK for Go v2 (JSON protocol) and Debian's
+# AWS CLI and boto3 (query protocol, sqs/sdktest/testdata). sqs/sdktest is
+# a Go module of its own, as client/watermill is, so that the product's
+# go.mod does not depend on the AWS SDK. Ends with go test's ok line.
+.PHONY: sqs-deps test-sqs
+test_sqs = cd sqs/sdktest && SQS_E2E=require $(GO) test -race -count=1 -timeout 10m .
+test-sqs: deps sqs-deps
+	@mkdir -p bin
+	$(GO) build -o bin/sandbox ./cmd/sandbox
+	bin/sandbox exec -clusters 2 -replicas 1 -- sh -c '$(test_sqs)'
+
+# sqs-deps installs Debian's awscli and python3-boto3 when /usr/bin/aws or
+# boto3 for /usr/bin/python3 is missing (the query-protocol clients).
+sqs-deps:
+	@if [ ! -x /usr/bin/aws ] || ! /usr/bin/python3 -c 'import boto3' >/dev/null 2>&1; then \
+		echo "awscli or python3-boto3 not found: installing them"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends awscli python3-boto3; \
+	fi
 
 # browser-deps installs Debian's chromium when it is missing: the
 # headless-browser test of the operators' page (server's TestUIBrowser,
@@ -138,6 +165,7 @@ fuzz:
 
 vet:
 	$(GO) vet ./...
+	cd sqs/sdktest && $(GO) vet .
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
@@ -211,7 +239,8 @@ bench-produce: deps loadtest-build
 	bin/loadtest -scenario bench-produce $(LOADTEST_FLAGS) -out $(LOADTEST_OUT)/bench-produce $(LOADTEST_ARGS)
 
 # bench-consume: the same preloaded backlog drained through the router and
-# straight from MySQL (claim 100 + ack). Last line: consume ratio
+# straight from MySQL (claim 100 + ack), then the SQS leg (docs/sqs.md).
+# Last lines: sqs consume ratio sqs/native: R, consume ratio
 # router/baseline: R.
 bench-consume: deps loadtest-build
 	bin/loadtest -scenario bench-consume $(LOADTEST_FLAGS) -out $(LOADTEST_OUT)/bench-consume $(LOADTEST_ARGS)

@@ -267,14 +267,8 @@ func (s *Store) apply(data []byte) bool {
 // the file are not kept.
 func PutEntry(path string, ft FileToken) error {
 	var f File
-	data, err := os.ReadFile(path)
-	switch {
-	case err == nil:
-		if err := yaml.Unmarshal(data, &f); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-	case !os.IsNotExist(err):
-		return fmt.Errorf("token file: %w", err)
+	if err := readYAML(path, "token file", &f); err != nil {
+		return err
 	}
 	kept := f.Tokens[:0]
 	for _, t := range f.Tokens {

@@ -183,6 +183,20 @@ func (s *Set) Lookup(secret string) (*Token, error) {
 	return found, nil
 }
 
+// ByName finds a token by its name (nil when none has it): an SQS access
+// key names the token whose scopes it carries.
+func (s *Set) ByName(name string) *Token {
+	if s == nil {
+		return nil
+	}
+	for _, t := range s.tokens {
+		if t.Name == name {
+			return t
+		}
+	}
+	return nil
+}
+
 // Names lists the configured tokens' names (metric labels are bounded by
 // them).
 func (s *Set) Names() []string {

@@ -85,6 +85,10 @@ type Config struct {
 	// Token is the API token sent with every request to the router; ""
 	// sends none (a router without a token file).
 	Token string
+	// SQSAccessKey and SQSSecret sign the SQS leg of bench-consume (an
+	// access key of the router's -aws-credentials acting as an admin
+	// token); "" sends it unsigned (a router without a token file).
+	SQSAccessKey, SQSSecret string
 	// Topology gives the clusters: needed for the baseline, the
 	// per-cluster distribution and looking up keys that were not consumed.
 	// Without it a run against the router still verifies by consumption,
@@ -138,6 +142,10 @@ type Config struct {
 	// Defaults to 100,000 (60,000 in bench-consume, to stay within 3
 	// minutes on 2 cores).
 	Preload int
+	// SQSPreload is the backlog per side and round of bench-consume's SQS
+	// leg (batches of 10 take ten times the requests of claims of 100).
+	// Defaults to Preload, at most 20,000.
+	SQSPreload int
 
 	// Payload sizes. Defaults to uniform:100:300.
 	Payload Dist
@@ -239,6 +247,7 @@ func (c Config) withDefaults() (Config, error) {
 		def(&c.Preload, 60000)
 	}
 	def(&c.Preload, 100000)
+	def(&c.SQSPreload, min(c.Preload, 20000))
 	def(&c.Topics, 1)
 	def(&c.Subscriptions, 1)
 	def(&c.MaxAttempts, 5)

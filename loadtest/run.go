@@ -413,7 +413,7 @@ func (r *runner) benchConsume(ctx context.Context) error {
 	r.verify(ctx, wlR, "router", true)
 	r.verify(ctx, wlB, "baseline", true)
 	r.ratio("consume", name)
-	return nil
+	return r.benchSQS(ctx)
 }
 
 // result adds messages over seconds to the named figure of target.
@@ -554,6 +554,9 @@ func (rep *Report) SummaryLines() []string {
 		out = append(out, fmt.Sprintf("produce ratio router/baseline: %.2f", rep.Ratios["produce"]))
 	case ScenarioBenchConsume:
 		out = append(out, verdict)
+		if v, ok := rep.Ratios[sqsRatioID]; ok {
+			out = append(out, fmt.Sprintf("sqs consume ratio sqs/native: %.2f", v))
+		}
 		out = append(out, fmt.Sprintf("consume ratio router/baseline: %.2f", rep.Ratios["consume"]))
 	default:
 		for _, k := range sortedKeys(rep.Ratios) {

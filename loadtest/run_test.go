@@ -230,7 +230,7 @@ func TestBenchConsumeRatioLine(t *testing.T) {
 	t.Parallel()
 	e := setupOn(t, bed)
 	cfg := e.small(ScenarioBenchConsume)
-	cfg.Rounds, cfg.Preload = 1, 2000
+	cfg.Rounds, cfg.Preload, cfg.SQSPreload = 1, 2000, 300
 	rep, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -244,6 +244,16 @@ func TestBenchConsumeRatioLine(t *testing.T) {
 	lines := rep.SummaryLines()
 	if last := lines[len(lines)-1]; !regexp.MustCompile(`^consume ratio router/baseline: \d+\.\d\d$`).MatchString(last) {
 		t.Fatalf("last line %q", last)
+	}
+	// The SQS leg drained its backlog through the SQS API and the
+	// router's own API alike.
+	if line := lines[len(lines)-2]; !regexp.MustCompile(`^sqs consume ratio sqs/native: \d+\.\d\d$`).MatchString(line) {
+		t.Fatalf("line before the last %q", line)
+	}
+	for _, side := range []string{"sqs", "native"} {
+		if res, ok := (&runner{report: rep}).find(sqsFigure, side); !ok || res.Messages != 300 {
+			t.Fatalf("%s leg: %+v", side, res)
+		}
 	}
 	// The report says how the servers were sized, read from them.
 	servers := regexp.MustCompile(`^servers: MariaDB .*innodb_buffer_pool_size \d+ [MG]iB, innodb_log_file_size \d+ [MG]iB, max_connections \d+`)

@@ -35,12 +35,18 @@ type SecurityConfig struct {
 	// MaxInFlight caps the requests served at once; beyond it the router
 	// answers 503 overloaded. Defaults to 4096; negative disables.
 	MaxInFlight int
+	// AWSCredentialsFile is the SQS API's access-key file (auth.AccessKeys):
+	// secrets in clear, readable by the router's user only, each key
+	// acting as a token of the token file; reloaded when it changes.
+	// Empty: no SQS call is served when the router has tokens.
+	AWSCredentialsFile string
 }
 
 // security is the router's part that checks requests and secures the
 // listener.
 type security struct {
-	tokens  *auth.Store // nil: open
+	tokens  *auth.Store      // nil: open
+	keys    *auth.AccessKeys // the SQS API's access keys; nil: none
 	certs   *tlsconf.CertFiles
 	handler http.Handler
 }
@@ -84,7 +90,12 @@ func (r *Router) secure() error {
 	if max == 0 {
 		max = 4096
 	}
-	sec.handler = api.NewShed(r.api.Guard(gc), max, r.metrics)
+	h, err := r.withSQS(sec, r.api.Guard(gc))
+	if err != nil {
+		sec.stop()
+		return err
+	}
+	sec.handler = api.NewShed(h, max, r.metrics)
 	r.sec = sec
 	return nil
 }
@@ -92,6 +103,9 @@ func (r *Router) secure() error {
 func (s *security) stop() {
 	if s != nil && s.tokens != nil {
 		s.tokens.Stop()
+	}
+	if s != nil && s.keys != nil {
+		s.keys.Stop()
 	}
 }
 

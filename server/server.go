@@ -27,6 +27,7 @@ import (
 	"github.com/shardmq/shardmq/reconcile"
 	"github.com/shardmq/shardmq/retention"
 	"github.com/shardmq/shardmq/routing"
+	"github.com/shardmq/shardmq/sqs"
 	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/subscription"
 	"github.com/shardmq/shardmq/topology"
@@ -106,6 +107,10 @@ type Config struct {
 	Retention retention.Config
 	// UI tunes the operators' page at /ui (docs/ui.md).
 	UI UIConfig
+	// SQS tunes the SQS API on the same listener (docs/sqs.md): the
+	// account id and region of queue URLs and ARNs, the body cap. Its
+	// credentials come from Security.AWSCredentialsFile.
+	SQS sqs.Config
 	// Log defaults to discarding.
 	Log *slog.Logger
 	// Now is the clock. Defaults to time.Now.

@@ -287,7 +287,8 @@ func (r *Registry) remember(s Subscription) {
 
 // Put creates or replaces a subscription after validating it, and reports
 // whether it is new. A new subscription receives the messages produced
-// after it exists; a replaced one keeps its creation time, and its new
+// after it exists; a replaced one keeps its creation time (and its SQS
+// queue state when s has none), and its new
 // retry policy applies to the next attempts.
 func (r *Registry) Put(ctx context.Context, s Subscription) (Subscription, bool, error) {
 	s = s.WithDefaults()
@@ -308,6 +309,9 @@ func (r *Registry) Put(ctx context.Context, s Subscription) (Subscription, bool,
 	}
 	if existed && stored {
 		s.CreatedAt = old.CreatedAt
+		if s.Queue == nil {
+			s.Queue = old.Queue // a native PUT does not drop what SQS keeps
+		}
 	} else {
 		s.CreatedAt = r.now().UTC()
 	}

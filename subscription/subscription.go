@@ -5,6 +5,7 @@ package subscription
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -42,6 +43,12 @@ type Subscription struct {
 	Ordered         bool      `json:"ordered"`
 	DeadLetterAlarm Alarm     `json:"dead_letter_alarm"`
 	CreatedAt       time.Time `json:"created_at"`
+	// Queue is what the SQS API (package sqs) keeps of a subscription it
+	// serves as a queue — its attributes, tags and move tasks — in that
+	// package's own JSON, kept verbatim here so that every router sees it.
+	// Nil for a subscription never configured through SQS. The native PUT
+	// cannot set it and keeps the stored one (Registry.Put).
+	Queue json.RawMessage `json:"queue,omitempty"`
 }
 
 // Implicit reports whether s is the implicit default subscription of a
@@ -72,6 +79,10 @@ func (s Subscription) WithDefaults() Subscription {
 	return s
 }
 
+// MaxQueueBytes bounds a subscription's SQS queue state (Queue), so that
+// the stored configuration stays small in every place that keeps it.
+const MaxQueueBytes = 32 << 10
+
 // ErrInvalid marks a subscription that fails validation.
 var ErrInvalid = errors.New("invalid subscription")
 
@@ -97,6 +108,10 @@ func (s Subscription) Validate() error {
 		return bad("backoff.jitter must be 0-1, got %g", s.Backoff.Jitter)
 	case s.DeadLetterAlarm.GrowthPercent <= 0:
 		return bad("dead_letter_alarm.growth_percent must be above 0, got %g", s.DeadLetterAlarm.GrowthPercent)
+	case len(s.Queue) > MaxQueueBytes:
+		return bad("queue state is %d bytes, more than %d", len(s.Queue), MaxQueueBytes)
+	case len(s.Queue) > 0 && !json.Valid(s.Queue):
+		return bad("queue state is not JSON")
 	}
 	w, err := time.ParseDuration(s.DeadLetterAlarm.Window)
 	if err != nil || w < time.Minute {

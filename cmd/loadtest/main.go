@@ -77,6 +77,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.AsyncPublisher.MaxBatch, "async-batch", 0, "bench-produce's async client phase: messages per request at most (default the client's, 500)")
 	fs.IntVar(&cfg.Rounds, "rounds", 0, "rounds of the bench scenarios, alternating router and baseline (default 2)")
 	fs.IntVar(&cfg.Preload, "preload", 0, "messages preloaded per side (and round) by the consume scenarios (default 100000; 60000 for bench-consume)")
+	fs.IntVar(&cfg.SQSPreload, "sqs-preload", 0, "messages per side (and round) of bench-consume's SQS leg (default -preload, at most 20000)")
 	payload := fs.String("payload", "uniform:100:300", "payload bytes: N, uniform:A:B or exp:MEAN[:CAP]")
 	keys := fs.String("keys", "uniform", "key distribution: uniform or hot:N:SHARE (SHARE of messages on N hot vshards)")
 	fs.IntVar(&cfg.Topics, "topics", 0, "topics (default 1)")
@@ -187,6 +188,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if len(cfg.Routers) == 0 {
 			cfg.Token = secret
 		}
+		// And an SQS access key acting as that token (bench-consume's
+		// SQS leg).
+		awsKeys, keyID, keySecret, err := runAccessKey(*out)
+		if err != nil {
+			return fail("%v", err)
+		}
+		if len(cfg.Routers) == 0 {
+			cfg.SQSAccessKey, cfg.SQSSecret = keyID, keySecret
+		}
 		var urls []string
 		for i := range *nRouters {
 			logPath := *routerLog
@@ -194,7 +204,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				logPath = strings.TrimSuffix(logPath, ".log") + fmt.Sprintf("-%d.log", i+1)
 			}
 			rp := &loadtest.RouterProcess{Bin: *routerBin, Topology: *topoPath, LogPath: logPath,
-				Args: append([]string{"-tokens", tokens}, strings.Fields(*routerArgs)...)}
+				Args: append([]string{"-tokens", tokens, "-aws-credentials", awsKeys}, strings.Fields(*routerArgs)...)}
 			if err := rp.Start(ctx); err != nil {
 				return fail("%v", err)
 			}
@@ -353,6 +363,18 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// runAccessKey makes an SQS access key for a child router acting as the
+// run's token: the access-key file in dir, and the key.
+func runAccessKey(dir string) (path, id, secret string, err error) {
+	if id, secret, err = auth.NewAccessKey(); err != nil {
+		return "", "", "", err
+	}
+	path = filepath.Join(dir, "router-aws-keys.yaml")
+	os.Remove(path)
+	err = auth.PutAccessKey(path, auth.AccessKey{ID: id, Secret: secret, Token: "loadtest"}, true)
+	return path, id, secret, err
 }
 
 // runToken makes an admin token for a child router: the token file (its

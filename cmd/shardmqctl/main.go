@@ -30,6 +30,9 @@ func main() {
 	if len(args) > 0 && args[0] == "token" {
 		os.Exit(ctl.RunToken(args[1:], os.Stdout, os.Stderr))
 	}
+	if len(args) > 0 && args[0] == "aws-key" {
+		os.Exit(ctl.RunAccessKey(args[1:], os.Stdout, os.Stderr))
+	}
 	tok, err := ctl.ResolveToken(*token, *tokenFile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shardmqctl:", err)
