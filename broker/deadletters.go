@@ -136,6 +136,25 @@ func (b *Broker) PurgeDead(ctx context.Context, topic, sub, errorCode string) (i
 	return total, err
 }
 
+// DeleteDead deletes the dead letters with the given message ids (those
+// of them that are dead letters of the subscription) everywhere and
+// answers how many went.
+func (b *Broker) DeleteDead(ctx context.Context, topic, sub string, ids []uint64) (int64, error) {
+	if _, err := b.GetSubscription(ctx, topic, sub); err != nil {
+		return 0, err
+	}
+	var total int64
+	var mu sync.Mutex
+	err := b.eachCluster(ctx, OpDeleteDead, func(ctx context.Context, _ string, sh Store) error {
+		n, err := sh.DeleteDead(ctx, topic, sub, ids)
+		mu.Lock()
+		total += n
+		mu.Unlock()
+		return err
+	})
+	return total, err
+}
+
 // CountDead counts a subscription's dead letters on all clusters.
 func (b *Broker) CountDead(ctx context.Context, topic, sub string) (int64, error) {
 	var total int64
