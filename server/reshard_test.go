@@ -101,9 +101,10 @@ func setupReshardOn(t *testing.T, tune func(*Config), replicas bool) *env {
 	rctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- r.Run(rctx, ln) }()
+	var once sync.Once
+	e.stop = func() { once.Do(func() { cancel(); <-ran }) }
 	t.Cleanup(func() {
-		cancel()
-		<-ran
+		e.stop()
 		e.dbs["c1"].Exec("DROP DATABASE IF EXISTS `" + name3 + "`")
 		e.dbs["c2"].Exec("DROP DATABASE IF EXISTS `" + name3 + "`")
 		for _, db := range e.dbs {
