@@ -324,7 +324,7 @@ ul.facts { color: #333; padding-left: 1.2em; }
 .verdict { padding: .6em .9em; border-radius: 4px; font-size: 1.05em; }
 .verdict.pass { background: #e6f4ea; border: 1px solid #2e7d32; }
 .verdict.fail { background: #fde8e6; border: 1px solid #b3261e; }
-table { border-collapse: collapse; margin: .6em 0; font-size: 13px; }
+table { border-collapse: collapse; margin: .6em 0; font-size: 13px; display: block; max-width: 100%; overflow-x: auto; }
 th, td { border-bottom: 1px solid #ddd; padding: .2em .55em; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 p.caption { color: #555; font-size: 12.5px; margin: -.4em 0 1.2em; }

@@ -310,6 +310,7 @@ func TestUIBrowser(t *testing.T) {
 	u.wait("aborted", `document.querySelector('`+second+`').dataset.state === "aborted" && document.querySelector('`+second+` .bar.ended') !== null &&
 		document.querySelector('`+second+` td.progress').textContent.includes("aborted") && document.getElementById("rsmsg").textContent === ""`)
 	u.wait("the map is back", `document.querySelector('#legend span[data-cluster="c3"]').textContent === `+strconv.Quote(want))
+	u.shot("ui-aborted.png")
 	u.noProblems(nil)
 }
 
