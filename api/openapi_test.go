@@ -19,6 +19,7 @@ import (
 
 	"github.com/shardmq/shardmq/auth"
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/deadletter"
 	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/lookup"
 	"github.com/shardmq/shardmq/rebalance"
@@ -338,7 +339,7 @@ var goTypes = map[string]struct {
 	"CodeCount":                  {types: typesOf(codeCount{})},
 	"DeleteDeadRequest":          {types: typesOf(deleteDeadBody{})},
 	"Consumer":                   {types: typesOf(consumerJSON{})},
-	"FiringAlarm":                {types: typesOf(alarmJSON{})},
+	"FiringAlarm":                {types: typesOf(deadletter.Alert{})},
 	"QueueFlow":                  {types: typesOf(queueFlow{})},
 }
 

@@ -70,17 +70,6 @@ type queueFlow struct {
 	Acked   int64 `json:"acked"`
 }
 
-type alarmJSON struct {
-	Topic         string  `json:"topic"`
-	Subscription  string  `json:"subscription"`
-	DeadLetters   int64   `json:"dead_letters"`
-	Before        int64   `json:"dead_letters_window_start"`
-	GrowthPercent float64 `json:"growth_percent"`
-	Threshold     float64 `json:"threshold_percent"`
-	Window        string  `json:"window"`
-	Since         string  `json:"since"`
-}
-
 func (s *Server) queues(w http.ResponseWriter, r *http.Request, src UISources) {
 	qv := r.URL.Query()
 	q := ui.Query{Filter: qv.Get("filter"), Sort: qv.Get("sort"), Limit: 50}
@@ -171,12 +160,11 @@ func (s *Server) queues(w http.ResponseWriter, r *http.Request, src UISources) {
 	for i, t := range p.Times {
 		times[i] = formatTime(t)
 	}
-	alarms := []alarmJSON{}
+	// The alarms as the webhook gets them (deadletter.Alert), at: when
+	// each was raised.
+	alarms := []deadletter.Alert{}
 	if src.Alarms != nil {
-		for _, a := range src.Alarms.FiringAlarms() {
-			alarms = append(alarms, alarmJSON{Topic: a.Topic, Subscription: a.Subscription, DeadLetters: a.DeadLetters, Before: a.Before,
-				GrowthPercent: a.GrowthPercent, Threshold: a.Threshold, Window: a.Window, Since: formatTime(a.At)})
-		}
+		alarms = append(alarms, src.Alarms.FiringAlarms()...)
 	}
 	out := map[string]any{"counted_at": formatTime(p.At), "live": live, "partial": partial, "step_seconds": int(step / time.Second),
 		"times": times, "total": p.Total, "offset": q.Offset, "limit": q.Limit, "subscriptions": rows, "alarms": alarms,

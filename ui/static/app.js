@@ -201,7 +201,7 @@ function banners() {
   for (const a of state.alarms) {
     out.push(banner("alarm", "bad", el("strong", {}, "Dead-letter alarm: "), a.topic + "/" + a.subscription + " has " + a.dead_letters +
       " dead letters, +" + Math.round(a.growth_percent) + " % over " + (a.window || "1h") + " (from " + a.dead_letters_window_start +
-      "; the alarm fires above " + a.threshold_percent + " %), firing since ", timeEl(a.since), " ",
+      "; the alarm fires above " + a.threshold_percent + " %), firing since ", timeEl(a.at), " ",
       el("button", { "data-act": "pick", onclick: () => pickSub(a.topic, a.subscription) }, "show")));
   }
   const q = state.queueProblem;
