@@ -172,13 +172,15 @@ func (c lineChart) SVG() string {
 		fmt.Fprintf(&b, `<text x="%.0f" y="36" class="l">%s</text>`, lx+22, html.EscapeString(s.Name))
 		lx += 30 + 6.5*float64(len(s.Name))
 	}
-	for _, sp := range c.Spans {
+	for i, sp := range c.Spans {
 		x1, x2 := xmap(math.Max(sp.From, 0)), xmap(math.Min(sp.To, xmax))
 		if x2 <= x1 {
 			continue
 		}
 		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%.0f" fill="%s" opacity="0.13"/>`, x1, chartTop, x2-x1, plotH, sp.Colour)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="s">%s</text>`, x1+3, chartTop+12, html.EscapeString(sp.Label))
+		// Labels under the plot's top edge, alternating lines: spans next
+		// to each other keep theirs apart.
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="s">%s</text>`, x1+3, chartTop+12+12*(i%2), html.EscapeString(sp.Label))
 	}
 	for _, v := range ticks {
 		y := ymap(v)
@@ -238,7 +240,7 @@ func (c lineChart) SVG() string {
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s" stroke-width="1.5" stroke-dasharray="2 2" class="mark"/>`,
 			x, chartTop, x, chartH-chartBot, m.Colour)
 		// Labels step down, so that marks close together stay readable.
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="m" fill="%s">%s</text>`, x+3, chartTop+26+13*(i%3), m.Colour, html.EscapeString(m.Label))
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="m" fill="%s">%s</text>`, x+3, chartTop+38+13*(i%3), m.Colour, html.EscapeString(m.Label))
 	}
 	b.WriteString(`</svg>`)
 	return b.String()
