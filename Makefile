@@ -136,12 +136,13 @@ browser-deps:
 		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; \
 	fi
 
-# ui-test runs only the tests of the operators' page and CLI (the browser
-# test's screenshots go to var/ui-test/).
+# ui-test runs only the tests of the operators' page and CLI, and the one
+# that renders a short load test's report.html (the browser tests'
+# screenshots go to var/ui-test/).
 ui-test: deps browser-deps
 	@mkdir -p bin
 	$(GO) build -o bin/sandbox ./cmd/sandbox
-	bin/sandbox exec -clusters 2 -replicas 1 -- $(GO) test -race -count=1 ./ui/ ./server/ -run 'TestHistory|TestUI|TestOperatorCLI'
+	bin/sandbox exec -clusters 2 -replicas 1 -- $(GO) test -race -count=1 ./ui/ ./server/ ./loadtest/ -run 'TestHistory|TestUI|TestOperatorCLI|TestReportHTML'
 
 # fuzz runs each fuzz target of the request decoders, the query strings,
 # the strictness scan and the receipt parser for FUZZTIME inputs (9 targets x
@@ -193,7 +194,7 @@ bench: build
 # from the current source on a free loopback port, stopped at the end — a
 # router started by `make run` is neither needed nor touched.
 # LOADTEST_ROUTER=http://… uses a running router instead. Reports
-# (report.md, report.json) go to $(LOADTEST_OUT)/<name>.
+# (report.md, report.html, report.json) go to $(LOADTEST_OUT)/<name>.
 LOADTEST_OUT    ?= $(VAR)/loadtest
 LOADTEST_ROUTER ?=
 LOADTEST_ARGS   ?=
@@ -216,8 +217,10 @@ loadtest-build:
 
 # loadtest is the quarterly mixed test for 60 s (targets 100k messages/s
 # written, 50k/s consumed), then a drain and the proof that every
-# acknowledged message was consumed once. FAULT=c1-primary (any sandbox
-# instance) or FAULT=router kills it -9 FAULT_AT into the run and restarts
+# acknowledged message was consumed once; report.md, report.html (charts
+# over time, inline SVG) and report.json in $(LOADTEST_OUT)/mixed….
+# FAULT=c1-primary (any sandbox instance) or FAULT=router kills it -9
+# FAULT_AT into the run and restarts
 # it FAULT_DOWN later. Last line: lost: N, duplicated: N, produced/s: X,
 # consumed/s: Y; exit status 1 if anything was lost. ROUTERS=N runs N
 # routers over the same sandbox and spreads the requests over them;

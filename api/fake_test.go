@@ -110,6 +110,16 @@ func (b *recordingBroker) PurgeDead(_ context.Context, topic, sub, errorCode str
 	return 0, nil
 }
 
+func (b *recordingBroker) DeleteDead(_ context.Context, topic, sub string, ids []uint64) (int64, error) {
+	b.record("delete_dead", topic, sub, ids)
+	return 0, nil
+}
+
+func (b *recordingBroker) Consumers(_ context.Context, topic, sub string) ([]broker.Consumer, []string, error) {
+	b.record("consumers", topic, sub)
+	return nil, nil, nil
+}
+
 func (b *recordingBroker) DeadByCode(_ context.Context, topic, sub string, ids []uint64, errorCode string) (map[string]int64, error) {
 	b.record("dead_by_code", topic, sub, ids, errorCode)
 	return map[string]int64{}, nil

@@ -98,8 +98,11 @@ var routePolicies = []struct {
 	{"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/redrive", policy{scope: auth.Admin, topic: pathTopic}},
 	{"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/claim", policy{scope: auth.Admin, topic: pathTopic}},
 	{"GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters/codes", policy{scope: auth.Consume, topic: pathTopic}},
+	{"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/delete", policy{scope: auth.Admin, topic: pathTopic}},
+	{"GET /v1/topics/{topic}/subscriptions/{sub}/consumers", policy{scope: auth.Consume, topic: pathTopic}},
 
 	{"GET /v1/messages/{key}/trace", policy{scope: auth.Consume, topic: queryTopic}},
+	{"GET /v1/messages/trace", policy{scope: auth.Consume, topic: queryTopic}},
 	{"GET /v1/transactions/{transaction_id}", policy{scope: auth.Consume}},
 
 	// Topology, shard map, stats, reconciliation, resharding: every

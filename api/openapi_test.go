@@ -19,6 +19,7 @@ import (
 
 	"github.com/shardmq/shardmq/auth"
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/deadletter"
 	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/lookup"
 	"github.com/shardmq/shardmq/rebalance"
@@ -336,6 +337,10 @@ var goTypes = map[string]struct {
 	"ReshardMove":                {types: typesOf(rebalance.Move{})},
 	"ReshardJob":                 {types: typesOf(rebalance.View{})},
 	"CodeCount":                  {types: typesOf(codeCount{})},
+	"DeleteDeadRequest":          {types: typesOf(deleteDeadBody{})},
+	"Consumer":                   {types: typesOf(consumerJSON{})},
+	"FiringAlarm":                {types: typesOf(deadletter.Alert{})},
+	"QueueFlow":                  {types: typesOf(queueFlow{})},
 }
 
 func typesOf(vs ...any) []reflect.Type {
@@ -467,6 +472,10 @@ func TestOpenAPIAnswersMatchTheDocument(t *testing.T) {
 		{"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/redrive", sub + "/dead-letters/redrive", `{"all":true}`, 200},
 		{"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/redrive", sub + "/dead-letters/redrive", `{"all":true,"dry_run":true}`, 200},
 		{"GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters/codes", sub + "/dead-letters/codes", "", 200},
+		{"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/delete", sub + "/dead-letters/delete", `{"ids":["7"]}`, 200},
+		{"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/delete", sub + "/dead-letters/delete", `{"ids":[]}`, 400},
+		{"GET /v1/topics/{topic}/subscriptions/{sub}/consumers", sub + "/consumers", "", 200},
+		{"GET /v1/messages/trace", "/v1/messages/trace?key=.&topic=orders", "", 404},
 		{"GET /v1/admin/queues", "/v1/admin/queues?sort=depth&limit=5", "", 200},
 		{"GET /v1/admin/reshard", "/v1/admin/reshard", "", 200},
 		{"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/claim", sub + "/dead-letters/claim", `{"error_code":"E"}`, 200},
@@ -630,6 +639,14 @@ func (b *richBroker) DeadByCode(context.Context, string, string, []uint64, strin
 }
 
 func (b *richBroker) PurgeDead(context.Context, string, string, string) (int64, error) { return 3, nil }
+
+func (b *richBroker) DeleteDead(context.Context, string, string, []uint64) (int64, error) {
+	return 1, nil
+}
+
+func (b *richBroker) Consumers(context.Context, string, string) ([]broker.Consumer, []string, error) {
+	return []broker.Consumer{{Consumer: "w1", InFlight: 2, OldestLeaseAt: time.Unix(1, 0)}}, []string{"c2"}, nil
+}
 
 func (b *richBroker) ShardMap() *routing.Map {
 	m, err := routing.NewMap(4, []routing.Range{{From: 0, To: 511, Cluster: "c1"}, {From: 512, To: 1023, Cluster: "c2", Frozen: true}}, nil)

@@ -23,6 +23,8 @@ type Subscriptions interface {
 	Redrive(ctx context.Context, topic, sub string, ids []uint64, errorCode string) (int64, error)
 	DeadByCode(ctx context.Context, topic, sub string, ids []uint64, errorCode string) (map[string]int64, error)
 	PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error)
+	DeleteDead(ctx context.Context, topic, sub string, ids []uint64) (int64, error)
+	Consumers(ctx context.Context, topic, sub string) ([]broker.Consumer, []string, error)
 }
 
 var _ Subscriptions = (*broker.Broker)(nil)
@@ -37,6 +39,8 @@ func (s *Server) routeSubscriptions(sb Subscriptions) {
 	s.handleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/redrive", s.redrive)
 	s.handleFunc("GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters/codes", s.deadCodes)
 	s.handleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/claim", s.claimDead)
+	s.handleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/delete", s.deleteDead)
+	s.handleFunc("GET /v1/topics/{topic}/subscriptions/{sub}/consumers", s.consumers)
 }
 
 // subscriptionBody is a PUT body: omitted fields take their defaults (a PUT
@@ -309,14 +313,10 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fail(CodeBatchTooLarge, fmt.Sprintf("at most %d ids per redrive", s.limits.MaxBatch)))
 		return
 	}
-	ids := make([]uint64, len(body.IDs))
-	for i, v := range body.IDs {
-		id, err := strconv.ParseUint(v, 10, 64)
-		if err != nil || id == 0 {
-			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("ids[%d] %q is not a message id", i, v)))
-			return
-		}
-		ids[i] = id
+	ids, e := messageIDs(body.IDs)
+	if e != nil {
+		writeError(w, e)
+		return
 	}
 	if body.DryRun {
 		codes, err := s.subs.DeadByCode(r.Context(), topic, name, ids, body.ErrorCode)

@@ -24,7 +24,11 @@ var _ Tracer = (*lookup.Service)(nil)
 // RouteOps registers the trace and lookup endpoints (DESIGN §5 "Trace and
 // lookup") and, when a is not nil, the operations endpoints of admin.go.
 func (s *Server) RouteOps(t Tracer, a Admin) {
-	s.handleFunc("GET /v1/messages/{key}/trace", func(w http.ResponseWriter, r *http.Request) { s.trace(w, r, t) })
+	s.handleFunc("GET /v1/messages/{key}/trace", func(w http.ResponseWriter, r *http.Request) { s.trace(w, r, t, r.PathValue("key")) })
+	// The key in the query: for keys that are a path's dot segments ("."
+	// and ".."), which browsers and URL libraries remove from a path
+	// before it is sent (%2E included).
+	s.handleFunc("GET /v1/messages/trace", func(w http.ResponseWriter, r *http.Request) { s.trace(w, r, t, r.URL.Query().Get("key")) })
 	s.handleFunc("GET /v1/transactions/{transaction_id}", func(w http.ResponseWriter, r *http.Request) { s.transaction(w, r, t) })
 	if a != nil {
 		s.routeAdmin(a)
@@ -153,8 +157,7 @@ func (s *Server) lookupError(r *http.Request, err error, what string) *apiError 
 	return s.hide(r, CodeInternal, err)
 }
 
-func (s *Server) trace(w http.ResponseWriter, r *http.Request, t Tracer) {
-	key := r.PathValue("key")
+func (s *Server) trace(w http.ResponseWriter, r *http.Request, t Tracer, key string) {
 	q := r.URL.Query()
 	topic, orderKey := q.Get("topic"), q.Get("order_key")
 	switch {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/shardmq/shardmq/deadletter"
+	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/ui"
 )
 
@@ -18,6 +20,29 @@ type QueueHistory interface {
 
 var _ QueueHistory = (*ui.History)(nil)
 
+// Alarms lists the dead-letter alarms firing now (deadletter.Upkeep).
+type Alarms interface {
+	FiringAlarms() []deadletter.Alert
+}
+
+var _ Alarms = (*deadletter.Upkeep)(nil)
+
+// Flow is this router's count of the message flow since it started:
+// messages created on a topic and acks of a subscription
+// (observe.Messages). The page's rates are its differences over time.
+type Flow interface {
+	Flow(topic, sub string) (created, acked int64)
+}
+
+// UISources are what GET /v1/admin/queues reads besides the broker; any
+// may be nil: without History every answer is counted live, without
+// Alarms none is listed, without Flow the rows carry no flow counts.
+type UISources struct {
+	History QueueHistory
+	Alarms  Alarms
+	Flow    Flow
+}
+
 // maxQueuesLimit bounds one page of GET /v1/admin/queues.
 const maxQueuesLimit = 500
 
@@ -28,16 +53,24 @@ const staleQueues = 5 * time.Minute
 
 // RouteUI serves the operators' page at /ui (its files carry no data: the
 // route is open) and GET /v1/admin/queues, the paged queue table with
-// sparkline samples that the page reads (docs/ui.md). hist may be nil:
-// every answer is then counted live, without samples.
-func (s *Server) RouteUI(hist QueueHistory) {
+// sparkline samples, lag, flow counts and firing alarms that the page
+// reads (docs/ui.md). src may be nil (as UISources{}).
+func (s *Server) RouteUI(src *UISources) {
+	if src == nil {
+		src = &UISources{}
+	}
 	page := ui.Handler()
 	s.Handle("GET /ui", page)
 	s.Handle("GET /ui/", page)
-	s.handleFunc("GET /v1/admin/queues", func(w http.ResponseWriter, r *http.Request) { s.queues(w, r, hist) })
+	s.handleFunc("GET /v1/admin/queues", func(w http.ResponseWriter, r *http.Request) { s.queues(w, r, *src) })
 }
 
-func (s *Server) queues(w http.ResponseWriter, r *http.Request, hist QueueHistory) {
+type queueFlow struct {
+	Created int64 `json:"created"`
+	Acked   int64 `json:"acked"`
+}
+
+func (s *Server) queues(w http.ResponseWriter, r *http.Request, src UISources) {
 	qv := r.URL.Query()
 	q := ui.Query{Filter: qv.Get("filter"), Sort: qv.Get("sort"), Limit: 50}
 	if len(q.Filter) > 256 {
@@ -45,9 +78,9 @@ func (s *Server) queues(w http.ResponseWriter, r *http.Request, hist QueueHistor
 		return
 	}
 	switch q.Sort {
-	case "", "name", "depth", "in_flight", "dead":
+	case "", "name", "depth", "in_flight", "dead", "lag":
 	default:
-		writeError(w, fail(CodeInvalidRequest, `sort must be "name", "depth", "in_flight" or "dead"`))
+		writeError(w, fail(CodeInvalidRequest, `sort must be "name", "depth", "in_flight", "dead" or "lag"`))
 		return
 	}
 	for name, dst := range map[string]*int{"offset": &q.Offset, "limit": &q.Limit} {
@@ -63,6 +96,7 @@ func (s *Server) queues(w http.ResponseWriter, r *http.Request, hist QueueHistor
 		*dst = n
 	}
 	var p ui.Page
+	hist := src.History
 	live := hist == nil
 	step := time.Minute
 	if hist != nil {
@@ -72,16 +106,26 @@ func (s *Server) queues(w http.ResponseWriter, r *http.Request, hist QueueHistor
 		p = hist.Page(q)
 		// No count yet (not the leading router, or just started), or none
 		// for a while (it stopped leading): count for this answer.
-		live = p.At.IsZero() || time.Since(p.At) > max(2*step, staleQueues)
+		newest := p.At
+		if p.MissingAt.After(newest) {
+			newest = p.MissingAt
+		}
+		live = newest.IsZero() || time.Since(newest) > max(2*step, staleQueues)
 	}
-	var missing []string
+	// partial: the rows come from a count that missed clusters, so they
+	// are smaller than the truth (a history that holds a complete count
+	// serves that one instead, with the clusters named).
+	partial := false
 	if live {
 		st := s.b.Stats(r.Context())
 		h := ui.NewHistory(step, 2)
-		h.Record(time.Now(), st.Subscriptions)
+		h.Record(time.Now(), st.Subscriptions, st.Missing)
 		p = h.Page(q)
-		missing = st.Missing
+		partial = len(st.Missing) > 0
+	} else if len(p.Missing) > 0 && !p.MissingAt.After(p.At) {
+		partial = true // no complete count held yet
 	}
+	now := time.Now()
 	type series struct {
 		Depth    []uint32 `json:"depth"`
 		InFlight []uint32 `json:"in_flight"`
@@ -89,22 +133,45 @@ func (s *Server) queues(w http.ResponseWriter, r *http.Request, hist QueueHistor
 	}
 	type row struct {
 		subscriptionStats
-		History series `json:"history"`
+		// OldestReadyAt is the produce time of the oldest ready message;
+		// LagSeconds its age now (0 with nothing ready): the consumers'
+		// lag, as the queue-health metric has it.
+		OldestReadyAt string     `json:"oldest_ready_at,omitempty"`
+		LagSeconds    float64    `json:"lag_seconds"`
+		Flow          *queueFlow `json:"flow,omitempty"`
+		History       series     `json:"history"`
 	}
 	rows := make([]row, len(p.Rows))
 	for i, x := range p.Rows {
 		rows[i] = row{subscriptionStats: subscriptionStats{Topic: x.Topic, Subscription: x.Subscription, Depth: x.Depth, Ready: x.Ready,
 			Delayed: x.Delayed, InFlight: x.InFlight, Parked: x.Parked, Dead: x.Dead},
 			History: series{Depth: x.DepthHist, InFlight: x.InFlightHist, Dead: x.DeadHist}}
+		if x.OldestReady != 0 {
+			at := idgen.Time(x.OldestReady)
+			rows[i].OldestReadyAt = formatTime(at)
+			rows[i].LagSeconds = max(now.Sub(at).Seconds(), 0)
+		}
+		if src.Flow != nil {
+			c, a := src.Flow.Flow(x.Topic, x.Subscription)
+			rows[i].Flow = &queueFlow{Created: c, Acked: a}
+		}
 	}
 	times := make([]string, len(p.Times))
 	for i, t := range p.Times {
 		times[i] = formatTime(t)
 	}
-	out := map[string]any{"counted_at": formatTime(p.At), "live": live, "step_seconds": int(step / time.Second), "times": times,
-		"total": p.Total, "offset": q.Offset, "limit": q.Limit, "subscriptions": rows}
-	if len(missing) > 0 {
-		out["missing_clusters"] = missing
+	// The alarms as the webhook gets them (deadletter.Alert), at: when
+	// each was raised.
+	alarms := []deadletter.Alert{}
+	if src.Alarms != nil {
+		alarms = append(alarms, src.Alarms.FiringAlarms()...)
+	}
+	out := map[string]any{"counted_at": formatTime(p.At), "live": live, "partial": partial, "step_seconds": int(step / time.Second),
+		"times": times, "total": p.Total, "offset": q.Offset, "limit": q.Limit, "subscriptions": rows, "alarms": alarms,
+		"answered_at": formatTime(now)}
+	if len(p.Missing) > 0 {
+		out["missing_clusters"] = p.Missing
+		out["missing_at"] = formatTime(p.MissingAt)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

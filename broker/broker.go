@@ -49,6 +49,7 @@ type Store interface {
 	ListDead(ctx context.Context, topic, sub, errorCode string, before uint64, limit int, now time.Time) ([]store.DeadLetter, map[uint64]*store.Message, error)
 	Redrive(ctx context.Context, req store.RedriveRequest) (int64, error)
 	PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error)
+	DeleteDead(ctx context.Context, topic, sub string, ids []uint64) (int64, error)
 	CountDead(ctx context.Context, topic, sub string) (int64, error)
 	DeadByCode(ctx context.Context, req store.RedriveRequest) (map[string]int64, error)
 	ArchiveDead(ctx context.Context, topic, sub string, cutoff, now time.Time) (int64, error)
@@ -85,6 +86,8 @@ const (
 	OpListDead         = "list_dead"
 	OpRedrive          = "redrive"
 	OpPurgeDead        = "purge_dead"
+	OpDeleteDead       = "delete_dead"
+	OpLeaseHolders     = "lease_holders"
 	OpCountDead        = "count_dead"
 	OpDeadByCode       = "dead_by_code"
 	OpArchiveDead      = "archive_dead"

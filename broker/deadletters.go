@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardmq/shardmq/store"
@@ -80,15 +81,9 @@ func (b *Broker) Redrive(ctx context.Context, topic, sub string, ids []uint64, e
 	if err != nil {
 		return 0, err
 	}
-	var total int64
-	var mu sync.Mutex
-	err = b.eachCluster(ctx, OpRedrive, func(ctx context.Context, _ string, sh Store) error {
-		n, err := sh.Redrive(ctx, store.RedriveRequest{Topic: topic, Subscription: sub, IDs: ids, ErrorCode: errorCode,
+	total, err := b.sumClusters(ctx, OpRedrive, func(ctx context.Context, sh Store) (int64, error) {
+		return sh.Redrive(ctx, store.RedriveRequest{Topic: topic, Subscription: sub, IDs: ids, ErrorCode: errorCode,
 			Ordered: s.Ordered, Now: b.now().UTC()})
-		mu.Lock()
-		total += n
-		mu.Unlock()
-		return err
 	})
 	if total > 0 {
 		b.wake.signal(topic)
@@ -124,43 +119,41 @@ func (b *Broker) PurgeDead(ctx context.Context, topic, sub, errorCode string) (i
 	if _, err := b.GetSubscription(ctx, topic, sub); err != nil {
 		return 0, err
 	}
-	var total int64
-	var mu sync.Mutex
-	err := b.eachCluster(ctx, OpPurgeDead, func(ctx context.Context, _ string, sh Store) error {
-		n, err := sh.PurgeDead(ctx, topic, sub, errorCode)
-		mu.Lock()
-		total += n
-		mu.Unlock()
-		return err
-	})
-	return total, err
+	return b.sumClusters(ctx, OpPurgeDead, func(ctx context.Context, sh Store) (int64, error) { return sh.PurgeDead(ctx, topic, sub, errorCode) })
+}
+
+// DeleteDead deletes the dead letters with the given message ids (those
+// of them that are dead letters of the subscription) everywhere and
+// answers how many went.
+func (b *Broker) DeleteDead(ctx context.Context, topic, sub string, ids []uint64) (int64, error) {
+	if _, err := b.GetSubscription(ctx, topic, sub); err != nil {
+		return 0, err
+	}
+	return b.sumClusters(ctx, OpDeleteDead, func(ctx context.Context, sh Store) (int64, error) { return sh.DeleteDead(ctx, topic, sub, ids) })
 }
 
 // CountDead counts a subscription's dead letters on all clusters.
 func (b *Broker) CountDead(ctx context.Context, topic, sub string) (int64, error) {
-	var total int64
-	var mu sync.Mutex
-	err := b.eachCluster(ctx, OpCountDead, func(ctx context.Context, _ string, sh Store) error {
-		n, err := sh.CountDead(ctx, topic, sub)
-		mu.Lock()
-		total += n
-		mu.Unlock()
-		return err
-	})
-	return total, err
+	return b.sumClusters(ctx, OpCountDead, func(ctx context.Context, sh Store) (int64, error) { return sh.CountDead(ctx, topic, sub) })
 }
 
 // ArchiveDead moves dead letters that died before cutoff into the archive
 // table on every cluster.
 func (b *Broker) ArchiveDead(ctx context.Context, topic, sub string, cutoff time.Time) (int64, error) {
-	var total int64
-	var mu sync.Mutex
-	err := b.eachCluster(ctx, OpArchiveDead, func(ctx context.Context, _ string, sh Store) error {
-		n, err := sh.ArchiveDead(ctx, topic, sub, cutoff, b.now().UTC())
-		mu.Lock()
-		total += n
-		mu.Unlock()
+	return b.sumClusters(ctx, OpArchiveDead, func(ctx context.Context, sh Store) (int64, error) {
+		return sh.ArchiveDead(ctx, topic, sub, cutoff, b.now().UTC())
+	})
+}
+
+// sumClusters runs fn (operation op) on every cluster at once and adds up
+// the counts it answers, those of clusters that failed too (what they did
+// before failing); the error joins the failures, each naming its cluster.
+func (b *Broker) sumClusters(ctx context.Context, op string, fn func(ctx context.Context, sh Store) (int64, error)) (int64, error) {
+	var total atomic.Int64
+	err := b.eachCluster(ctx, op, func(ctx context.Context, _ string, sh Store) error {
+		n, err := fn(ctx, sh)
+		total.Add(n)
 		return err
 	})
-	return total, err
+	return total.Load(), err
 }

@@ -296,6 +296,10 @@ func (m *memStore) DeadByCode(context.Context, store.RedriveRequest) (map[string
 func (m *memStore) PurgeDead(context.Context, string, string, string) (int64, error) {
 	panic("memStore.PurgeDead")
 }
+
+func (m *memStore) DeleteDead(context.Context, string, string, []uint64) (int64, error) {
+	panic("memStore.DeleteDead")
+}
 func (m *memStore) ArchiveDead(context.Context, string, string, time.Time, time.Time) (int64, error) {
 	panic("memStore.ArchiveDead")
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,6 +94,7 @@ type sample struct {
 type subState struct {
 	samples []sample
 	firing  bool
+	raised  Alert // while firing: the alert that raised it, its latest count
 }
 
 // Upkeep is the service. Start and Stop are safe to call twice.
@@ -303,6 +305,14 @@ func (u *Upkeep) observe(s subscription.Subscription, n int64, now time.Time, wi
 	growth := float64(n-base) / float64(max(base, 1)) * 100
 	was := st.firing
 	st.firing = !first && n > base && growth > threshold
+	if st.firing {
+		at := st.raised.At
+		if !was {
+			at = now.UTC()
+		}
+		st.raised = Alert{Topic: s.Topic, Subscription: s.Name, DeadLetters: n, Before: base, GrowthPercent: growth,
+			Threshold: threshold, Window: s.DeadLetterAlarm.Window, At: at}
+	}
 	u.mu.Unlock()
 
 	v := 0.0
@@ -326,6 +336,27 @@ func (u *Upkeep) observe(s subscription.Subscription, n int64, now time.Time, wi
 	default:
 		u.dropped.Add(1)
 	}
+}
+
+// FiringAlarms lists the alarms raised now, by topic and subscription:
+// each with the count and growth of its latest check and At, when it
+// was raised. Only the leading router checks; on the others it is empty.
+func (u *Upkeep) FiringAlarms() []Alert {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []Alert
+	for _, st := range u.state {
+		if st.firing {
+			out = append(out, st.raised)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
+		}
+		return out[i].Subscription < out[j].Subscription
+	})
+	return out
 }
 
 // Firing says whether a subscription's alarm is raised.

@@ -82,16 +82,22 @@ func TestAlarmFiresOnBurstNotOnSteadyState(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no webhook POST")
 	}
-	// Still firing a minute later: no second alert. An hour later the
-	// count is steady again at 180: the alarm clears.
+	raisedAt := at
+	// Still firing a minute later: no second alert; the list of firing
+	// alarms keeps when it was raised and shows the latest count. An
+	// hour later the count is steady again at 180: the alarm clears.
 	at = at.Add(time.Minute)
+	c.set("burst", 190)
 	u.Check(ctx)
+	if f := u.FiringAlarms(); len(f) != 1 || f[0].Subscription != "burst" || f[0].DeadLetters != 190 || f[0].Before != 100 || !f[0].At.Equal(raisedAt) {
+		t.Fatalf("firing alarms: %+v, want burst at 190, raised at %v", f, raisedAt)
+	}
 	for i := 0; i < 62; i++ {
 		at = at.Add(time.Minute)
 		u.Check(ctx)
 	}
-	if u.Firing("t", "burst") {
-		t.Fatal("the alarm did not clear once the count was steady for a window")
+	if u.Firing("t", "burst") || len(u.FiringAlarms()) != 0 {
+		t.Fatalf("the alarm did not clear once the count was steady for a window: %+v", u.FiringAlarms())
 	}
 	select {
 	case a := <-got:

@@ -254,25 +254,7 @@ func (r *Report) writeCapacity(w func(string, ...any)) {
 	}
 	w("For %s produced/s + %s consumed/s at %.0f %% of each host's cores (the model, its checks and its limits: docs/capacity.md):\n\n",
 		human(t.Produce), human(t.Consume), 100*t.Utilization)
-	w("| part | CPU µs per message | per produced | per consumed | messages per CPU-second | cores needed | hosts |\n|---|---:|---:|---:|---:|---:|---|\n")
-	for _, p := range c.Inputs {
-		hosts := ""
-		switch p.Name {
-		case "router":
-			hosts = fmt.Sprintf("%s of %d cores", plural(c.Routers, "router"), t.RouterCores)
-		case "primary":
-			hosts = fmt.Sprintf("%s (primaries of %d cores)", plural(c.Clusters, "cluster"), t.DBCores)
-		case "replica":
-			hosts = fmt.Sprintf("%s of %d cores (%d per cluster)", plural(p.Hosts, "replica"), t.DBCores, c.ReplicasPerCluster)
-		case "generator":
-			hosts = fmt.Sprintf("%s of %d cores", plural(c.Generators, "generator machine"), t.GeneratorCores)
-		}
-		pr, co := "–", "–"
-		if p.ProduceUS > 0 {
-			pr, co = fmt.Sprintf("%.1f", p.ProduceUS), fmt.Sprintf("%.1f", p.ConsumeUS)
-		}
-		w("| %s | %.1f | %s | %s | %s | %.1f | %s |\n", p.Name, p.PerMessageUS, pr, co, human(p.PerCPUSecond), p.Cores, hosts)
-	}
+	capacityTable(c).markdown(w)
 	var parts []string
 	for _, p := range c.Inputs {
 		if p.Name != "generator" {

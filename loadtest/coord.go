@@ -88,6 +88,9 @@ type WorkerResult struct {
 	Hist     map[string]*hdrhistogram.Snapshot `json:"histograms"`
 	Produced []int64                           `json:"produced_per_vshard"`
 	Consumed []int64                           `json:"consumed_per_vshard"`
+	// LatencySeconds are the phase's per-second latency histograms by
+	// series (produce, claim, e2e), for the merged timeline's curves.
+	LatencySeconds map[string][][][2]uint32 `json:"latency_seconds,omitempty"`
 }
 
 // Records of the stream, 24 bytes each: kind, status, pair (or topic),
@@ -512,6 +515,7 @@ wait:
 		moved += res.Phase.moved()
 	}
 	rep.CPU = mergeCPU(cpu.finish(moved), results, moved)
+	rep.CPUTimeline = cpu.timeline() // the coordinator's machine: its routers and servers
 	r.report.Phases = append(r.report.Phases, rep)
 	r.report.Settings.Workers = n
 	r.result(fmt.Sprintf("%s produce batch %d, %d producers × %d workers", cfg.Scenario, cfg.Batch, cfg.Producers, n), "router", rep.Produce.Messages, rep.WindowS)
@@ -591,6 +595,15 @@ func mergePhase(name string, results []*WorkerResult, smap *routing.Map) PhaseRe
 			vsC[i].Add(res.Consumed[i])
 		}
 	}
+	// The workers' phases started together: their seconds line up.
+	merged := &Timeline{}
+	for i, name := range latNames {
+		merged.lat[i] = newLatencySeries(len(out.Timeline))
+		for _, res := range results {
+			merged.lat[i].merge(res.LatencySeconds[name])
+		}
+	}
+	merged.fillLatency(out.Timeline)
 	if out.WindowS > 0 {
 		prod.PerSecond = float64(prod.Messages) / out.WindowS
 		cons.PerSecond = float64(cons.Messages) / out.WindowS
@@ -774,7 +787,11 @@ func RunWorker(ctx context.Context, url string, opts WorkerOptions) (*WorkerResu
 		return nil, err
 	}
 	res := &WorkerResult{Worker: plan.Worker, CPUs: runtime.NumCPU(), Phase: rep, Produced: p.vshards.list(), Consumed: p.vshardsC.list(),
-		Hist: map[string]*hdrhistogram.Snapshot{"produce": p.produceLat.export(), "claim": p.claimLat.export(), "ack": p.ackLat.export(), "e2e": p.e2eLat.export()}}
+		Hist:           map[string]*hdrhistogram.Snapshot{"produce": p.produceLat.export(), "claim": p.claimLat.export(), "ack": p.ackLat.export(), "e2e": p.e2eLat.export()},
+		LatencySeconds: map[string][][][2]uint32{}}
+	for i, name := range latNames {
+		res.LatencySeconds[name] = p.timeline.lat[i].export()
+	}
 	body, err := json.Marshal(res)
 	if err != nil {
 		return nil, err

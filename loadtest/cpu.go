@@ -56,6 +56,20 @@ type cpuTracker struct {
 	marked      bool
 	markMachine time.Duration
 	markSources []time.Duration
+	// The timeline: at each sample, the cores each source (and the
+	// machine) kept busy since the one before, put on the second of the
+	// interval's middle.
+	prevAt      time.Time
+	prevMachine time.Duration
+	prevUsed    []time.Duration
+	series      map[string]map[int]float64
+}
+
+// CPUPoint is one second of a phase's CPU: the cores each part of the
+// machine kept busy, by source name ("machine": all of it).
+type CPUPoint struct {
+	Second int                `json:"t"`
+	Cores  map[string]float64 `json:"cores"`
 }
 
 func newCPUTracker(sources []CPUSource) *cpuTracker {
@@ -70,6 +84,8 @@ func (t *cpuTracker) start() {
 	t.first = make([]map[int]time.Duration, len(t.sources))
 	t.last = make([]map[int]time.Duration, len(t.sources))
 	t.gone = make([]bool, len(t.sources))
+	t.prevAt, t.prevMachine, t.prevUsed = t.at, t.machine0, make([]time.Duration, len(t.sources))
+	t.series = map[string]map[int]float64{}
 	for i, src := range t.sources {
 		t.first[i], t.last[i] = map[int]time.Duration{}, map[int]time.Duration{}
 		for _, pid := range src.PIDs() {
@@ -103,6 +119,61 @@ func (t *cpuTracker) sample() {
 			}
 		}
 	}
+	t.point()
+}
+
+// point adds the interval since the previous sample to the timeline; t.mu
+// is held.
+func (t *cpuTracker) point() {
+	now := t.now()
+	wall := now.Sub(t.prevAt)
+	if wall < 100*time.Millisecond || t.series == nil {
+		return
+	}
+	sec := int((t.prevAt.Sub(t.at) + wall/2) / time.Second)
+	add := func(name string, d time.Duration) {
+		if t.series[name] == nil {
+			t.series[name] = map[int]float64{}
+		}
+		t.series[name][sec] = max(d.Seconds(), 0) / wall.Seconds()
+	}
+	m := t.machine()
+	add("machine", m-t.prevMachine)
+	t.prevMachine = m
+	for i, src := range t.sources {
+		if len(t.last[i]) == 0 {
+			continue
+		}
+		u := t.used(i)
+		add(src.Name, u-t.prevUsed[i])
+		t.prevUsed[i] = u
+	}
+	t.prevAt = now
+}
+
+// timeline is the phase's CPU second by second (the seconds sampled).
+func (t *cpuTracker) timeline() []CPUPoint {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	last := -1
+	for _, by := range t.series {
+		for sec := range by {
+			last = max(last, sec)
+		}
+	}
+	var out []CPUPoint
+	for sec := 0; sec <= last; sec++ {
+		p := CPUPoint{Second: sec, Cores: map[string]float64{}}
+		for name, by := range t.series {
+			if v, ok := by[sec]; ok {
+				p.Cores[name] = v
+			}
+		}
+		if len(p.Cores) > 0 {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // used is a source's CPU since the start; t.mu is held.

@@ -121,3 +121,23 @@ func TestCPUFromProc(t *testing.T) {
 		t.Fatalf("after a busy loop (%d turns): %+v", x, u)
 	}
 }
+
+// The timeline puts each sample's interval on the second of its middle,
+// as cores busy in it, per source and for the machine.
+func TestCPUTimeline(t *testing.T) {
+	s := time.Second
+	f := &fakeProcs{procs: []map[int]time.Duration{{1: 0}, {1: 2 * s}, {1: 3 * s}}, mach: []time.Duration{10 * s, 18 * s, 21 * s}}
+	tr := f.tracker("router")
+	tr.start()
+	f.step = 1
+	tr.sample() // 0-5 s: middle at 2.5 s
+	f.step = 2
+	tr.sample() // 5-10 s: middle at 7.5 s
+	got := tr.timeline()
+	if len(got) != 2 || got[0].Second != 2 || got[1].Second != 7 {
+		t.Fatalf("timeline %+v", got)
+	}
+	if got[0].Cores["router"] != 0.4 || got[0].Cores["machine"] != 1.6 || got[1].Cores["router"] != 0.2 || got[1].Cores["machine"] != 0.6 {
+		t.Fatalf("cores %+v", got)
+	}
+}

@@ -146,11 +146,13 @@ func (c *Counts) Map() map[string]int64 {
 	return maps.Clone(c.m)
 }
 
-// Timeline counts events per second since a phase's start: enough to see
-// a dip and its recovery around a fault.
+// Timeline counts events per second since a phase's start, and keeps
+// each second's latencies (timeseries.go): enough to see a dip and its
+// recovery around a fault, and to draw the report's charts.
 type Timeline struct {
 	start time.Time
 	secs  []second
+	lat   [nLat]*latencySeries
 }
 
 type second struct {
@@ -158,26 +160,36 @@ type second struct {
 }
 
 func newTimeline(start time.Time, length time.Duration) *Timeline {
-	return &Timeline{start: start, secs: make([]second, int(length/time.Second)+2)}
+	t := &Timeline{start: start, secs: make([]second, int(length/time.Second)+2)}
+	for i := range t.lat {
+		t.lat[i] = newLatencySeries(len(t.secs))
+	}
+	return t
 }
 
-func (t *Timeline) at(now time.Time) *second {
-	i := int(now.Sub(t.start) / time.Second)
-	if i < 0 {
-		i = 0
-	}
-	if i >= len(t.secs) {
-		i = len(t.secs) - 1
-	}
-	return &t.secs[i]
+// index is the second of now, within the timeline.
+func (t *Timeline) index(now time.Time) int {
+	return min(max(int(now.Sub(t.start)/time.Second), 0), len(t.secs)-1)
 }
 
-// Point is one second of a timeline.
+func (t *Timeline) at(now time.Time) *second { return &t.secs[t.index(now)] }
+
+// Point is one second of a timeline: messages produced and consumed (acks
+// confirmed) and errors in it, and the latencies of the answers that came
+// in it (0: none), in ms — produce and claim from their intended send
+// time, end to end from production to first delivery — to within 6 %
+// (timeseries.go).
 type Point struct {
-	Second   int   `json:"t"`
-	Produced int64 `json:"produced"`
-	Consumed int64 `json:"consumed"`
-	Errors   int64 `json:"errors"`
+	Second     int     `json:"t"`
+	Produced   int64   `json:"produced"`
+	Consumed   int64   `json:"consumed"`
+	Errors     int64   `json:"errors"`
+	ProduceP50 float64 `json:"produce_p50_ms,omitempty"`
+	ProduceP99 float64 `json:"produce_p99_ms,omitempty"`
+	ClaimP50   float64 `json:"claim_p50_ms,omitempty"`
+	ClaimP99   float64 `json:"claim_p99_ms,omitempty"`
+	E2EP50     float64 `json:"e2e_p50_ms,omitempty"`
+	E2EP99     float64 `json:"e2e_p99_ms,omitempty"`
 }
 
 // points returns the first n seconds.
@@ -188,6 +200,7 @@ func (t *Timeline) points(n int) []Point {
 		s := &t.secs[i]
 		out[i] = Point{Second: i, Produced: s.produced.Load(), Consumed: s.consumed.Load(), Errors: s.errors.Load()}
 	}
+	t.fillLatency(out)
 	return out
 }
 

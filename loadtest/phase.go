@@ -209,6 +209,7 @@ func (p *phase) run(ctx context.Context, progress *progress) PhaseReport {
 	close(stopCPU)
 	rep := p.report()
 	rep.CPU = cpu.finish(p.produced.Load() + p.consumed.Load())
+	rep.CPUTimeline = cpu.timeline()
 	return rep
 }
 
@@ -256,6 +257,7 @@ func (p *phase) producer(ctx context.Context, w int) {
 		// when the answer came, so that a run far behind its schedule
 		// still measures the requests it sent in the window.
 		p.produceLat.Record(done.Sub(intended), p.inWindow(done))
+		p.timeline.latency(latProduce, done, done.Sub(intended))
 		if p.inWindow(done) {
 			p.mRequests.Add(1)
 		}
@@ -516,6 +518,7 @@ func (p *phase) consumer(ctx context.Context, i int) {
 		}
 		if len(ds) > 0 {
 			p.claimLat.Record(done.Sub(intended), p.inWindow(done))
+			p.timeline.latency(latClaim, done, done.Sub(intended))
 		}
 		p.settle(ctx, pair, ds, done)
 	}
@@ -539,6 +542,7 @@ func (p *phase) settle(ctx context.Context, pair int, ds []Delivery, claimed tim
 		}
 		if d.Attempt <= 1 && !d.ProducedAt.IsZero() {
 			p.e2eLat.Record(claimed.Sub(d.ProducedAt), p.inWindow(claimed))
+			p.timeline.latency(latE2E, claimed, claimed.Sub(d.ProducedAt))
 		}
 		switch wl.v.Received(pair, k, d.ID, d.Attempt) {
 		case ActAck:

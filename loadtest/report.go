@@ -175,8 +175,10 @@ type PhaseReport struct {
 	Faults      []FaultEvent     `json:"faults,omitempty"`
 	Recovery    []Recovery       `json:"recovery,omitempty"`
 	Timeline    []Point          `json:"timeline"`
-	// CPU is where the machine's cores went during the phase.
-	CPU []CPUUse `json:"cpu,omitempty"`
+	// CPU is where the machine's cores went during the phase, and
+	// CPUTimeline second by second.
+	CPU         []CPUUse   `json:"cpu,omitempty"`
+	CPUTimeline []CPUPoint `json:"cpu_timeline,omitempty"`
 	// Generators are the workers of a fleet run, each on its own machine
 	// as far as it knows: how busy it kept that machine's cores.
 	Generators []GeneratorUse `json:"generators,omitempty"`
@@ -321,7 +323,8 @@ func recovery(tl []Point, faults []FaultEvent, warmup float64, kind string) []Re
 	return out
 }
 
-// Write writes report.json and report.md into dir (created if needed).
+// Write writes report.json, report.md and report.html into dir (created
+// if needed).
 func (r *Report) Write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("report: %w", err)
@@ -336,6 +339,9 @@ func (r *Report) Write(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(r.Markdown()), 0o644); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "report.html"), []byte(r.HTML()), 0o644); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
 	return nil
 }
 
@@ -344,30 +350,8 @@ func (r *Report) Markdown() string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	w("# shardmq load test: %s\n\n", r.Scenario)
-	w("- run `%s`, started %s, %.0f s\n", r.RunID, r.Started.Format(time.RFC3339), r.ElapsedS)
-	w("- command: `%s`\n", r.Command)
-	if r.Router != "" {
-		w("- router: %s\n", r.Router)
-	}
-	if st := r.Settings; st.Routers > 1 || st.Workers > 0 {
-		w("- fleet: %d routers (requests spread %s), %d generator workers (one merged verification)\n", st.Routers, orDefault(st.Routing, "rr"), max(st.Workers, 1))
-	}
-	w("- host: %d CPUs, GOMAXPROCS %d, %s, load average at start %s\n", r.Host.CPUs, r.Host.GOMAXPROCS, r.Host.Go, r.Host.Load1)
-	if r.Servers != "" {
-		w("- servers: %s\n", r.Servers)
-	}
-	st := r.Settings
-	w("- producers %d × batch %d, consumers %d × claim %d, payload %s bytes, keys %s, %d topic(s) × %d subscription(s), durability %s\n",
-		st.Producers, st.Batch, st.Consumers, st.ClaimMax, st.Payload, st.Keys, st.Topics, st.Subscriptions, orDefault(st.Durability, "primary"))
-	if st.ProduceRate > 0 || st.ConsumeRate > 0 {
-		w("- targets: %s produced/s, %s consumed/s (open loop; latency from the intended send time)\n", human(st.ProduceRate), human(st.ConsumeRate))
-	}
-	if st.DupShare > 0 || st.NackShare > 0 || st.RetryShare > 0 || st.DropShare > 0 {
-		w("- repeated keys %.0f %%, poison (always nacked) %.0f %%, nacked once %.0f %%, dropped once %.0f %%\n",
-			100*st.DupShare, 100*st.NackShare, 100*st.RetryShare, 100*st.DropShare)
-	}
-	if st.Fault != "" {
-		w("- fault: kill -9 %s at %.0f s, restart %.0f s later\n", st.Fault, st.FaultAtS, st.FaultDownS)
+	for _, f := range r.facts(func(s string) string { return "`" + s + "`" }) {
+		w("- %s\n", f)
 	}
 
 	w("\n## Verdict\n\n")
@@ -380,80 +364,24 @@ func (r *Report) Markdown() string {
 		verdict, sm.Lost, sm.Duplicated, sm.Pending, human(sm.ProducedPerSec), human(sm.ConsumedPerSec))
 
 	if len(r.Ratios) > 0 || len(r.Results) > 0 {
-		w("\n## Throughput\n\n| figure | target | messages | seconds | messages/s |\n|---|---|---:|---:|---:|\n")
-		for _, res := range r.Results {
-			w("| %s | %s | %d | %.1f | %.0f |\n", res.Name, res.Target, res.Messages, res.Seconds, res.PerSecond)
-		}
+		w("\n## Throughput\n\n")
+		resultsTable(r.Results).markdown(w)
 		if len(r.Ratios) > 0 {
-			w("\n| ratio | value |\n|---|---:|\n")
-			for _, k := range sortedKeys(r.Ratios) {
-				w("| %s | %.2f |\n", k, r.Ratios[k])
-			}
+			w("\n")
+			ratiosTable(r.Ratios).markdown(w)
 		}
 	}
 
-	w("\n## Phases\n\n| phase | target | window s | produced/s | produce p50 / p99 / p99.9 ms | consumed/s | claim p50 / p99 / p99.9 ms | ack p99 ms | end-to-end p99 ms | errors |\n|---|---|---:|---:|---|---:|---|---:|---:|---:|\n")
-	for _, p := range r.Phases {
-		pr, pl, cr, cl, ak, e2e := "–", "–", "–", "–", "–", "–"
-		if p.Produce != nil {
-			pr = fmt.Sprintf("%.0f", p.Produce.PerSecond)
-			if p.Produce.Target > 0 {
-				pr += fmt.Sprintf(" (of %s)", human(p.Produce.Target))
-			}
-			pl = pct(p.Produce.Latency)
-		}
-		if p.Consume != nil {
-			cr = fmt.Sprintf("%.0f", p.Consume.PerSecond)
-			if p.Consume.Target > 0 {
-				cr += fmt.Sprintf(" (of %s)", human(p.Consume.Target))
-			}
-			cl = pct(p.Consume.Latency)
-			ak = fmt.Sprintf("%.1f", p.Consume.AckLatency.P99)
-			e2e = fmt.Sprintf("%.1f", p.Consume.EndToEnd.P99)
-		}
-		var errs int64
-		for _, n := range p.Errors {
-			errs += n
-		}
-		name := p.Name
-		if p.Preload {
-			name += " (preload)"
-		}
-		w("| %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %d |\n", name, p.Target, p.WindowS, pr, pl, cr, cl, ak, e2e, errs)
-	}
+	w("\n## Phases\n\n")
+	phasesTable(r.Phases).markdown(w)
 
 	r.writeCPU(w)
 	r.writeCapacity(w)
 
-	w("\n## Verification\n\n| workload | mode | acknowledged | expected deliveries | consumed | dead (asked) | ack unknown | lost | pending | duplicated | redelivered after nack | after lease expiry | unexpected | corrupt |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("\n## Verification\n\n")
+	verificationTable(r.Verification).markdown(w)
 	for _, v := range r.Verification {
-		w("| %s | %s | %d | %d | %d | %d | %d | **%d** | %d | **%d** | %d | %d | %d | %d |\n", v.Workload, v.Mode, v.Acknowledged, v.Expected, v.Consumed,
-			v.Dead, v.AckUnknown, v.Lost, v.Pending, v.Duplicated, v.RedeliveredAfterNack, v.RedeliveredAfterExpiry, v.Unexpected, v.Corrupt)
-	}
-	for _, v := range r.Verification {
-		var notes []string
-		if v.Mode == "stored" {
-			notes = append(notes, fmt.Sprintf("%d acknowledged keys looked up in the dedup registry", v.Checked))
-		}
-		if v.StoredByDuplicate > 0 {
-			notes = append(notes, fmt.Sprintf("%d keys proven stored by a resend answered duplicate", v.StoredByDuplicate))
-		}
-		if v.DeliveredUnconfirmed > 0 {
-			notes = append(notes, fmt.Sprintf("%d keys without a definite produce answer were delivered (stored after all)", v.DeliveredUnconfirmed))
-		}
-		if v.Unchecked > 0 {
-			notes = append(notes, fmt.Sprintf("%d not consumed and not checked", v.Unchecked))
-		}
-		if v.DeadUnexpected > 0 {
-			notes = append(notes, fmt.Sprintf("%d dead letters nobody asked for", v.DeadUnexpected))
-		}
-		if v.DedupViolations > 0 || v.DuplicateOfFresh > 0 || v.Conflicts > 0 {
-			notes = append(notes, fmt.Sprintf("dedup violations %d, duplicate answers to fresh keys %d, conflicts %d", v.DedupViolations, v.DuplicateOfFresh, v.Conflicts))
-		}
-		if len(v.LostKeys) > 0 {
-			notes = append(notes, "lost keys: "+strings.Join(v.LostKeys, ", "))
-		}
-		if len(notes) > 0 {
+		if notes := verificationNotes(v); len(notes) > 0 {
 			w("\n- %s: %s", v.Workload, strings.Join(notes, "; "))
 		}
 	}
@@ -465,53 +393,55 @@ func (r *Report) Markdown() string {
 		}
 		w("\n### %s\n\n", p.Name)
 		if len(p.Clusters) > 0 {
-			w("| cluster | produced | share | consumed |\n|---|---:|---:|---:|\n")
-			for _, c := range p.Clusters {
-				w("| %s | %d | %.1f %% | %d |\n", c.Cluster, c.Produced, 100*c.Share, c.Consumed)
-			}
+			clustersTable(p).markdown(w)
 			w("\n")
 		}
-		if len(p.HotVShards) > 0 {
-			var hs []string
-			for _, h := range p.HotVShards {
-				hs = append(hs, fmt.Sprintf("%d (%.1f %%)", h.VShard, 100*h.Share))
-			}
-			w("%d vshards used; busiest: %s\n\n", p.VShardsUsed, strings.Join(hs, ", "))
+		if hot := hotText(p); hot != "" {
+			w("%s\n\n", hot)
 		}
-		if p.Behind > 0 {
-			w("Open loop: %d requests were still due when the phase ended (the target rate was not reached).\n\n", p.Behind)
-		}
-		if p.Unresolved > 0 {
-			w("%d produced items never got a definite answer (not counted as acknowledged).\n\n", p.Unresolved)
+		for _, n := range phaseNotes(p) {
+			w("%s\n\n", n)
 		}
 		if len(p.Errors) > 0 {
-			w("| error | count |\n|---|---:|\n")
-			for _, k := range sortedKeys(p.Errors) {
-				w("| %s | %d |\n", k, p.Errors[k])
-			}
+			errorsTable(p).markdown(w)
 			w("\n")
 		}
 		if len(p.Faults) > 0 {
-			w("| fault | at s | took s | error |\n|---|---:|---:|---|\n")
-			for _, f := range p.Faults {
-				w("| %s %s | %.1f | %.1f | %s |\n", f.Action, f.Target, f.At, f.Took, f.Error)
+			faultsTable(p).markdown(w)
+			w("\n")
+			for _, l := range recoveryLines(p) {
+				w("- %s\n", l)
 			}
 			w("\n")
-			for _, rc := range p.Recovery {
-				back := "did not recover before the phase ended"
-				if rc.RecoveredAt >= 0 {
-					back = fmt.Sprintf("back to 80 %% at %.0f s, %.0f s after the restart", rc.RecoveredAt, rc.AfterRestart)
-				}
-				w("- %s: %.0f/s before the kill, lowest %.0f/s, %s\n", rc.Flow, rc.Before, rc.Low, back)
-			}
-			w("\n| s | produced | consumed | errors |\n|---:|---:|---:|---:|\n")
-			for _, pt := range p.Timeline {
-				w("| %d | %d | %d | %d |\n", pt.Second, pt.Produced, pt.Consumed, pt.Errors)
-			}
+			timelineTable(p).markdown(w)
 			w("\n")
 		}
 	}
 	return b.String()
+}
+
+// hotText names the busiest vshards of a phase.
+func hotText(p PhaseReport) string {
+	if len(p.HotVShards) == 0 {
+		return ""
+	}
+	var hs []string
+	for _, h := range p.HotVShards {
+		hs = append(hs, fmt.Sprintf("%d (%.1f %%)", h.VShard, 100*h.Share))
+	}
+	return fmt.Sprintf("%d vshards used; busiest: %s", p.VShardsUsed, strings.Join(hs, ", "))
+}
+
+// phaseNotes say what the open loop left undone.
+func phaseNotes(p PhaseReport) []string {
+	var out []string
+	if p.Behind > 0 {
+		out = append(out, fmt.Sprintf("Open loop: %d requests were still due when the phase ended (the target rate was not reached).", p.Behind))
+	}
+	if p.Unresolved > 0 {
+		out = append(out, fmt.Sprintf("%d produced items never got a definite answer (not counted as acknowledged).", p.Unresolved))
+	}
+	return out
 }
 
 func pct(p Percentiles) string {
@@ -528,50 +458,19 @@ func orDefault(s, d string) string {
 	return s
 }
 
+// cpuText says what the CPU table measures.
+func (r *Report) cpuText() string {
+	return fmt.Sprintf("CPU time over each whole phase (warm-up and drain included) over the messages it moved (a message produced and consumed in the phase counts twice); cores busy is the mean over the phase, of %d. A figure marked * misses up to a second of a process that ended during the phase.", r.Host.CPUs)
+}
+
 // writeCPU writes where each phase's CPU went, per message, when it was
 // measured.
 func (r *Report) writeCPU(w func(string, ...any)) {
-	var names []string
-	seen := map[string]bool{}
-	for _, p := range r.Phases {
-		for _, u := range p.CPU {
-			if u.Name != "machine" && !seen[u.Name] {
-				seen[u.Name] = true
-				names = append(names, u.Name)
-			}
-		}
-	}
 	if !hasCPU(r.Phases) {
 		return
 	}
-	w("\n## CPU per message\n\nCPU time over each whole phase (warm-up and drain included) over the messages it moved (a message produced and consumed in the phase counts twice); cores busy is the mean over the phase, of %d. A figure marked * misses up to a second of a process that ended during the phase.\n\n| phase | cores busy | machine µs/msg |", r.Host.CPUs)
-	for _, n := range names {
-		w(" %s µs/msg |", n)
-	}
-	w("\n|---|---:|---:|%s\n", strings.Repeat("---:|", len(names)))
-	for _, p := range r.Phases {
-		if len(p.CPU) == 0 {
-			continue
-		}
-		by := map[string]CPUUse{}
-		for _, u := range p.CPU {
-			by[u.Name] = u
-		}
-		m := by["machine"]
-		w("| %s | %.2f | %.0f |", p.Name, m.Cores, m.PerMessageUS)
-		for _, n := range names {
-			u, ok := by[n]
-			switch {
-			case !ok:
-				w(" – |")
-			case u.Partial:
-				w(" %.0f* |", u.PerMessageUS)
-			default:
-				w(" %.0f |", u.PerMessageUS)
-			}
-		}
-		w("\n")
-	}
+	w("\n## CPU per message\n\n%s\n\n", r.cpuText())
+	cpuTable(r.Phases).markdown(w)
 }
 
 func hasCPU(ps []PhaseReport) bool {

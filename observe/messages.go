@@ -1,14 +1,20 @@
 package observe
 
 import (
+	"sync"
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/store"
 )
 
 // Messages counts the message flow by topic and subscription, with label
 // values bounded by Labels. The broker wrapper (Broker) and the store's
-// OnDeliveries hook (Delivered) feed it.
+// OnDeliveries hook (Delivered) feed it. Beside the metrics it keeps exact
+// totals of messages created per topic and acks per subscription (Flow),
+// whatever the label bound, for the operators' page's rates.
 type Messages struct {
 	labels       *Labels
 	produced     *prometheus.CounterVec
@@ -18,6 +24,32 @@ type Messages struct {
 	deadLettered *prometheus.CounterVec
 	leaseExpired *prometheus.CounterVec
 	results      *prometheus.CounterVec
+
+	created sync.Map // topic → *atomic.Int64
+	acks    sync.Map // [2]string{topic, subscription} → *atomic.Int64
+}
+
+// total returns m's counter for k, made on first use.
+func total(m *sync.Map, k any) *atomic.Int64 {
+	if v, ok := m.Load(k); ok {
+		return v.(*atomic.Int64)
+	}
+	v, _ := m.LoadOrStore(k, new(atomic.Int64))
+	return v.(*atomic.Int64)
+}
+
+// Flow is what this router counted since it started: messages created on
+// topic (each one a delivery for every subscription) and acks of the
+// subscription. Only this router's requests: with several routers each
+// counts its own.
+func (m *Messages) Flow(topic, sub string) (created, acked int64) {
+	if v, ok := m.created.Load(topic); ok {
+		created = v.(*atomic.Int64).Load()
+	}
+	if v, ok := m.acks.Load([2]string{topic, sub}); ok {
+		acked = v.(*atomic.Int64).Load()
+	}
+	return created, acked
 }
 
 // NewMessages returns the counters, registered on reg.
@@ -48,6 +80,9 @@ func NewMessages(reg prometheus.Registerer, labels *Labels) *Messages {
 func (m *Messages) Produced(topic, status string, n int) {
 	if n > 0 {
 		m.produced.WithLabelValues(m.labels.Topic(topic), status).Add(float64(n))
+		if status == domain.ProduceCreated.String() {
+			total(&m.created, topic).Add(int64(n))
+		}
 	}
 }
 
@@ -62,7 +97,12 @@ func (m *Messages) add(v *prometheus.CounterVec, topic, sub string, n int) {
 func (m *Messages) Claimed(topic, sub string, n int) { m.add(m.claimed, topic, sub, n) }
 
 // Acked counts n acknowledged deliveries.
-func (m *Messages) Acked(topic, sub string, n int) { m.add(m.acked, topic, sub, n) }
+func (m *Messages) Acked(topic, sub string, n int) {
+	m.add(m.acked, topic, sub, n)
+	if n > 0 {
+		total(&m.acks, [2]string{topic, sub}).Add(int64(n))
+	}
+}
 
 // Nacked counts n failed deliveries.
 func (m *Messages) Nacked(topic, sub string, n int) { m.add(m.nacked, topic, sub, n) }
@@ -83,6 +123,7 @@ func (m *Messages) Delivered(topic, sub, event string, n int) {
 
 // Forget removes a deleted subscription's series and frees its place.
 func (m *Messages) Forget(topic, sub string) {
+	m.acks.Delete([2]string{topic, sub})
 	if !m.labels.Forget(topic, sub) {
 		return // counted under _other (or never): nothing of its own to remove
 	}

@@ -50,7 +50,7 @@ type QueueHealth struct {
 
 	snap     atomic.Pointer[queueSnapshot]
 	failures atomic.Int64
-	onCount  func(at time.Time, subs []store.QueueStats)
+	onCount  func(at time.Time, subs []store.QueueStats, missing []string)
 
 	startOnce, stopOnce sync.Once
 	cancel              context.CancelFunc
@@ -105,9 +105,11 @@ func NewQueueHealth(every time.Duration, src StatsSource, subs SubscriptionGette
 }
 
 // OnCount makes every count also call fn with the subscriptions counted
-// (the operators' page keeps its sparklines from it: ui.History). Call it
-// before Start.
-func (q *QueueHealth) OnCount(fn func(at time.Time, subs []store.QueueStats)) { q.onCount = fn }
+// and the clusters it did not reach (the operators' page keeps its
+// sparklines from it: ui.History). Call it before Start.
+func (q *QueueHealth) OnCount(fn func(at time.Time, subs []store.QueueStats, missing []string)) {
+	q.onCount = fn
+}
 
 // Start counts at once and then every interval until Stop.
 func (q *QueueHealth) Start(ctx context.Context) {
@@ -173,7 +175,7 @@ func (q *QueueHealth) Refresh(ctx context.Context) {
 	at := q.now()
 	q.snap.Store(&queueSnapshot{at: at, took: time.Since(start), missing: len(st.Missing), rows: q.rows(st.Subscriptions)})
 	if q.onCount != nil {
-		q.onCount(at, st.Subscriptions)
+		q.onCount(at, st.Subscriptions, st.Missing)
 	}
 }
 

@@ -273,6 +273,7 @@ func (m *Manager) copyAll(ctx context.Context, j *Job) error {
 					}
 					j.Cursors[key] = next
 					j.RowsCopied += int64(len(rows))
+					j.RowsTotal = max(j.RowsTotal, j.RowsCopied) // rows produced after the count
 					return nil
 				})
 				if err != nil {
@@ -320,7 +321,9 @@ func (m *Manager) syncAll(ctx context.Context, j *Job, withQueue bool) (int64, m
 			}
 		}
 	}
-	var changed atomic.Int64
+	// changed counts every row written or deleted; copied the deliveries
+	// among them, whose first copy is this sync's (under the freeze).
+	var changed, copied atomic.Int64
 	var mismatch atomic.Pointer[error]
 	var countMu sync.Mutex
 	counts := map[string]int64{}
@@ -344,6 +347,9 @@ func (m *Manager) syncAll(ctx context.Context, j *Job, withQueue bool) (int64, m
 			m.cfg.Log.Debug("reshard: table synced", "job", j.ID, "table", tk.table, "source", tk.mv.Source, "target", tk.mv.Target,
 				"changed", n, "took", time.Since(began), "err", err)
 			changed.Add(n)
+			if tk.table == queueTable() {
+				copied.Add(n)
+			}
 			if errors.Is(err, errMismatch) {
 				// Not an error of the others: they go on.
 				e := fmt.Errorf("sync %s %s→%s: %w", tk.table, tk.mv.Source, tk.mv.Target, err)
@@ -364,7 +370,13 @@ func (m *Manager) syncAll(ctx context.Context, j *Job, withQueue bool) (int64, m
 	}
 	if n := changed.Load(); n > 0 {
 		m.rows.Add(float64(n))
-		m.update(ctx, j.ID, "", func(j *Job) error { j.RowsCopied += n; return nil })
+		c := copied.Load()
+		m.update(ctx, j.ID, "", func(j *Job) error {
+			j.RowsCopied += c
+			j.RowsResynced += n - c
+			j.RowsTotal = max(j.RowsTotal, j.RowsCopied)
+			return nil
+		})
 	}
 	return changed.Load(), counts, err
 }
@@ -508,8 +520,14 @@ func (m *Manager) finalSync(ctx context.Context, j *Job) error {
 	if last == nil {
 		// Verified (a round over the budget still counts: its pause is
 		// spent already).
+		var rows int64
+		for _, n := range verified {
+			rows += n
+		}
 		_, err := m.update(ctx, j.ID, StateFrozen, func(j *Job) error {
+			// Every row of the vshards is on the target now, verified.
 			j.State, j.Verified = StateCutover, verified
+			j.RowsTotal, j.RowsCopied = rows, rows
 			return nil
 		})
 		if err == nil {

@@ -38,15 +38,24 @@ func Terminal(s string) bool { return s == StateDone || s == StateAborted || s =
 // others are the runner's bookkeeping, recorded so that a new runner
 // resumes where the last one stopped.
 type Job struct {
-	ID         string     `json:"job"`
-	State      string     `json:"state"`
-	Ranges     []Range    `json:"ranges"`
-	RowsCopied int64      `json:"rows_copied"`
-	RowsTotal  int64      `json:"rows_total"`
-	MaxPauseMS int64      `json:"max_pause_ms"`
-	StartedAt  time.Time  `json:"started_at"`
-	FinishedAt *time.Time `json:"finished_at"`
-	Error      string     `json:"error"`
+	ID     string  `json:"job"`
+	State  string  `json:"state"`
+	Ranges []Range `json:"ranges"`
+	// RowsTotal is the rows of the vshards on their sources: counted when
+	// the job starts, raised when the copy finds rows produced since, and
+	// set to the verified count under the freeze. RowsCopied is the rows
+	// on the target: the bulk copy's, then the deliveries copied under
+	// the freeze; never above RowsTotal, equal to it from the
+	// verification on. RowsResynced counts the rows the catch-up and the
+	// final sync wrote or deleted again because the source changed after
+	// their copy (live traffic); it is not progress.
+	RowsCopied   int64      `json:"rows_copied"`
+	RowsTotal    int64      `json:"rows_total"`
+	RowsResynced int64      `json:"rows_resynced"`
+	MaxPauseMS   int64      `json:"max_pause_ms"`
+	StartedAt    time.Time  `json:"started_at"`
+	FinishedAt   *time.Time `json:"finished_at"`
+	Error        string     `json:"error"`
 
 	Moves []Move `json:"moves"`
 	// Cursors is the copy's position per "source/target/table".
@@ -72,20 +81,21 @@ type Job struct {
 
 // View is the job as the HTTP API shows it.
 type View struct {
-	Job        string     `json:"job"`
-	State      string     `json:"state"`
-	Ranges     []Range    `json:"ranges"`
-	RowsCopied int64      `json:"rows_copied"`
-	RowsTotal  int64      `json:"rows_total"`
-	MaxPauseMS int64      `json:"max_pause_ms"`
-	StartedAt  time.Time  `json:"started_at"`
-	FinishedAt *time.Time `json:"finished_at"`
-	Error      string     `json:"error"`
+	Job          string     `json:"job"`
+	State        string     `json:"state"`
+	Ranges       []Range    `json:"ranges"`
+	RowsCopied   int64      `json:"rows_copied"`
+	RowsTotal    int64      `json:"rows_total"`
+	RowsResynced int64      `json:"rows_resynced"`
+	MaxPauseMS   int64      `json:"max_pause_ms"`
+	StartedAt    time.Time  `json:"started_at"`
+	FinishedAt   *time.Time `json:"finished_at"`
+	Error        string     `json:"error"`
 }
 
 // View returns the public view of j.
 func (j *Job) View() View {
-	return View{Job: j.ID, State: j.State, Ranges: j.Ranges, RowsCopied: j.RowsCopied, RowsTotal: j.RowsTotal,
+	return View{Job: j.ID, State: j.State, Ranges: j.Ranges, RowsCopied: j.RowsCopied, RowsTotal: j.RowsTotal, RowsResynced: j.RowsResynced,
 		MaxPauseMS: j.MaxPauseMS, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt, Error: j.Error}
 }
 

@@ -28,6 +28,10 @@ type Deps struct {
 	// Archive returns the archive cluster's primary; nil when the
 	// topology names none (the warm and cold jobs then wait).
 	Archive func() *store.Store
+	// ArchiveNamed says whether the topology names an archive cluster
+	// (Archive is then nil only while it cannot be reached). Nil: when
+	// Archive answers one.
+	ArchiveNamed func() bool
 	// Leading says whether this router runs the jobs now. Nil: always.
 	Leading func() bool
 	// Moving says whether a resharding job is moving vshards: the warm
@@ -86,15 +90,44 @@ type Blocked struct {
 
 // Status is what GET /v1/admin/stats shows of retention.
 type Status struct {
-	Enabled    bool                 `json:"enabled"`
-	Leading    bool                 `json:"leading"`
-	Archive    bool                 `json:"archive_cluster"`
+	Enabled bool `json:"enabled"`
+	Leading bool `json:"leading"`
+	Archive bool `json:"archive_cluster"`
+	// ArchiveState is the archive cluster's health as this router sees
+	// it: ok (connected), unreachable (the topology names one that
+	// cannot be reached now: the warm and cold jobs wait) or none (the
+	// topology names none: months past the hot window stay hot).
+	ArchiveState string `json:"archive_state"`
+	// Tiers are the months each tier holds now by the windows (months
+	// held hot past the window are in Blocked).
+	Tiers      []Tier               `json:"tiers"`
 	HotMonths  int                  `json:"hot_months"`
 	WarmMonths int                  `json:"warm_months"`
 	Ahead      int                  `json:"ahead_months"`
 	ColdDir    string               `json:"cold_dir"`
 	Jobs       map[string]JobStatus `json:"jobs"`
 	Blocked    []Blocked            `json:"blocked"`
+}
+
+// Tier is the months one tier holds: hot (the clusters), warm (the archive
+// cluster) or cold (files); From is empty for cold (every older month).
+type Tier struct {
+	Tier  string `json:"tier"`
+	From  string `json:"from,omitempty"`
+	To    string `json:"to"`
+	Where string `json:"where"`
+}
+
+// tiers are the windows' months at now.
+func (c Config) tiers(now time.Time) []Tier {
+	cur := store.MonthOf(now)
+	hot := cur.AddDate(0, -c.HotMonths, 0)
+	warm := cur.AddDate(0, -c.WarmMonths, 0)
+	return []Tier{
+		{Tier: "hot", From: monthText(hot), To: monthText(cur), Where: "each message's cluster"},
+		{Tier: "warm", From: monthText(warm), To: monthText(hot.AddDate(0, -1, 0)), Where: "the archive cluster"},
+		{Tier: "cold", To: monthText(warm.AddDate(0, -1, 0)), Where: "files under " + c.ColdDir},
+	}
 }
 
 // New returns the jobs; cfg is filled with its defaults.
@@ -279,11 +312,19 @@ func (j *Job) setBlocked(cluster string, b *Blocked) {
 // Status reports the jobs' configuration and records on this router.
 func (j *Job) Status() Status {
 	leading, archive := j.deps.Leading(), j.deps.Archive() != nil // outside mu: may connect
+	state := "ok"
+	switch {
+	case archive:
+	case j.deps.ArchiveNamed != nil && j.deps.ArchiveNamed():
+		state = "unreachable"
+	default:
+		state = "none"
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	out := Status{Enabled: !j.cfg.Disabled, Leading: leading, Archive: archive,
+	out := Status{Enabled: !j.cfg.Disabled, Leading: leading, Archive: archive, ArchiveState: state,
 		HotMonths: j.cfg.HotMonths, WarmMonths: j.cfg.WarmMonths, Ahead: j.cfg.AheadMonths, ColdDir: j.cfg.ColdDir,
-		Jobs: map[string]JobStatus{}, Blocked: []Blocked{}}
+		Tiers: j.cfg.tiers(j.cfg.Now()), Jobs: map[string]JobStatus{}, Blocked: []Blocked{}}
 	for k, v := range j.status {
 		out.Jobs[k] = *v
 	}

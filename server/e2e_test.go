@@ -41,6 +41,9 @@ type env struct {
 	// topology is the router's topology file (a second router can serve
 	// the same clusters from it).
 	topology string
+	// stop stops the router and waits for it (set where the test runs
+	// it; safe to call twice).
+	stop func()
 }
 
 func setup(t *testing.T) *env {

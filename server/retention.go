@@ -77,6 +77,13 @@ func (a *archiveConn) store() *store.Store {
 	return st
 }
 
+// named says whether the topology in use names an archive cluster.
+func (a *archiveConn) named() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.dsn != ""
+}
+
 func (a *archiveConn) close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -125,7 +132,7 @@ func (r *Router) setupRetention() error {
 	if cfg.Log == nil {
 		cfg.Log = r.cfg.Log
 	}
-	job, err := retention.New(cfg, retention.Deps{Hot: r.pools.Stores, Archive: r.pools.archive.store, Leading: leader(r.cfg.Leader), Moving: r.reshard.moving})
+	job, err := retention.New(cfg, retention.Deps{Hot: r.pools.Stores, Archive: r.pools.archive.store, ArchiveNamed: r.pools.archive.named, Leading: leader(r.cfg.Leader), Moving: r.reshard.moving})
 	if err != nil {
 		return err
 	}

@@ -270,7 +270,7 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	// The API over all of it, behind the security checks.
 	view := topologyView{source: cfg.Source, table: r.table}
 	r.api = api.New(observe.WrapBroker(r.broker, r.obs.msgs), cfg.Limits, readyCheck{r.pools, view, cfg.Log}.check, cfg.Log)
-	r.api.RouteUI(r.obs.history)
+	r.api.RouteUI(&api.UISources{History: r.obs.history, Alarms: r.upkeep, Flow: r.obs.msgs})
 	r.api.RouteOps(r.lookups, adminOps{eps: r.eps, table: r.table, view: view, stores: r.pools.Stores, recon: r.recon, lookups: r.lookups})
 	r.api.Handle("GET /metrics", promhttp.HandlerFor(r.metrics, promhttp.HandlerOpts{}))
 	r.api.Instrument(api.NewHTTPMetrics(r.metrics))

@@ -80,9 +80,30 @@ func (s *Store) Redrive(ctx context.Context, req RedriveRequest) (int64, error) 
 // all) in batches and returns how many. Their messages stay dead.
 func (s *Store) PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error) {
 	return s.inBatches(ctx, "purge", redriveBatch, 0, func(tx *sql.Tx) (int, error) {
-		ids, err := deleteDeadBatch(ctx, tx, topic, sub, errorCode, redriveBatch)
+		ids, err := deleteDeadBatch(ctx, tx, topic, sub, errorCode, nil, redriveBatch)
 		return len(ids), err
 	})
+}
+
+// DeleteDead deletes the dead letters with the given message ids of a
+// subscription (those of them still dead; the others are left alone) and
+// returns how many went. Their messages stay dead, as after a purge.
+func (s *Store) DeleteDead(ctx context.Context, topic, sub string, ids []uint64) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	return s.inBatches(ctx, "delete_dead", redriveBatch, 0, func(tx *sql.Tx) (int, error) {
+		got, err := deleteDeadBatch(ctx, tx, topic, sub, "", ids, redriveBatch)
+		return len(got), err
+	})
+}
+
+// LeaseHolders counts a subscription's deliveries in flight on this
+// cluster by the consumer holding their lease (the claim's consumer
+// name), most first, at most limit consumers.
+func (s *Store) LeaseHolders(ctx context.Context, topic, sub string, now time.Time, limit int) ([]LeaseHolder, error) {
+	out, err := leaseHolders(ctx, s.db, topic, sub, now, limit)
+	return out, translate(err)
 }
 
 // CountDead counts a subscription's dead letters on this cluster.

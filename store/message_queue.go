@@ -450,9 +450,10 @@ WHERE subscription = ? AND message_id = ? AND is_dead = 1`, now, parked, sub, id
 }
 
 // deleteDeadBatch deletes up to limit dead letters of a subscription (one
-// error code or all) and returns the message ids it deleted.
-func deleteDeadBatch(ctx context.Context, tx *sql.Tx, topic, sub, errorCode string, limit int) ([]uint64, error) {
-	ds, err := lockDead(ctx, tx, topic, sub, errorCode, nil, limit, time.Time{})
+// error code, the given ids, or all) and returns the message ids it
+// deleted.
+func deleteDeadBatch(ctx context.Context, tx *sql.Tx, topic, sub, errorCode string, only []uint64, limit int) ([]uint64, error) {
+	ds, err := lockDead(ctx, tx, topic, sub, errorCode, only, limit, time.Time{})
 	if err != nil || len(ds) == 0 {
 		return nil, err
 	}
@@ -646,4 +647,30 @@ func (s *Store) LiveDeliveriesBefore(ctx context.Context, t time.Time) (int64, e
 		return 0, fmt.Errorf("count live deliveries: %w", translate(err))
 	}
 	return n, nil
+}
+
+// LeaseHolder is one consumer's share of a subscription's leased
+// deliveries on one cluster.
+type LeaseHolder struct {
+	Consumer      string // the claim's consumer name; "" when it gave none
+	InFlight      int64
+	OldestLeaseAt time.Time // when the oldest of its leases was taken
+}
+
+// leaseHolders counts a subscription's deliveries in flight at now (leased,
+// lease not expired, not dead) by the consumer that holds them, most
+// first, at most limit consumers. It walks idx_claim's range of the
+// subscription's live deliveries: an operator's question, not a hot path.
+func leaseHolders(ctx context.Context, q queryer, topic, sub string, now time.Time, limit int) ([]LeaseHolder, error) {
+	return queryRows(ctx, q, "count message_queue lease holders", `SELECT COALESCE(locked_by, ''), COUNT(*), MIN(claimed_at)
+FROM message_queue FORCE INDEX (idx_claim)
+WHERE topic = ? AND subscription = ? AND is_dead = 0 AND parked = 0 AND claim_token <> 0 AND available_at > ?
+GROUP BY COALESCE(locked_by, '') ORDER BY COUNT(*) DESC, COALESCE(locked_by, '') LIMIT ?`, []any{topic, sub, now, limit},
+		func(rows *sql.Rows) (LeaseHolder, error) {
+			var h LeaseHolder
+			var at sql.NullTime
+			err := rows.Scan(&h.Consumer, &h.InFlight, &at)
+			h.OldestLeaseAt = at.Time
+			return h, err
+		})
 }

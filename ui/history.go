@@ -23,14 +23,20 @@ type History struct {
 	step time.Duration
 	keep int
 
-	mu     sync.Mutex
-	times  []time.Time // ring of sample times; zero: not taken yet
-	pos    int         // the newest sample's index in the ring
-	taken  int         // samples taken, at most keep
-	at     time.Time   // the newest count
-	series map[key]*series
-	order  []key // sorted by topic, subscription; rebuilt when a series is added or removed
-	sorted bool
+	mu    sync.Mutex
+	times []time.Time // ring of sample times; zero: not taken yet
+	pos   int         // the newest sample's index in the ring
+	taken int         // samples taken, at most keep
+	at    time.Time   // the newest count recorded
+	// missing names the clusters the newest count did not reach (at
+	// missingAt); that count was not recorded when a complete one was
+	// held. Empty once a complete count came.
+	missing   []string
+	missingAt time.Time
+	series    map[key]*series
+	partial   bool  // the newest recorded count missed clusters (none complete yet)
+	order     []key // sorted by topic, subscription; rebuilt when a series is added or removed
+	sorted    bool
 }
 
 type key struct{ topic, sub string }
@@ -69,10 +75,20 @@ func clamp(n int64) uint32 {
 	return uint32(n)
 }
 
-// Record takes one count of every subscription at time at.
-func (h *History) Record(at time.Time, subs []store.QueueStats) {
+// Record takes one count of every subscription at time at; missing names
+// the clusters it did not reach. Such a count is smaller than the truth:
+// while an earlier complete count is held it is not recorded (the page
+// shows the last complete count, marked stale, and names the clusters).
+func (h *History) Record(at time.Time, subs []store.QueueStats, missing []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.missing, h.missingAt = append([]string(nil), missing...), at
+	if len(missing) == 0 {
+		h.missing, h.missingAt = nil, time.Time{}
+	} else if h.taken > 0 && !h.partial {
+		return
+	}
+	h.partial = len(missing) > 0
 	h.at = at
 	if h.taken == 0 || at.Sub(h.times[h.pos]) >= h.step {
 		if h.taken > 0 {
@@ -110,7 +126,8 @@ type Query struct {
 	// Filter keeps subscriptions whose "topic/subscription" contains it.
 	Filter string
 	// Sort is "name" (topic, then subscription; the default), or "depth",
-	// "in_flight" or "dead", largest first.
+	// "in_flight" or "dead", largest first, or "lag": the oldest ready
+	// message first.
 	Sort          string
 	Offset, Limit int
 }
@@ -126,10 +143,14 @@ type Row struct {
 
 // Page is one page of a Query.
 type Page struct {
-	At    time.Time // the newest count; zero before the first
-	Times []time.Time
-	Total int // subscriptions that pass the filter
-	Rows  []Row
+	At time.Time // the newest count recorded; zero before the first
+	// Missing names the clusters the newest count did not reach, at
+	// MissingAt (after At when that count was not recorded).
+	Missing   []string
+	MissingAt time.Time
+	Times     []time.Time
+	Total     int // subscriptions that pass the filter
+	Rows      []Row
 }
 
 // Page answers q from the samples held.
@@ -171,8 +192,14 @@ func (h *History) Page(q Query) Page {
 	if by != nil {
 		sort.SliceStable(keys, func(i, j int) bool { return by(h.series[keys[i]]) > by(h.series[keys[j]]) })
 	}
+	if q.Sort == "lag" {
+		// Ids grow with their produce time: the smallest is the oldest; none
+		// ready (0) goes last.
+		oldest := func(k key) uint64 { return h.series[k].now.OldestReady - 1 }
+		sort.SliceStable(keys, func(i, j int) bool { return oldest(keys[i]) < oldest(keys[j]) })
+	}
 	n := min(h.taken, h.keep)
-	p := Page{At: h.at, Total: len(keys)}
+	p := Page{At: h.at, Total: len(keys), Missing: h.missing, MissingAt: h.missingAt}
 	first := (h.pos - n + 1 + h.keep) % h.keep
 	for i := 0; i < n; i++ {
 		p.Times = append(p.Times, h.times[(first+i)%h.keep])

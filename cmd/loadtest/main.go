@@ -322,7 +322,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := rep.Write(*out); err != nil {
 		return fail("%v", err)
 	}
-	fmt.Fprintf(stdout, "\nreports: %s, %s (%.0f s)\n", filepath.Join(*out, "report.md"), filepath.Join(*out, "report.json"), time.Since(begin).Seconds())
+	fmt.Fprintf(stdout, "\nreports: %s, %s, %s (%.0f s)\n", filepath.Join(*out, "report.md"), filepath.Join(*out, "report.html"),
+		filepath.Join(*out, "report.json"), time.Since(begin).Seconds())
 	if !rep.Summary.Passed {
 		fmt.Fprintf(stdout, "FAILED: %s\n", strings.Join(rep.Summary.Problems, "; "))
 	}

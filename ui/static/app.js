@@ -6,7 +6,15 @@
 const $ = (id) => document.getElementById(id);
 const TOKEN = "shardmq.token";
 const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#e15759", "#bab0ac", "#ff9da7"];
-const state = { qOffset: 0, qLimit: 50, sub: null, plan: null, redrive: null, colours: {}, timer: null, qtimer: null };
+const state = {
+  qOffset: 0, qLimit: 50, sub: null, plan: null, redrive: null, colours: {}, timer: null, qtimer: null, rtimer: null,
+  note: null, // {job, text, cls}: the resharding message about one job
+  down: false, downSince: null, lastOK: null, // the router's reachability
+  flowPrev: null, rates: new Map(), good: null, // queue table: flow counts, the last complete count
+  alarms: [], queuesLive: false, queueProblem: null, // from the queue table's answer
+  topology: null, ready: null, archive: null, // for the banners
+  dl: { cursor: "", back: [], next: "" }, // the dead-letter list's paging
+};
 
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -19,14 +27,49 @@ function el(tag, attrs, ...kids) {
   return e;
 }
 
-// api calls the router with the token; a 401 signs out.
+// Times: the API speaks UTC (RFC 3339); the page shows UTC with the zone
+// named, and the browser's local time on hover.
+function fmtTime(iso) {
+  const d = iso instanceof Date ? iso : new Date(iso);
+  if (!iso || isNaN(d)) return iso ? String(iso) : "";
+  return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "").replace(/Z$/, "") + " UTC";
+}
+
+function timeEl(iso) {
+  if (!iso) return el("span", { class: "muted" }, "–");
+  const d = iso instanceof Date ? iso : new Date(iso);
+  if (isNaN(d)) return el("span", {}, String(iso));
+  if (d.getUTCFullYear() < 1971) return el("span", { class: "muted" }, "never"); // Go's zero time
+  return el("time", { datetime: d.toISOString(), title: "local: " + d.toLocaleString(undefined, { timeZoneName: "short" }) }, fmtTime(d));
+}
+
+function ago(seconds) {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 90) return s + " s";
+  if (s < 5400) return Math.round(s / 60) + " min";
+  if (s < 172800) return Math.floor(s / 3600) + " h " + Math.round((s % 3600) / 60) + " min";
+  return Math.round(s / 86400) + " d";
+}
+
+// api calls the router with the token; a 401 signs out. A request that
+// gets no answer at all marks the router unreachable; any answer marks it
+// reachable again.
 async function api(method, path, body) {
   const opts = { method, headers: { Authorization: "Bearer " + sessionStorage.getItem(TOKEN) } };
   if (body !== undefined) {
     opts.headers["Content-Type"] = "application/json";
     opts.body = JSON.stringify(body);
   }
-  const resp = await fetch(path, opts);
+  let resp;
+  try {
+    resp = await fetch(path, opts);
+  } catch (e) {
+    markDown();
+    const err = new Error("no answer from the router (" + e.message + ")");
+    err.network = true;
+    throw err;
+  }
+  markUp();
   let data = null;
   try { data = await resp.json(); } catch (e) { data = null; }
   if (resp.status === 401) {
@@ -41,13 +84,34 @@ function errText(data) {
   return data && data.error ? data.error.code + ": " + data.error.message : "";
 }
 
+function markDown() {
+  if (!state.down) {
+    state.down = true;
+    state.downSince = new Date();
+  }
+  $("app").classList.add("stale");
+  document.querySelector("header").classList.add("down");
+  $("status").textContent = "router unreachable";
+  banners();
+}
+
+function markUp() {
+  state.lastOK = new Date();
+  if (!state.down) return;
+  state.down = false;
+  state.downSince = null;
+  $("app").classList.remove("stale");
+  document.querySelector("header").classList.remove("down");
+  banners();
+}
+
 function signOut(why) {
   sessionStorage.removeItem(TOKEN);
-  clearTimeout(state.timer);
-  clearTimeout(state.qtimer);
+  for (const t of [state.timer, state.qtimer, state.rtimer]) clearTimeout(t);
   $("app").hidden = true;
   $("login").hidden = false;
   $("signout").hidden = true;
+  $("banners").replaceChildren();
   $("status").textContent = "not signed in";
   $("loginerr").textContent = why || "";
 }
@@ -67,24 +131,122 @@ function start() {
   $("loginerr").textContent = "";
   tick();
   queues();
+  retention();
 }
 
-// tick refreshes the map, the clusters and the jobs every 2 s.
+// confirmAction asks before anything that moves or deletes data: a modal
+// with what will happen; with typed set, OK stays disabled until exactly
+// that text is typed.
+function confirmAction({ title, text, ok, typed }) {
+  const d = $("confirm");
+  $("cftitle").textContent = title;
+  $("cftext").textContent = text;
+  $("cfok").textContent = ok || "OK";
+  $("cftypedrow").hidden = !typed;
+  $("cfword").textContent = typed || "";
+  $("cftyped").value = "";
+  $("cfok").disabled = !!typed;
+  return new Promise((resolve) => {
+    const done = (v) => {
+      $("cfok").onclick = $("cfcancel").onclick = $("cftyped").oninput = d.oncancel = null;
+      if (d.open) d.close();
+      resolve(v);
+    };
+    $("cftyped").oninput = () => { $("cfok").disabled = $("cftyped").value !== typed; };
+    $("cfok").onclick = () => { if (!typed || $("cftyped").value === typed) done(true); };
+    $("cfcancel").onclick = () => done(false);
+    d.oncancel = () => done(false);
+    d.showModal();
+    (typed ? $("cftyped") : $("cfcancel")).focus();
+  });
+}
+
+// --- banners: what an operator must see first
+
+function banner(kind, cls, ...parts) {
+  return el("div", { class: "banner " + cls, "data-banner": kind }, ...parts);
+}
+
+function banners() {
+  const out = [];
+  if (state.down) {
+    out.push(banner("down", "down", el("strong", {}, "Router unreachable"), " since ", timeEl(state.downSince),
+      ": it does not answer. Everything below is what it said last" + (state.lastOK ? " (at " + fmtTime(state.lastOK) + ")" : "") +
+      ", greyed out; actions are off until it answers again."));
+  }
+  const r = state.ready;
+  if (r && r.status && r.status !== "ready") {
+    out.push(banner("notready", "bad", el("strong", {}, "Router not ready: "), r.reason || r.status));
+  }
+  const missing = new Map();
+  const addMissing = (list, where) => { for (const c of list || []) missing.set(c, (missing.get(c) || []).concat(where)); };
+  addMissing(state.topology && state.topology.missing_clusters, "topology");
+  addMissing(r && r.missing_clusters, "readiness");
+  if (state.queueProblem) addMissing(state.queueProblem.missing, "queue counts");
+  if (missing.size) {
+    out.push(banner("missing", "bad", el("strong", {}, "Clusters not answering: "),
+      [...missing].map(([c, w]) => c + " (" + w.join(", ") + ")").join("; ")));
+  }
+  const unserved = [];
+  for (const c of (state.topology && state.topology.clusters) || []) {
+    const prim = (c.endpoints || []).find((e) => e.role === "primary");
+    if (c.state && c.state !== "serving") unserved.push(c.name + " is " + c.state + (c.detail ? " (" + c.detail + ")" : ""));
+    else if (prim && prim.health !== "ok") unserved.push(c.name + "'s primary is " + prim.health);
+    else if (c.vshards > 0 && !prim) unserved.push(c.name + " has no primary");
+  }
+  if (unserved.length) {
+    out.push(banner("unserved", "bad", el("strong", {}, "Clusters not served: "), unserved.join("; "),
+      " — requests for their vshards are answered 503 until they are back."));
+  }
+  for (const a of state.alarms) {
+    out.push(banner("alarm", "bad", el("strong", {}, "Dead-letter alarm: "), a.topic + "/" + a.subscription + " has " + a.dead_letters +
+      " dead letters, +" + Math.round(a.growth_percent) + " % over " + (a.window || "1h") + " (from " + a.dead_letters_window_start +
+      "; the alarm fires above " + a.threshold_percent + " %), firing since ", timeEl(a.at), " ",
+      el("button", { "data-act": "pick", onclick: () => pickSub(a.topic, a.subscription) }, "show")));
+  }
+  const q = state.queueProblem;
+  if (q && q.text) out.push(banner("stale", q.cls, el("strong", {}, "Stale counts: "), q.text));
+  if (state.archive === "unreachable") {
+    out.push(banner("archive", "warn", el("strong", {}, "Archive cluster unreachable: "),
+      "months past the hot window wait on their clusters; traces of archived months answer from the hot clusters only."));
+  }
+  $("banners").replaceChildren(...out);
+}
+
+// --- the map, the clusters and the jobs: every 2 s
+
 async function tick() {
   clearTimeout(state.timer);
   try {
     const [map, top, jobs] = await Promise.all([
-      api("GET", "/v1/admin/shardmap"), api("GET", "/v1/admin/topology"), api("GET", "/v1/admin/reshard").catch(() => ({ jobs: [] })),
+      api("GET", "/v1/admin/shardmap"), api("GET", "/v1/admin/topology"), api("GET", "/v1/admin/reshard").catch((e) => {
+        if (e.network) throw e;
+        return { jobs: [] };
+      }),
     ]);
+    state.topology = top;
     drawMap(map, jobs.jobs || [], (top.clusters || []).map((c) => c.name));
     drawClusters(top);
     drawJobs(jobs.jobs || []);
-    $("status").textContent = "live · refreshed " + new Date().toLocaleTimeString();
+    await readiness();
+    $("status").textContent = "live · refreshed " + fmtTime(new Date());
   } catch (e) {
     if (e.message === "unauthorized") return;
-    $("status").textContent = "refresh failed: " + e.message;
+    if (!e.network) $("status").textContent = "refresh failed: " + e.message;
   }
+  banners();
   if (sessionStorage.getItem(TOKEN)) state.timer = setTimeout(tick, 2000);
+}
+
+// readiness reads /readyz (open, no token): 503 with its reason is an
+// answer too.
+async function readiness() {
+  try {
+    const resp = await fetch("/readyz");
+    state.ready = await resp.json();
+  } catch (e) {
+    state.ready = null;
+  }
 }
 
 function colour(cluster) {
@@ -92,7 +254,8 @@ function colour(cluster) {
   return state.colours[cluster];
 }
 
-const active = (s) => !["done", "aborted", "failed"].includes(s);
+const terminal = (s) => ["done", "aborted", "failed"].includes(s);
+const active = (s) => !terminal(s);
 
 function drawMap(map, jobs, names) {
   const grid = $("grid");
@@ -135,12 +298,14 @@ function healthClass(h) {
 function drawClusters(top) {
   const body = $("clusters").tBodies[0];
   body.replaceChildren();
+  const missing = new Set(top.missing_clusters || []);
   for (const c of top.clusters || []) {
     const eps = c.endpoints && c.endpoints.length ? c.endpoints : [{}];
     eps.forEach((ep, i) => {
       const tr = el("tr", { "data-cluster": c.name });
       if (i === 0) {
-        tr.append(el("td", { rowspan: eps.length }, c.name), el("td", { rowspan: eps.length, class: healthClass(c.state) }, c.state || ""),
+        tr.append(el("td", { rowspan: eps.length }, c.name),
+          el("td", { rowspan: eps.length, class: missing.has(c.name) ? "h-bad" : healthClass(c.state) }, (c.state || "") + (missing.has(c.name) ? " · not answering" : "")),
           el("td", { rowspan: eps.length, class: "num" }, c.vshards));
       }
       tr.append(el("td", {}, ep.role || "-"), el("td", {}, ep.endpoint || "-"),
@@ -152,31 +317,60 @@ function drawClusters(top) {
   }
 }
 
+// progress is a job's bar: rows on the target over rows to move (the
+// router keeps the first at most the second); an aborted job's bar is
+// grey at the point it stopped, a failed one's red.
+function progress(j) {
+  const pct = j.rows_total > 0 ? Math.min(100, Math.floor((100 * j.rows_copied) / j.rows_total)) : j.state === "done" ? 100 : 0;
+  const cls = j.state === "done" ? "done" : j.state === "failed" ? "failed" : j.state === "aborted" ? "ended" : "running";
+  const bar = el("span", { class: "bar " + cls }, el("i"));
+  bar.firstChild.style.width = pct + "%";
+  let text = " " + pct + "% · " + j.rows_copied + "/" + j.rows_total + " rows";
+  if (j.rows_resynced > 0) text += " (+" + j.rows_resynced + " re-synced)";
+  if (j.state === "aborted") text += j.error && j.error.includes("moves the vshards back") ? " · aborted after the flip" : " · aborted: copied rows removed from the target";
+  if (j.state === "failed") text += " · failed";
+  return el("td", { class: "progress" }, bar, text);
+}
+
 function drawJobs(jobs) {
   const body = $("jobs").tBodies[0];
   body.replaceChildren();
   for (const j of jobs.slice(0, 20)) {
-    const pct = j.rows_total > 0 ? Math.min(100, Math.round((100 * j.rows_copied) / j.rows_total)) : j.state === "done" ? 100 : 0;
-    const bar = el("span", { class: "bar" }, el("i"));
-    bar.firstChild.style.width = pct + "%";
     const acts = el("td");
-    const act = (name) => acts.append(el("button", { "data-act": name, onclick: () => jobAction(j.job, name) }, name));
+    const act = (name) => acts.append(el("button", { "data-act": name, onclick: () => jobAction(j, name) }, name));
     if (["pending", "copying", "catching_up"].includes(j.state)) act("pause");
     if (j.state === "paused") act("resume");
     if (active(j.state) && j.state !== "cleanup" && j.state !== "aborting") act("abort");
-    body.append(el("tr", { "data-job": j.job },
+    body.append(el("tr", { "data-job": j.job, "data-state": j.state },
       el("td", {}, j.job), el("td", { class: "state" }, j.state + (j.error ? " (" + j.error + ")" : "")),
       el("td", {}, (j.ranges || []).map((r) => r.from + "-" + r.to + "→" + r.target).join(", ")),
-      el("td", {}, bar, " " + pct + "% · " + j.rows_copied + "/" + j.rows_total + " rows"),
-      el("td", { class: "num" }, j.max_pause_ms + " ms"), el("td", {}, new Date(j.started_at).toLocaleTimeString()), acts));
+      progress(j), el("td", { class: "num" }, j.max_pause_ms + " ms"), el("td", {}, timeEl(j.started_at)), acts));
+    // A note about a job ("copying", "aborting") lasts while it runs.
+    if (state.note && state.note.job === j.job && terminal(j.state)) setNote(null);
   }
 }
 
-async function jobAction(id, action) {
+function setNote(note) {
+  state.note = note;
+  $("rsmsg").className = note ? note.cls || "" : "";
+  $("rsmsg").textContent = note ? note.text : "";
+}
+
+async function jobAction(j, action) {
+  if (action === "abort") {
+    const flipped = ["cutover", "cleanup"].includes(j.state);
+    const ok = await confirmAction({
+      title: "Abort " + j.job + "?",
+      text: flipped ? "The shard map already points at the targets: aborting now starts a new job that moves the vshards back (copying their rows again)." :
+        "The rows copied so far are deleted from the targets and the vshards stay on their sources.",
+      ok: "Abort the job",
+    });
+    if (!ok) return;
+  }
   try {
-    const j = await api("POST", "/v1/admin/reshard/" + encodeURIComponent(id) + "/" + action);
-    $("rsmsg").textContent = id + ": " + j.state;
-  } catch (e) { $("rsmsg").textContent = action + " failed: " + e.message; }
+    const r = await api("POST", "/v1/admin/reshard/" + encodeURIComponent(j.job) + "/" + action);
+    setNote({ job: j.job, text: j.job + ": " + r.state });
+  } catch (e) { setNote({ job: j.job, text: action + " failed: " + e.message, cls: "err" }); }
   tick();
 }
 
@@ -193,6 +387,8 @@ function reshardBody() {
   return { ranges };
 }
 
+const rangesText = (ranges) => (ranges || []).map((r) => r.from + "-" + r.to + "→" + r.target).join(", ");
+
 async function plan() {
   $("rsstart").disabled = true;
   state.plan = null;
@@ -200,25 +396,32 @@ async function plan() {
     const body = reshardBody();
     const p = await api("POST", "/v1/admin/reshard", Object.assign({ dry_run: true }, body));
     const n = (p.ranges || []).reduce((a, r) => a + r.to - r.from + 1, 0);
-    $("rsmsg").className = "";
-    $("rsmsg").textContent = "plan: " + n + " vshards in " + (p.ranges || []).length + " ranges, " + (p.moves || []).length + " moves: " +
-      (p.ranges || []).map((r) => r.from + "-" + r.to + "→" + r.target).join(", ");
-    state.plan = { ranges: p.ranges };
+    setNote({ text: "plan: " + n + " vshards in " + (p.ranges || []).length + " ranges, " + (p.moves || []).length + " moves: " + rangesText(p.ranges) });
+    state.plan = { ranges: p.ranges, vshards: n };
     $("rsstart").disabled = n === 0;
-  } catch (e) { $("rsmsg").className = "err"; $("rsmsg").textContent = e.message; }
+  } catch (e) { setNote({ text: e.message, cls: "err" }); }
 }
 
 async function startJob() {
   if (!state.plan) return;
+  const p = state.plan;
+  const ok = await confirmAction({
+    title: "Start moving " + p.vshards + " vshards?",
+    text: "Their rows are copied to the target clusters (" + rangesText(p.ranges) + "), the writes to them pause for the cut-over, " +
+      "the shard map flips, and the rows are then deleted from the sources.",
+    ok: "Start the job",
+  });
+  if (!ok) return;
   $("rsstart").disabled = true;
   try {
-    const r = await api("POST", "/v1/admin/reshard", { ranges: state.plan.ranges });
-    $("rsmsg").className = "ok";
-    $("rsmsg").textContent = "started " + r.job + " (" + r.state + ")";
-  } catch (e) { $("rsmsg").className = "err"; $("rsmsg").textContent = e.message; }
+    const r = await api("POST", "/v1/admin/reshard", { ranges: p.ranges });
+    setNote({ job: r.job, text: "started " + r.job + " (" + r.state + ")", cls: "ok" });
+  } catch (e) { setNote({ text: e.message, cls: "err" }); }
   state.plan = null;
   tick();
 }
+
+// --- the queue table: every 5 s
 
 function spark(values, cls) {
   const w = 120, h = 22, n = values.length;
@@ -238,55 +441,154 @@ function spark(values, cls) {
   return svg;
 }
 
+const subKey = (topic, sub) => topic + "\u0000" + sub;
+
+// rates turns the rows' flow counts into per-second rates against the
+// previous answer (at least 2 s before; a router restart resets them).
+function rates(p) {
+  const at = Date.parse(p.answered_at);
+  const prev = state.flowPrev;
+  const cur = { at, created: new Map(), acked: new Map() };
+  for (const s of p.subscriptions) {
+    if (!s.flow) continue;
+    cur.created.set(s.topic, s.flow.created);
+    cur.acked.set(subKey(s.topic, s.subscription), s.flow.acked);
+  }
+  if (prev && at - prev.at < 2000) return;
+  if (prev) {
+    const dt = (at - prev.at) / 1000;
+    state.rates = new Map();
+    for (const s of p.subscriptions) {
+      const k = subKey(s.topic, s.subscription);
+      if (!s.flow || !prev.created.has(s.topic) || !prev.acked.has(k)) continue;
+      const rin = (s.flow.created - prev.created.get(s.topic)) / dt, rout = (s.flow.acked - prev.acked.get(k)) / dt;
+      if (rin >= 0 && rout >= 0) state.rates.set(k, { rin, rout, dt });
+    }
+  }
+  state.flowPrev = cur;
+}
+
+const fmtRate = (v) => (v === undefined ? "–" : v < 10 ? v.toFixed(1) : String(Math.round(v)));
+
+function queryKey() {
+  return [state.qOffset, state.qLimit, $("qsort").value, $("qfilter").value.trim()].join("\u0000");
+}
+
 // queues shows one page of subscriptions (the server filters, sorts and
-// pages: 10,000 subscriptions never become 10,000 rows), every 5 s.
+// pages: 10,000 subscriptions never become 10,000 rows). A count that
+// missed clusters never replaces a complete one: the last complete count
+// stays, marked stale, and the banner names the clusters.
 async function queues() {
   clearTimeout(state.qtimer);
   const q = new URLSearchParams({ offset: state.qOffset, limit: state.qLimit, sort: $("qsort").value });
   const f = $("qfilter").value.trim();
   if (f) q.set("filter", f);
+  const key = queryKey();
   try {
     const p = await api("GET", "/v1/admin/queues?" + q);
-    const body = $("queues").tBodies[0];
-    body.replaceChildren();
-    for (const s of p.subscriptions) {
-      const tr = el("tr", { class: "pick", "data-topic": s.topic, "data-sub": s.subscription, onclick: () => pickSub(s.topic, s.subscription) },
-        el("td", {}, s.topic), el("td", {}, s.subscription), el("td", { class: "num depth" }, s.depth),
-        el("td", { class: "num inflight" }, s.in_flight), el("td", { class: "num dead" }, s.dead),
-        el("td", {}, spark(s.history.depth)), el("td", {}, spark(s.history.in_flight)), el("td", {}, spark(s.history.dead, "dead")));
-      if (state.sub && state.sub.topic === s.topic && state.sub.sub === s.subscription) tr.classList.add("sel");
-      body.append(tr);
+    rates(p);
+    state.alarms = p.alarms || [];
+    state.queuesLive = p.live;
+    let shown = p, stale = false;
+    state.queueProblem = null;
+    const missing = p.missing_clusters || [];
+    if (p.partial && state.good && state.good.key === key) {
+      shown = state.good.answer;
+      stale = true;
+      state.queueProblem = { missing, cls: "bad", text: "the count at " + fmtTime(p.missing_at || p.counted_at) + " missed " + missing.join(", ") +
+        " (its numbers would be too small); the table keeps the last complete count, of " + fmtTime(shown.counted_at) + "." };
+    } else if (p.partial) {
+      stale = true;
+      state.queueProblem = { missing, cls: "bad", text: "the counts lack " + missing.join(", ") + ", which did not answer: they are smaller than the truth." };
+    } else if (missing.length) {
+      stale = true;
+      state.queueProblem = { missing, cls: "bad", text: "the count at " + fmtTime(p.missing_at) + " missed " + missing.join(", ") +
+        "; the table shows the last complete count, of " + fmtTime(p.counted_at) + "." };
+    } else {
+      state.good = { key, answer: p };
+      const age = (Date.parse(p.answered_at) - Date.parse(p.counted_at)) / 1000;
+      if (!p.live && age > Math.max(60, 2 * p.step_seconds)) {
+        stale = true;
+        state.queueProblem = { cls: "warn", text: "the queue counts are " + ago(age) + " old (counted " + fmtTime(p.counted_at) + ")." };
+      }
     }
-    const last = Math.min(p.offset + p.subscriptions.length, p.total);
-    $("qpage").textContent = " " + (p.total ? p.offset + 1 : 0) + "-" + last + " of " + p.total + " ";
-    $("qprev").disabled = p.offset === 0;
-    $("qnext").disabled = last >= p.total;
-    $("qinfo").textContent = p.live ? "(counted now; the leading router keeps the last hour)" :
-      "counted " + new Date(p.counted_at).toLocaleTimeString() + " · one sample per " + p.step_seconds + " s";
+    drawQueues(shown, stale);
+    $("qinfo").textContent = p.live ? "(counted now by this router, which does not lead: no history, and dead-letter alarms are checked by the leading router only)" :
+      "counted " + fmtTime(p.counted_at) + " · one sample per " + p.step_seconds + " s";
+    if (state.sub) consumers();
   } catch (e) {
     if (e.message === "unauthorized") return;
     $("qinfo").textContent = "refresh failed: " + e.message;
+    if (e.network) for (const tr of $("queues").tBodies[0].rows) tr.classList.add("stale");
   }
+  banners();
   if (sessionStorage.getItem(TOKEN)) state.qtimer = setTimeout(queues, 5000);
 }
 
-const subPath = (s) => "/v1/topics/" + encodeURIComponent(s.topic) + "/subscriptions/" + encodeURIComponent(s.sub) + "/dead-letters";
+function drawQueues(p, stale) {
+  const body = $("queues").tBodies[0];
+  body.replaceChildren();
+  const alarmed = new Set(state.alarms.map((a) => subKey(a.topic, a.subscription)));
+  for (const s of p.subscriptions) {
+    const k = subKey(s.topic, s.subscription);
+    const r = state.rates.get(k) || {};
+    const lag = s.oldest_ready_at ? el("td", { class: "num lag", title: "oldest ready message produced " + fmtTime(s.oldest_ready_at) }, ago(s.lag_seconds)) :
+      el("td", { class: "num lag muted" }, "–");
+    const tr = el("tr", { class: "pick" + (stale ? " stale" : ""), "data-topic": s.topic, "data-sub": s.subscription, onclick: () => pickSub(s.topic, s.subscription) },
+      el("td", {}, s.topic), el("td", {}, s.subscription), el("td", { class: "num depth" }, s.depth), el("td", { class: "num parked" }, s.parked),
+      el("td", { class: "num inflight" }, s.in_flight), el("td", { class: "num dead" + (alarmed.has(k) ? " h-bad" : "") }, s.dead), lag,
+      el("td", { class: "num rin" }, fmtRate(r.rin)), el("td", { class: "num rout" }, fmtRate(r.rout)),
+      el("td", {}, spark(s.history.depth)), el("td", {}, spark(s.history.in_flight)), el("td", {}, spark(s.history.dead, "dead")));
+    if (state.sub && state.sub.topic === s.topic && state.sub.sub === s.subscription) tr.classList.add("sel");
+    body.append(tr);
+  }
+  const last = Math.min(p.offset + p.subscriptions.length, p.total);
+  $("qpage").textContent = " " + (p.total ? p.offset + 1 : 0) + "-" + last + " of " + p.total + " ";
+  $("qprev").disabled = p.offset === 0;
+  $("qnext").disabled = last >= p.total;
+}
+
+// --- one subscription: its consumers, dead letters by code and one by one
+
+const subPath = (s) => "/v1/topics/" + encodeURIComponent(s.topic) + "/subscriptions/" + encodeURIComponent(s.sub);
+const deadPath = (s) => subPath(s) + "/dead-letters";
 
 async function pickSub(topic, sub) {
   state.sub = { topic, sub };
   state.redrive = null;
+  state.dl = { cursor: "", back: [], next: "" };
   $("dlconfirm").hidden = true;
   $("dlmsg").textContent = "";
+  $("dlact").textContent = "";
+  $("dlpurge").disabled = false;
+  $("dlsub").textContent = topic + "/" + sub;
   for (const tr of $("queues").tBodies[0].rows) tr.classList.toggle("sel", tr.dataset.topic === topic && tr.dataset.sub === sub);
-  await codes();
+  await Promise.all([consumers(), codes(), deadLetters()]);
+}
+
+async function consumers() {
+  const s = state.sub;
+  const body = $("consumers").tBodies[0];
+  try {
+    const c = await api("GET", subPath(s) + "/consumers");
+    if (state.sub !== s) return;
+    body.replaceChildren();
+    const now = Date.now();
+    for (const x of c.consumers) {
+      body.append(el("tr", { "data-consumer": x.consumer }, el("td", {}, x.consumer || "(no name given)"), el("td", { class: "num inflight" }, x.in_flight),
+        el("td", {}, timeEl(x.oldest_lease_at), " (" + ago((now - Date.parse(x.oldest_lease_at)) / 1000) + " ago)")));
+    }
+    if (!c.consumers.length) body.append(el("tr", {}, el("td", { colspan: 3, class: "muted" }, "no deliveries in flight")));
+    $("coninfo").textContent = "now" + (c.missing_clusters ? " · without " + c.missing_clusters.join(", ") + ", which did not answer" : "");
+    $("coninfo").className = c.missing_clusters ? "err" : "muted";
+  } catch (e) { $("coninfo").textContent = e.message; }
 }
 
 async function codes() {
   const s = state.sub;
-  $("dlsub").textContent = s.topic + "/" + s.sub;
   const body = $("codes").tBodies[0];
   try {
-    const c = await api("GET", subPath(s) + "/codes");
+    const c = await api("GET", deadPath(s) + "/codes");
     body.replaceChildren();
     for (const x of c.codes) {
       body.append(el("tr", { "data-code": x.error_code }, el("td", {}, x.error_code || "(none)"), el("td", { class: "num" }, x.count),
@@ -300,13 +602,13 @@ async function codes() {
   } catch (e) { $("dlmsg").textContent = e.message; }
 }
 
-// dryRun asks how many a redrive would make ready; the confirm button
-// then redrives for real.
+// dryRun asks how many a redrive would make ready; the Redrive button
+// then asks for a confirmation and redrives for real.
 async function dryRun(sel, label) {
   $("dlconfirm").hidden = true;
   try {
-    const r = await api("POST", subPath(state.sub) + "/redrive", Object.assign({ dry_run: true }, sel));
-    state.redrive = sel;
+    const r = await api("POST", deadPath(state.sub) + "/redrive", Object.assign({ dry_run: true }, sel));
+    state.redrive = { sel, label, n: r.would_redrive };
     $("dlmsg").className = "";
     $("dlmsg").textContent = "dry run: " + r.would_redrive + " dead letters of " + label + " would be made ready again.";
     $("dlconfirm").textContent = "Redrive " + r.would_redrive;
@@ -315,45 +617,202 @@ async function dryRun(sel, label) {
 }
 
 async function redrive() {
+  const rd = state.redrive;
+  if (!rd) return;
+  const ok = await confirmAction({
+    title: "Redrive " + rd.n + " dead letters of " + state.sub.topic + "/" + state.sub.sub + "?",
+    text: "The dead letters of " + rd.label + " become ready again with their attempts reset: consumers receive them again.",
+    ok: "Redrive",
+  });
+  if (!ok) return;
   $("dlconfirm").hidden = true;
   try {
-    const r = await api("POST", subPath(state.sub) + "/redrive", state.redrive);
+    const r = await api("POST", deadPath(state.sub) + "/redrive", rd.sel);
     $("dlmsg").className = "ok";
     $("dlmsg").textContent = "redriven: " + r.redriven;
   } catch (e) { $("dlmsg").className = "err"; $("dlmsg").textContent = e.message; }
   state.redrive = null;
+  afterDeadChange();
+}
+
+function afterDeadChange() {
   codes();
+  deadLetters();
   queues();
 }
 
+// deadLetters lists one page of the subscription's dead letters, newest
+// first; "older" follows the router's cursor, "newer" goes back.
+async function deadLetters() {
+  const s = state.sub;
+  const q = new URLSearchParams({ limit: 20 });
+  if (state.dl.cursor) q.set("cursor", state.dl.cursor);
+  const body = $("deadletters").tBodies[0];
+  try {
+    const p = await api("GET", deadPath(s) + "?" + q);
+    if (state.sub !== s) return;
+    state.dl.next = p.next_cursor || "";
+    body.replaceChildren();
+    for (const d of p.dead_letters) {
+      const retry = el("button", { "data-act": "retry", onclick: () => retryOne(d) }, "retry…");
+      retry.disabled = !!d.in_flight; // a redrive leaves a leased dead letter alone
+      const acts = el("td", {},
+        el("button", { "data-act": "trace", onclick: () => traceKey(d.key, d.topic || s.topic, d.order_key) }, "trace"), " ", retry, " ",
+        el("button", { "data-act": "delete", class: "danger", onclick: () => deleteOne(d) }, "delete…"));
+      const err = d.last_error || "";
+      body.append(el("tr", { "data-id": d.id }, el("td", { class: "num" }, d.id), el("td", { class: "wrap" }, d.key),
+        el("td", {}, d.error_code || "(none)"), el("td", { class: "wrap", title: err }, err.length > 160 ? err.slice(0, 160) + "…" : err),
+        el("td", { class: "num" }, d.attempts), el("td", {}, timeEl(d.dead_at), d.in_flight ? " · leased to a dead-letter handler" : ""), acts));
+    }
+    if (!p.dead_letters.length) body.append(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "no dead letters")));
+    $("dlinfo").textContent = "page " + (state.dl.back.length + 1) + ", newest first" +
+      (p.missing_clusters ? " · without " + p.missing_clusters.join(", ") + ", which did not answer" : "");
+    $("dlprev").disabled = state.dl.back.length === 0;
+    $("dlnext").disabled = !state.dl.next;
+  } catch (e) { $("dlinfo").textContent = e.message; }
+}
+
+async function retryOne(d) {
+  const ok = await confirmAction({
+    title: "Retry dead letter " + d.id + "?",
+    text: "Message " + JSON.stringify(d.key) + " (" + (d.error_code || "no error code") + ") becomes ready again for " +
+      state.sub.topic + "/" + state.sub.sub + ", its attempts reset.",
+    ok: "Retry",
+  });
+  if (!ok) return;
+  try {
+    const r = await api("POST", deadPath(state.sub) + "/redrive", { ids: [d.id] });
+    $("dlact").className = "ok";
+    $("dlact").textContent = "retried " + d.id + ": " + r.redriven + " made ready";
+  } catch (e) { $("dlact").className = "err"; $("dlact").textContent = e.message; }
+  afterDeadChange();
+}
+
+async function deleteOne(d) {
+  const ok = await confirmAction({
+    title: "Delete dead letter " + d.id + "?",
+    text: "The dead letter of message " + JSON.stringify(d.key) + " is removed from " + state.sub.topic + "/" + state.sub.sub +
+      " for good; the message stays dead and its trace keeps its history.",
+    ok: "Delete",
+  });
+  if (!ok) return;
+  try {
+    const r = await api("POST", deadPath(state.sub) + "/delete", { ids: [d.id] });
+    $("dlact").className = "ok";
+    $("dlact").textContent = "deleted " + d.id + ": " + r.deleted;
+  } catch (e) { $("dlact").className = "err"; $("dlact").textContent = e.message; }
+  afterDeadChange();
+}
+
+async function purgeAll() {
+  const s = state.sub;
+  if (!s) return;
+  const name = s.topic + "/" + s.sub;
+  const ok = await confirmAction({
+    title: "Purge every dead letter of " + name + "?",
+    text: "All its dead letters are deleted for good, on every cluster; nothing can bring them back.",
+    ok: "Purge all", typed: name,
+  });
+  if (!ok) return;
+  try {
+    const r = await api("DELETE", deadPath(s));
+    $("dlact").className = "ok";
+    $("dlact").textContent = "purged: " + r.purged;
+  } catch (e) { $("dlact").className = "err"; $("dlact").textContent = e.message; }
+  state.dl = { cursor: "", back: [], next: "" };
+  afterDeadChange();
+}
+
+// --- retention and the archive cluster: every 15 s
+
+async function retention() {
+  clearTimeout(state.rtimer);
+  try {
+    const r = await api("GET", "/v1/admin/retention");
+    const tb = $("tiers").tBodies[0];
+    tb.replaceChildren();
+    for (const t of r.tiers || []) {
+      tb.append(el("tr", { "data-tier": t.tier }, el("td", {}, t.tier), el("td", {}, (t.from ? t.from + " to " : "up to ") + t.to), el("td", {}, t.where)));
+    }
+    state.archive = r.archive_state;
+    const a = $("archive");
+    a.className = r.archive_state === "ok" ? "ok" : r.archive_state === "unreachable" ? "err" : "muted";
+    a.dataset.state = r.archive_state || "";
+    a.textContent = r.archive_state === "ok" ? "Archive cluster: connected." :
+      r.archive_state === "unreachable" ? "Archive cluster: unreachable — the warm and cold jobs wait; traces of warm months cannot be answered." :
+        "No archive cluster configured: months past the hot window stay on their clusters.";
+    const jb = $("retjobs").tBodies[0];
+    jb.replaceChildren();
+    for (const name of Object.keys(r.jobs || {}).sort()) {
+      const j = r.jobs[name];
+      jb.append(el("tr", { "data-job": name }, el("td", {}, name), el("td", { class: "num" }, j.runs), el("td", { class: "num" + (j.failures ? " h-bad" : "") }, j.failures),
+        el("td", {}, timeEl(j.last_run)), el("td", {}, timeEl(j.last_ok)), el("td", { class: "num" }, j.rows), el("td", { class: "wrap err" }, j.last_error || "")));
+    }
+    if (!Object.keys(r.jobs || {}).length) jb.append(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "no pass recorded on this router")));
+    const hb = $("held").tBodies[0];
+    hb.replaceChildren();
+    for (const b of r.blocked || []) {
+      hb.append(el("tr", {}, el("td", {}, b.cluster), el("td", {}, b.month),
+        el("td", {}, b.reason + (b.live_deliveries ? " (" + b.live_deliveries + (b.live_deliveries >= 1000 ? "+" : "") + " live deliveries)" : ""))));
+    }
+    if (!(r.blocked || []).length) hb.append(el("tr", {}, el("td", { colspan: 3, class: "muted" }, "no month held hot past its window")));
+    $("retinfo").textContent = (r.enabled ? "" : "turned off · ") + "hot " + r.hot_months + " months, warm " + r.warm_months + " months · " +
+      (r.leading ? "this router runs the jobs" : "this router does not lead: the jobs' records are on the leading router");
+  } catch (e) {
+    if (e.message === "unauthorized") return;
+    $("retinfo").textContent = "refresh failed: " + e.message;
+  }
+  banners();
+  if (sessionStorage.getItem(TOKEN)) state.rtimer = setTimeout(retention, 15000);
+}
+
+// --- trace
+
+function traceKey(key, topic, orderKey) {
+  $("trkey").value = key || "";
+  $("trtopic").value = topic || "";
+  $("trorder").value = orderKey || "";
+  $("trtx").value = "";
+  trace();
+  $("trout").scrollIntoView();
+}
+
+function table(heads, rows) {
+  return el("table", {}, el("thead", {}, el("tr", {}, ...heads.map((h) => el("th", {}, h)))), el("tbody", {}, ...rows));
+}
+
+// trace asks with the key in the query (GET /v1/messages/trace?key=…):
+// in a path, keys such as "." and ".." would be removed by the browser.
 async function trace() {
   const out = $("trout");
   out.replaceChildren();
-  const key = $("trkey").value.trim(), topic = $("trtopic").value.trim(), tx = $("trtx").value.trim();
+  const key = $("trkey").value, topic = $("trtopic").value.trim(), order = $("trorder").value, tx = $("trtx").value.trim();
   try {
     let data;
     if (tx) data = await api("GET", "/v1/transactions/" + encodeURIComponent(tx));
-    else if (key && topic) data = await api("GET", "/v1/messages/" + encodeURIComponent(key) + "/trace?" + new URLSearchParams({ topic }));
-    else throw new Error("give a key and its topic, or a transaction id");
-    if (data.events && data.message) {
-      const t = el("table", {}, el("thead", {}, el("tr", {}, ...["at", "event", "subscription", "consumer", "attempt", "error"].map((h) => el("th", {}, h)))));
-      const tb = el("tbody");
-      for (const ev of data.events) {
-        tb.append(el("tr", {}, el("td", {}, ev.at), el("td", {}, ev.type), el("td", {}, ev.subscription || ""), el("td", {}, ev.consumer || ""),
-          el("td", {}, ev.attempt || ""), el("td", {}, [ev.error_code, ev.error].filter(Boolean).join(" "))));
-      }
-      t.append(tb);
-      out.append(el("p", {}, "status: " + (data.message ? data.message.status : "?") + " · read from " + data.read_from), t);
+    else if (key && topic) {
+      const q = new URLSearchParams({ key, topic });
+      if (order) q.set("order_key", order);
+      data = await api("GET", "/v1/messages/trace?" + q);
+    } else throw new Error("give a key and its topic, or a transaction id");
+    if (data.message && data.events) {
+      const m = data.message;
+      out.append(el("p", { class: "tracehead" }, "message ", JSON.stringify(m.key), " · id " + m.id + " · status " + m.status + " · produced ", timeEl(m.produced_at),
+        " · cluster " + (data.cluster || "?") + " · read from " + data.read_from + (data.tier ? " · tier " + data.tier : "")));
+      out.append(el("h3", {}, "Deliveries"));
+      out.append(table(["subscription", "state", "attempts", "consumer", "error", "next attempt"], (data.deliveries || []).map((d) =>
+        el("tr", {}, el("td", {}, d.subscription), el("td", {}, d.state), el("td", { class: "num" }, d.attempts), el("td", {}, d.consumer || ""),
+          el("td", {}, [d.error_code, d.last_error].filter(Boolean).join(" ")), el("td", {}, d.next_attempt_at ? timeEl(d.next_attempt_at) : "")))));
+      out.append(el("h3", {}, "Events"));
+      out.append(table(["at", "event", "subscription", "consumer", "attempt", "error"], data.events.map((ev) =>
+        el("tr", {}, el("td", {}, timeEl(ev.at)), el("td", {}, ev.type), el("td", {}, ev.subscription || ""), el("td", {}, ev.consumer || ""),
+          el("td", {}, ev.attempt || ""), el("td", {}, [ev.error_code, ev.error].filter(Boolean).join(" "))))));
     }
     if (data.messages) {
-      const t = el("table", {}, el("thead", {}, el("tr", {}, ...["key", "topic", "id", "vshard", "cluster", "status", "produced"].map((h) => el("th", {}, h)))));
-      const tb = el("tbody");
-      for (const m of data.messages) {
-        tb.append(el("tr", {}, el("td", {}, m.key), el("td", {}, m.topic), el("td", {}, m.id), el("td", { class: "num" }, m.vshard),
-          el("td", {}, m.cluster || ""), el("td", {}, m.status || ""), el("td", {}, m.produced_at || "")));
-      }
-      t.append(tb);
-      out.append(el("p", {}, data.messages.length + " messages" + (data.complete === false ? " (some clusters did not answer)" : "")), t);
+      out.append(el("p", {}, data.messages.length + " messages" + (data.complete === false ? " (some clusters did not answer)" : "")));
+      out.append(table(["key", "topic", "id", "vshard", "cluster", "status", "produced"], data.messages.map((m) =>
+        el("tr", {}, el("td", {}, m.key), el("td", {}, m.topic), el("td", {}, m.id), el("td", { class: "num" }, m.vshard),
+          el("td", {}, m.cluster || ""), el("td", {}, m.status || ""), el("td", {}, timeEl(m.produced_at))))));
     }
     out.append(el("details", {}, el("summary", {}, "the answer as JSON"), el("pre", {}, JSON.stringify(data, null, 2))));
   } catch (e) { out.append(el("p", { class: "err" }, e.message)); }
@@ -373,6 +832,9 @@ document.addEventListener("DOMContentLoaded", () => {
   $("qprev").addEventListener("click", () => { state.qOffset = Math.max(0, state.qOffset - state.qLimit); queues(); });
   $("qnext").addEventListener("click", () => { state.qOffset += state.qLimit; queues(); });
   $("dlconfirm").addEventListener("click", redrive);
+  $("dlpurge").addEventListener("click", purgeAll);
+  $("dlnext").addEventListener("click", () => { if (state.dl.next) { state.dl.back.push(state.dl.cursor); state.dl.cursor = state.dl.next; deadLetters(); } });
+  $("dlprev").addEventListener("click", () => { if (state.dl.back.length) { state.dl.cursor = state.dl.back.pop(); deadLetters(); } });
   $("trgo").addEventListener("click", trace);
   if (sessionStorage.getItem(TOKEN)) start();
 });
