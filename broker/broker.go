@@ -1009,7 +1009,9 @@ func (b *Broker) extend(ctx context.Context, receipts []Receipt, lease time.Dura
 	out := make([]LeaseResult, len(receipts))
 	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
 		durable := b.ownedOps(ctx, name, receipts, idx, forward,
-			func(o *delivery.Owner, ids []int) []delivery.Outcome { return o.Extend(ctx, ops(receipts, ids, "", nil), lease) },
+			func(o *delivery.Owner, ids []int) []delivery.Outcome {
+				return o.Extend(ctx, ops(receipts, ids, "", nil), lease)
+			},
 			func(addr string, ids []int) error {
 				res, err := b.peer.Extend(ctx, addr, pick(receipts, ids), lease)
 				for j, i := range ids {
@@ -1019,7 +1021,9 @@ func (b *Broker) extend(ctx context.Context, receipts []Receipt, lease time.Dura
 				}
 				return err
 			},
-			func(i int, oc delivery.Outcome) { out[i] = LeaseResult{Status: oc.Status, Expires: oc.Expires, Err: oc.Err} })
+			func(i int, oc delivery.Outcome) {
+				out[i] = LeaseResult{Status: oc.Status, Expires: oc.Expires, Err: oc.Err}
+			})
 		if len(durable) == 0 {
 			return
 		}

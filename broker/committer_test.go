@@ -1,8 +1,8 @@
 package broker
 
 import (
-	"encoding/binary"
 	"context"
+	"encoding/binary"
 	"errors"
 	"testing"
 	"time"

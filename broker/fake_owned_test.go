@@ -234,4 +234,6 @@ func (m *memStore) Beat(ctx context.Context, router, addr string, within time.Du
 	return []store.Member{{Router: router, Addr: addr, SeenAt: now}}, now, nil
 }
 
-func (m *memStore) LeaveMembers(ctx context.Context, router string, older time.Duration) error { return nil }
+func (m *memStore) LeaveMembers(ctx context.Context, router string, older time.Duration) error {
+	return nil
+}

@@ -373,7 +373,9 @@ func (m *memTable) Beat(ctx context.Context, router, addr string, within time.Du
 	return []store.Member{{Router: router, Addr: addr, SeenAt: now}}, now, nil
 }
 
-func (m *memTable) LeaveMembers(ctx context.Context, router string, older time.Duration) error { return nil }
+func (m *memTable) LeaveMembers(ctx context.Context, router string, older time.Duration) error {
+	return nil
+}
 
 // tableCluster is a Cluster over a memTable.
 type tableCluster struct{ t *memTable }

@@ -145,7 +145,9 @@ func TestNackRetriesDurablyThenDies(t *testing.T) {
 	b := newBed(t, Config{})
 	id := b.table.add("t", "s", 0, "", 0)
 	got := b.claim(t, 1, spec("w"))
-	policy := func() store.RetryPolicy { return store.RetryPolicy{MaxAttempts: 2, Initial: time.Second, Max: time.Second} }
+	policy := func() store.RetryPolicy {
+		return store.RetryPolicy{MaxAttempts: 2, Initial: time.Second, Max: time.Second}
+	}
 	res := b.owner(t).Nack(context.Background(), []Op{{MessageID: id, Token: got[0].Token, ErrorCode: "E"}}, policy, func() float64 { return 0.5 })
 	if res[0].NackStatus != domain.NackRetryScheduled || res[0].NextAttemptAt.IsZero() {
 		t.Fatalf("nack: %+v", res[0])

@@ -53,14 +53,14 @@ type Batcher[T, R any] struct {
 	run  func(ctx context.Context, items []T) []R
 	size func(T) int
 
-	mu       sync.Mutex
-	queue    []*call[T, R]
-	queued   int // bytes queued
-	running  int
-	stopped  bool
-	idle     *sync.Cond
-	runs     int64
-	items    int64
+	mu      sync.Mutex
+	queue   []*call[T, R]
+	queued  int // bytes queued
+	running int
+	stopped bool
+	idle    *sync.Cond
+	runs    int64
+	items   int64
 }
 
 type call[T, R any] struct {
