@@ -62,11 +62,17 @@ type Owner struct {
 	expiry    leaseHeap
 	cursor    *store.ClaimCursor
 	lastTop   time.Time
+	// gen counts leases that left memory; done remembers when each did
+	// while a scan runs, since the scan may have read its row before (an
+	// acked delivery not yet deleted when the scan read it).
+	gen      uint64
+	done     map[uint64]uint64
+	scanning bool
 }
 
 func newOwner(m *Manager, cl *clusterState, u Unit, epoch uint64, waitUntil time.Time) *Owner {
 	return &Owner{unit: u, m: m, cl: cl, epoch: epoch, waitUntil: waitUntil,
-		leases: map[uint64]*lease{}, reserved: map[uint64]bool{}, keys: map[string]int{}}
+		leases: map[uint64]*lease{}, reserved: map[uint64]bool{}, keys: map[string]int{}, done: map[uint64]uint64{}}
 }
 
 // Unit is the unit owned.
@@ -102,6 +108,7 @@ func (o *Owner) Reserve(ctx context.Context, n int, spec ClaimSpec) ([]store.Can
 	o.scanMu.Lock()
 	defer o.scanMu.Unlock()
 	now := o.m.now()
+	o.expireNow(ctx, now)
 	o.mu.Lock()
 	if o.lost {
 		o.mu.Unlock()
@@ -113,10 +120,20 @@ func (o *Owner) Reserve(ctx context.Context, n int, spec ClaimSpec) ([]store.Can
 	}
 	from := o.cursor
 	known := len(o.leases) + len(o.reserved)
+	began := o.gen
+	// Scans run one at a time: what left memory before this one began is
+	// in the table as it is now.
+	clear(o.done)
+	o.scanning = true
 	if from == nil || now.Sub(o.lastTop) >= o.m.cfg.TopScanEvery {
 		from = nil
 	}
 	o.mu.Unlock()
+	defer func() {
+		o.mu.Lock()
+		o.scanning = false
+		o.mu.Unlock()
+	}()
 
 	var taken []store.Candidate
 	var park []store.OwnedPark
@@ -149,7 +166,7 @@ func (o *Owner) Reserve(ctx context.Context, n int, spec ClaimSpec) ([]store.Can
 			}
 			pos := store.ClaimCursor{Priority: c.Priority, MessageID: c.MessageID}
 			last = &pos
-			if _, ok := o.leases[c.MessageID]; ok || o.reserved[c.MessageID] {
+			if _, ok := o.leases[c.MessageID]; ok || o.reserved[c.MessageID] || o.done[c.MessageID] > began {
 				continue
 			}
 			if spec.Ordered && c.OrderKey != "" {
@@ -634,6 +651,10 @@ func (o *Owner) remove(l *lease) {
 		return
 	}
 	delete(o.leases, l.c.MessageID)
+	o.gen++
+	if o.scanning {
+		o.done[l.c.MessageID] = o.gen
+	}
 	if l.at >= 0 {
 		heap.Remove(&o.expiry, l.at)
 	}
@@ -650,9 +671,25 @@ func (o *Owner) remove(l *lease) {
 
 // expire writes the leases that expired by now into the table as lapsed
 // durable leases (the next claim of each traces lease_expired and counts
-// the attempt, or dead-letters it at max attempts).
+// the attempt, or dead-letters it at max attempts), without waiting.
 func (o *Owner) expire(now time.Time) {
+	if due := o.due(now); len(due) > 0 {
+		o.submit(o.writeLeases(due), due...)
+	}
+}
+
+// expireNow is expire that waits until they are written: a claim sees a
+// lease that lapsed a moment ago as claimable, as it would in the table.
+func (o *Owner) expireNow(ctx context.Context, now time.Time) {
+	if due := o.due(now); len(due) > 0 {
+		o.flush(ctx, o.writeLeases(due), due)
+	}
+}
+
+// due takes the leases expired by now for their write.
+func (o *Owner) due(now time.Time) []*lease {
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	var due []*lease
 	for o.expiry.Len() > 0 && !o.expiry[0].expires.After(now) {
 		l := heap.Pop(&o.expiry).(*lease)
@@ -662,10 +699,7 @@ func (o *Owner) expire(now time.Time) {
 		l.finishing = make(chan struct{})
 		due = append(due, l)
 	}
-	o.mu.Unlock()
-	if len(due) > 0 {
-		o.submit(o.writeLeases(due), due...)
-	}
+	return due
 }
 
 // writeLeases is the flush item that writes leases into the table.

@@ -129,9 +129,15 @@ func TestPriorityThenAgeAndDelay(t *testing.T) {
 	high := b.table.add("t", "s", 9, "", 0)
 	later := b.table.add("t", "s", 9, "", time.Minute)
 	low2 := b.table.add("t", "s", 1, "", 0)
-	if got := ids(b.claim(t, 10, spec("w"))); !slices.Equal(got, []uint64{high, low, low2}) {
+	first := b.claim(t, 10, spec("w"))
+	if got := ids(first); !slices.Equal(got, []uint64{high, low, low2}) {
 		t.Fatalf("claimed %v, want %v", got, []uint64{high, low, low2})
 	}
+	ops := make([]Op, len(first))
+	for i, c := range first {
+		ops[i] = opOf(c)
+	}
+	b.owner(t).Ack(context.Background(), ops)
 	b.tick(2 * time.Minute)
 	if got := ids(b.claim(t, 10, spec("w"))); !slices.Equal(got, []uint64{later}) {
 		t.Fatalf("after its delay: %v, want %v", got, []uint64{later})

@@ -65,9 +65,20 @@ func main() {
 	flag.StringVar(&cfg.Retention.OffPeak, "off-peak", "", "daily UTC window HH:MM-HH:MM in which fragmented partitions are rebuilt (default 02:00-05:00)")
 	flag.Float64Var(&cfg.Retention.FreeRatio, "rebuild-free-ratio", 0, "share of a partition's space that, free, makes the upkeep rebuild it (default 0.4)")
 	flag.BoolVar(&cfg.Retention.Disabled, "retention-off", false, "run no retention job (partition upkeep included) on this router")
+	flag.StringVar(&cfg.Broker.Owners.Addr, "advertise", "", "address (host:port) other routers reach this one at, to forward consume operations on the units it owns (default the -listen address when it names a host; docs/consume.md)")
+	flag.IntVar(&cfg.Broker.Owners.MaxInFlight, "max-leases", 0, "leases this router holds in memory over all its units; past it claims hand out fewer first attempts (default 1000000, about 300 MiB)")
+	flag.DurationVar(&cfg.Broker.Owners.LeaseTTL, "owner-lease-ttl", 0, "how long this router's ownership of its units lasts without a renewal; another router takes them after (default 10s)")
+	flag.StringVar(&cfg.PeerCA, "peer-ca", "", "CA file (PEM) to verify other routers' certificates when forwarding over TLS (default the system's roots)")
 	co := addConsulFlags(flag.CommandLine)
 	sf := addSecurityFlags(flag.CommandLine, &cfg.Security)
 	flag.Parse()
+	if cfg.Broker.Owners.Addr == "" {
+		// Other routers reach this one where it listens, when that names
+		// a host (not 0.0.0.0 or [::]).
+		if host, _, err := net.SplitHostPort(cfg.Listen); err == nil && host != "" && !net.ParseIP(host).IsUnspecified() {
+			cfg.Broker.Owners.Addr = cfg.Listen
+		}
+	}
 	if err := sf.apply(&cfg.Security); err != nil {
 		fmt.Fprintln(os.Stderr, "router:", err)
 		os.Exit(2)
