@@ -138,7 +138,6 @@ type Manager struct {
 
 	inflight atomic.Int64
 	refused  atomic.Int64
-	horizon  atomic.Int64 // the lease length (ns) horizons cover
 
 	stop    chan struct{}
 	done    chan struct{}
@@ -155,7 +154,6 @@ func New(cfg Config, now func() time.Time, log *slog.Logger) *Manager {
 		log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{cfg: cfg.withDefaults(), now: now, log: log, clusters: map[string]*clusterState{}, stop: make(chan struct{}), done: make(chan struct{})}
-	m.horizon.Store(int64(30 * time.Second))
 	return m
 }
 
@@ -182,6 +180,10 @@ type clusterState struct {
 	validUntil  time.Time     // router clock: this router's leases on the cluster's units hold until then
 	renewal     chan struct{} // closed when the renewal under way ends
 	renewErr    error
+	// asked is the longest lease asked for since the last renewal (ns):
+	// the next horizon covers one that long handed out until the renewal
+	// after it.
+	asked atomic.Int64
 }
 
 // SetClusters follows the topology: a cluster that left or whose call
@@ -239,9 +241,18 @@ func (cl *clusterState) leaseValid(now time.Time) bool {
 }
 
 // coverHorizon makes sure a lease of d handed out now ends before the
-// horizon recorded for the cluster's units, renewing at once (and
-// covering longer leases from then on) when it would not.
+// horizon recorded for the cluster's units, renewing at once when it
+// would not. The horizon covers the leases held and the longest lease
+// asked for since the last renewal, so it shrinks back when long leases
+// stop being asked for, and a takeover after a crash waits no longer
+// than the crashed router's longest lease (plus RenewEvery and margins).
 func (cl *clusterState) coverHorizon(ctx context.Context, now time.Time, d time.Duration) error {
+	for {
+		a := cl.asked.Load()
+		if a >= int64(d) || cl.asked.CompareAndSwap(a, int64(d)) {
+			break
+		}
+	}
 	for range 2 {
 		cl.mu.Lock()
 		covered := cl.renewedAt.Add(cl.horizonLen - cl.m.cfg.Margin)
@@ -249,17 +260,31 @@ func (cl *clusterState) coverHorizon(ctx context.Context, now time.Time, d time.
 		if !now.Add(d).After(covered) {
 			return nil
 		}
-		for {
-			h := cl.m.horizon.Load()
-			if h >= int64(d) || cl.m.horizon.CompareAndSwap(h, int64(d)) {
-				break
-			}
-		}
 		if err := cl.renewNow(ctx); err != nil {
 			return err
 		}
 	}
 	return fmt.Errorf("%w: cannot record a horizon for a lease of %v on cluster %s", domain.ErrUnavailable, d, cl.name)
+}
+
+// outstanding is how long the longest lease held in memory on the
+// cluster still runs from now.
+func (cl *clusterState) outstanding(now time.Time) time.Duration {
+	cl.mu.Lock()
+	owners := make([]*Owner, 0, len(cl.owners))
+	for _, o := range cl.owners {
+		owners = append(owners, o)
+	}
+	cl.mu.Unlock()
+	var out time.Duration
+	for _, o := range owners {
+		o.mu.Lock()
+		for _, l := range o.leases {
+			out = max(out, l.expires.Sub(now))
+		}
+		o.mu.Unlock()
+	}
+	return out
 }
 
 // renewNow renews the cluster's units (or waits for the renewal under
@@ -295,7 +320,7 @@ func (cl *clusterState) renewNow(ctx context.Context) error {
 func (cl *clusterState) renew(ctx context.Context) error {
 	m := cl.m
 	before := m.now()
-	hlen := time.Duration(m.horizon.Load()) + m.cfg.RenewEvery + 2*m.cfg.Margin
+	hlen := max(cl.outstanding(before), time.Duration(cl.asked.Swap(0))) + m.cfg.RenewEvery + 2*m.cfg.Margin
 	var held []store.OwnedUnit
 	err := cl.conn.Do(ctx, OpOwners, func(ctx context.Context, s Store) (err error) {
 		held, _, err = s.RenewOwners(ctx, m.cfg.Router, m.cfg.LeaseTTL, hlen)
@@ -569,17 +594,8 @@ func (m *Manager) Start(ctx context.Context) error {
 // next owner starts at once), leaves the members, and stops the upkeep
 // and the flushers. Safe to call twice.
 func (m *Manager) Stop() {
-	m.mu.Lock()
-	if m.stopped {
-		m.mu.Unlock()
+	if !m.halt() {
 		return
-	}
-	m.stopped = true
-	started := m.started
-	m.mu.Unlock()
-	close(m.stop)
-	if started {
-		<-m.done
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -599,6 +615,38 @@ func (m *Manager) Stop() {
 			})
 		}
 		cl.flusher.Stop()
+	}
+}
+
+// halt stops the upkeep; false when it was stopped already.
+func (m *Manager) halt() bool {
+	m.mu.Lock()
+	if m.stopped {
+		m.mu.Unlock()
+		return false
+	}
+	m.stopped = true
+	started := m.started
+	m.mu.Unlock()
+	close(m.stop)
+	if started {
+		<-m.done
+	}
+	return true
+}
+
+// Abandon stops the manager as a crash would: no lease is written, no
+// unit released, nothing renewed; the units pass to another router when
+// their lease runs out, after their horizon. For tests that kill a
+// router; Stop is the orderly way.
+func (m *Manager) Abandon() {
+	if !m.halt() {
+		return
+	}
+	for _, o := range m.Owners("") {
+		o.mu.Lock()
+		o.lost = true
+		o.mu.Unlock()
 	}
 }
 
