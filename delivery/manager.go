@@ -170,6 +170,8 @@ type clusterState struct {
 	conn    Cluster
 	flusher *batch.Batcher[flushItem, flushAnswer]
 
+	acquiring sync.Mutex // one acquisition at a time (a second would bump the epoch)
+
 	mu          sync.Mutex
 	owners      map[[2]string]*Owner
 	records     map[[2]string]store.OwnerRecord
@@ -451,6 +453,14 @@ func (m *Manager) Route(ctx context.Context, u Unit, take bool, epoch uint64) (o
 // acquire takes u for this router.
 func (m *Manager) acquire(ctx context.Context, cl *clusterState, u Unit) (*Owner, string, error) {
 	k := [2]string{u.Topic, u.Subscription}
+	cl.acquiring.Lock()
+	defer cl.acquiring.Unlock()
+	cl.mu.Lock()
+	o := cl.owners[k]
+	cl.mu.Unlock()
+	if o != nil {
+		return o, "", nil // taken meanwhile by a concurrent call
+	}
 	before := m.now()
 	var g store.OwnerGrant
 	var rec store.OwnerRecord
@@ -473,11 +483,7 @@ func (m *Manager) acquire(ctx context.Context, cl *clusterState, u Unit) (*Owner
 	// The previous owner's horizon in this router's clock.
 	wait := before.Add(g.WaitUntil.Sub(g.ServerNow))
 	cl.mu.Lock()
-	if o := cl.owners[k]; o != nil {
-		cl.mu.Unlock()
-		return o, "", nil // taken meanwhile by a concurrent call
-	}
-	o := newOwner(m, cl, u, g.Epoch, wait)
+	o = newOwner(m, cl, u, g.Epoch, wait)
 	cl.owners[k] = o
 	cl.records[k] = store.OwnerRecord{Topic: u.Topic, Subscription: u.Subscription, Owner: m.cfg.Router, Addr: m.cfg.Addr, Epoch: g.Epoch, Live: true}
 	if v := before.Add(m.cfg.LeaseTTL - m.cfg.Margin); v.After(cl.validUntil) {
@@ -780,4 +786,38 @@ func (m *Manager) handOver(ctx context.Context, o *Owner) {
 		m.log.Warn("delivery owner: release failed; the unit passes on when its lease runs out", "unit", o.unit.String(), "err", rerr)
 	}
 	m.lose(o)
+}
+
+// ClusterStats is what this router's owners hold and wrote on a cluster.
+type ClusterStats struct {
+	Units, Leases     int
+	Flushes, Outcomes int64 // flush transactions run, and the outcomes they carried
+}
+
+// Stats reports, per cluster, the units this router owns, the leases it
+// holds in memory and its flushes so far.
+func (m *Manager) Stats() map[string]ClusterStats {
+	m.mu.Lock()
+	cls := make(map[string]*clusterState, len(m.clusters))
+	for name, cl := range m.clusters {
+		cls[name] = cl
+	}
+	m.mu.Unlock()
+	out := make(map[string]ClusterStats, len(cls))
+	for name, cl := range cls {
+		var st ClusterStats
+		st.Flushes, st.Outcomes = cl.flusher.Stats()
+		cl.mu.Lock()
+		owners := make([]*Owner, 0, len(cl.owners))
+		for _, o := range cl.owners {
+			owners = append(owners, o)
+		}
+		cl.mu.Unlock()
+		st.Units = len(owners)
+		for _, o := range owners {
+			st.Leases += o.InFlight()
+		}
+		out[name] = st
+	}
+	return out
 }

@@ -121,6 +121,14 @@ type Config struct {
 }
 
 func (c Config) withDefaults() (Config, error) {
+	if c.Broker.Owners.Addr == "" && c.Listen != "" {
+		// Other routers reach this one where it listens, when that names
+		// a host (not 0.0.0.0 or [::]): the owners' address
+		// (docs/consume.md, "Owners").
+		if host, _, err := net.SplitHostPort(c.Listen); err == nil && host != "" && !net.ParseIP(host).IsUnspecified() {
+			c.Broker.Owners.Addr = c.Listen
+		}
+	}
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
 	}
@@ -274,7 +282,7 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	r.upkeep = deadletter.New(cfg.DeadLetters, r.broker, r.subs, leading, cfg.Now, cfg.Log)
 	r.record = newMapRecorder(r.table, r.pools.Stores, cfg.ReloadEvery, cfg.Now, cfg.Log)
 	r.obs.newQueueHealth(r.metrics, r.broker, r.subs, leading, cfg.Now, cfg.Log)
-	r.metrics.MustRegister(haCollector{r.eps, r.recon}, commitCollector{r.broker}, rejectedCollector{r.broker})
+	r.metrics.MustRegister(haCollector{r.eps, r.recon}, commitCollector{r.broker}, rejectedCollector{r.broker}, ownerCollector{r.broker})
 	r.metrics.MustRegister(r.upkeep.Collectors()...)
 
 	// The API over all of it, behind the security checks.

@@ -72,13 +72,6 @@ func main() {
 	co := addConsulFlags(flag.CommandLine)
 	sf := addSecurityFlags(flag.CommandLine, &cfg.Security)
 	flag.Parse()
-	if cfg.Broker.Owners.Addr == "" {
-		// Other routers reach this one where it listens, when that names
-		// a host (not 0.0.0.0 or [::]).
-		if host, _, err := net.SplitHostPort(cfg.Listen); err == nil && host != "" && !net.ParseIP(host).IsUnspecified() {
-			cfg.Broker.Owners.Addr = cfg.Listen
-		}
-	}
 	if err := sf.apply(&cfg.Security); err != nil {
 		fmt.Fprintln(os.Stderr, "router:", err)
 		os.Exit(2)
