@@ -25,6 +25,12 @@ type Broker interface {
 	Ack(ctx context.Context, receipts []broker.Receipt) []broker.LeaseResult
 	Nack(ctx context.Context, items []broker.NackItem) []broker.NackResult
 	Extend(ctx context.Context, receipts []broker.Receipt, lease time.Duration) []broker.LeaseResult
+	// Forwarded by another router to the owner of their units
+	// (docs/consume.md, "Owners"): served here, never forwarded again.
+	ClaimCluster(ctx context.Context, cluster string, req broker.ClaimRequest) ([]broker.Delivery, error)
+	AckHere(ctx context.Context, receipts []broker.Receipt) []broker.LeaseResult
+	NackHere(ctx context.Context, items []broker.NackItem) []broker.NackResult
+	ExtendHere(ctx context.Context, receipts []broker.Receipt, lease time.Duration) []broker.LeaseResult
 	Subscriptions
 	Operator
 }

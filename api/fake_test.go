@@ -76,6 +76,26 @@ func (b *recordingBroker) Extend(_ context.Context, rs []broker.Receipt, lease t
 	return make([]broker.LeaseResult, len(rs))
 }
 
+func (b *recordingBroker) ClaimCluster(_ context.Context, cluster string, req broker.ClaimRequest) ([]broker.Delivery, error) {
+	b.record("claim_cluster", cluster, req)
+	return nil, nil
+}
+
+func (b *recordingBroker) AckHere(_ context.Context, rs []broker.Receipt) []broker.LeaseResult {
+	b.record("ack_here", rs)
+	return make([]broker.LeaseResult, len(rs))
+}
+
+func (b *recordingBroker) NackHere(_ context.Context, items []broker.NackItem) []broker.NackResult {
+	b.record("nack_here", items)
+	return make([]broker.NackResult, len(items))
+}
+
+func (b *recordingBroker) ExtendHere(_ context.Context, rs []broker.Receipt, lease time.Duration) []broker.LeaseResult {
+	b.record("extend_here", rs, lease)
+	return make([]broker.LeaseResult, len(rs))
+}
+
 func (b *recordingBroker) GetSubscription(_ context.Context, topic, name string) (subscription.Subscription, error) {
 	b.record("get_subscription", topic, name)
 	return subscription.Subscription{Topic: topic, Name: name}, nil

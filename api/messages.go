@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/domain"
+	"github.com/shardmq/shardmq/internal/forward"
 	"github.com/shardmq/shardmq/subscription"
 )
 
@@ -272,7 +273,16 @@ func (s *Server) claimWith(w http.ResponseWriter, r *http.Request, dead bool) {
 	if cr.Consumer == "" {
 		cr.Consumer = consumerOf(r)
 	}
-	got, err := s.b.Claim(r.Context(), cr)
+	ctx := forward.WithRequest(r.Context(), r)
+	var got []broker.Delivery
+	var err error
+	if cluster := r.Header.Get(forward.ClusterHeader); cluster != "" && !dead {
+		// Another router's claim, for the one cluster whose unit this
+		// router owns (docs/consume.md, "Owners").
+		got, err = s.b.ClaimCluster(ctx, cluster, cr)
+	} else {
+		got, err = s.b.Claim(ctx, cr)
+	}
 	switch {
 	case errors.Is(err, broker.ErrUnknownSubscription):
 		writeError(w, fail(CodeUnknownSubscription, fmt.Sprintf("topic %s has no subscription %s", topic, sub)))
@@ -343,7 +353,12 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.writeLeaseResults(w, r, req.Receipts, s.b.Ack(r.Context(), rs))
+	ctx := forward.WithRequest(r.Context(), r)
+	if r.Header.Get(forward.Header) != "" {
+		s.writeLeaseResults(w, r, req.Receipts, s.b.AckHere(ctx, rs))
+		return
+	}
+	s.writeLeaseResults(w, r, req.Receipts, s.b.Ack(ctx, rs))
 }
 
 func (s *Server) extend(w http.ResponseWriter, r *http.Request) {
@@ -360,7 +375,12 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.writeLeaseResults(w, r, req.Receipts, s.b.Extend(r.Context(), rs, lease))
+	ctx := forward.WithRequest(r.Context(), r)
+	if r.Header.Get(forward.Header) != "" {
+		s.writeLeaseResults(w, r, req.Receipts, s.b.ExtendHere(ctx, rs, lease))
+		return
+	}
+	s.writeLeaseResults(w, r, req.Receipts, s.b.Extend(ctx, rs, lease))
 }
 
 type nackRequest struct {
@@ -416,7 +436,13 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
 			items[i].RetryAfter, items[i].RetryNow = d, d == 0
 		}
 	}
-	res := s.b.Nack(r.Context(), items)
+	ctx := forward.WithRequest(r.Context(), r)
+	var res []broker.NackResult
+	if r.Header.Get(forward.Header) != "" {
+		res = s.b.NackHere(ctx, items)
+	} else {
+		res = s.b.Nack(ctx, items)
+	}
 	out := make([]nackResult, len(res))
 	hide := s.hider(r)
 	for i, nr := range res {

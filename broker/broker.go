@@ -19,8 +19,10 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
 
+	"github.com/shardmq/shardmq/delivery"
 	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/internal/idgen"
+	"github.com/shardmq/shardmq/internal/reqid"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
 	"github.com/shardmq/shardmq/store"
@@ -59,6 +61,9 @@ type Store interface {
 	// AppendEvents writes trace events on their own, exactly once per
 	// event id (the recent-keys cache's duplicate and conflict answers).
 	AppendEvents(ctx context.Context, evs []store.Event) error
+
+	// What the owners of units need (delivery.Store).
+	delivery.Store
 }
 
 var _ Store = (*store.Store)(nil)
@@ -137,6 +142,11 @@ type Config struct {
 	// PollMin and PollMax bound the long-poll claim's re-poll interval,
 	// which doubles while claims come back empty. Default 20ms and 500ms.
 	PollMin, PollMax time.Duration
+	// Owners tunes the owners of delivery state (see delivery.Config).
+	Owners delivery.Config
+	// Peer forwards operations on units another router owns; nil: this
+	// router serves alone (Owners.Addr empty).
+	Peer Peer
 }
 
 func (c Config) withDefaults() Config {
@@ -188,6 +198,8 @@ type Broker struct {
 	drainOnce sync.Once
 	pins      *pins          // operations in flight by map version (frozen.go)
 	frozen    frozenCounters // requests held on frozen vshards (frozen.go)
+	owners    *delivery.Manager
+	peer      Peer
 }
 
 // cluster is a cluster's call point and its group committer.
@@ -214,7 +226,8 @@ func New(cfg Config, table *routing.Table, clusters map[string]Cluster, subs Sub
 		log = slog.New(slog.DiscardHandler)
 	}
 	b := &Broker{cfg: cfg.withDefaults(), table: table, subs: subs, replicas: replicas, ids: ids, now: now, log: log, wake: newNotifier(),
-		claims: newClaimers(), draining: make(chan struct{}), pins: newPins(), polls: newPollGate()}
+		claims: newClaimers(), draining: make(chan struct{}), pins: newPins(), polls: newPollGate(), peer: cfg.Peer}
+	b.owners = delivery.New(b.cfg.Owners, now, log)
 	if b.cfg.RecentKeys > 0 {
 		b.recent = expirable.NewLRU[string, recentKey](b.cfg.RecentKeys, nil, b.cfg.RecentKeysTTL)
 		b.rejected = newRejectedTrace(b)
@@ -222,6 +235,7 @@ func New(cfg Config, table *routing.Table, clusters map[string]Cluster, subs Sub
 	empty := map[string]*cluster{}
 	b.clusters.Store(&empty)
 	b.SetClusters(clusters)
+	b.owners.Start(context.Background())
 	return b
 }
 
@@ -249,6 +263,11 @@ func (b *Broker) SetClusters(clusters map[string]Cluster) {
 			go cs.commit.Stop()
 		}
 	}
+	oc := make(map[string]delivery.Cluster, len(clusters))
+	for name, s := range clusters {
+		oc[name] = ownerCluster{s}
+	}
+	b.owners.SetClusters(oc)
 }
 
 // Drain answers every waiting long-poll claim now (with what it has,
@@ -268,6 +287,9 @@ func (b *Broker) Drain() {
 func (b *Broker) Close() {
 	b.Drain()
 	b.claims.Stop()
+	// Owners hand their units over: leases in memory go to the table, so
+	// the next owner (this router restarted, or another) starts at once.
+	b.owners.Stop()
 	if b.rejected != nil {
 		b.rejected.Stop()
 	}
@@ -598,7 +620,11 @@ func (b *Broker) Claim(ctx context.Context, req ClaimRequest) ([]Delivery, error
 		woken, release := b.wake.wait(req.Topic)
 		var out []Delivery
 		if readDB {
-			out, err = b.claimOnce(ctx, req, sub)
+			if req.Dead {
+				out, err = b.claimOnce(ctx, req, sub)
+			} else {
+				out, err = b.claimOwned(ctx, req, sub)
+			}
 			if err == nil && !implicit {
 				b.polls.polled(pk, time.Now(), len(out) > 0, b.cfg.PollMax)
 			}
@@ -660,6 +686,9 @@ func (b *Broker) release(req ClaimRequest, out []Delivery) {
 		if err == nil {
 			receipts = append(receipts, r)
 		}
+	}
+	if !req.Dead {
+		receipts = b.releaseOwned(ctx, req, receipts)
 	}
 	b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
 		leases := make([]store.Lease, len(idx))
@@ -906,20 +935,52 @@ func (b *Broker) orderedNow(ctx context.Context, receipts []Receipt) {
 	}
 }
 
-// Ack completes deliveries, one transaction per cluster, shared with the
-// other acks that reach the cluster meanwhile (acker.go).
+// Ack completes deliveries: each receipt goes to the owner of its unit —
+// this router's, or another router's (forwarded) — which acks a lease it
+// holds in memory in its cluster's next flush; a durable lease (a retry,
+// or one written to the table on expiry or hand-over) is acked in the
+// table, in one transaction per cluster shared with the other acks that
+// reach it meanwhile (acker.go).
 func (b *Broker) Ack(ctx context.Context, receipts []Receipt) []LeaseResult {
+	return b.ack(ctx, receipts, true)
+}
+
+// AckHere acks receipts another router forwarded: on the owners here and,
+// for what they do not hold in memory, in the table; never forwarded
+// again (a unit owned elsewhere answers unavailable: the sender reads the
+// owner records again and the client retries).
+func (b *Broker) AckHere(ctx context.Context, receipts []Receipt) []LeaseResult {
+	return b.ack(ctx, receipts, false)
+}
+
+func (b *Broker) ack(ctx context.Context, receipts []Receipt, forward bool) []LeaseResult {
 	b.orderedNow(ctx, receipts)
 	out := make([]LeaseResult, len(receipts))
+	rid := reqid.From(ctx)
 	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
-		leases := make([]store.Lease, len(idx))
-		for j, i := range idx {
+		durable := b.ownedOps(ctx, name, receipts, idx, forward,
+			func(o *delivery.Owner, ids []int) []delivery.Outcome { return o.Ack(ctx, ops(receipts, ids, rid, nil)) },
+			func(addr string, ids []int) error {
+				res, err := b.peer.Ack(ctx, addr, pick(receipts, ids))
+				for j, i := range ids {
+					if err == nil {
+						out[i] = res[j]
+					}
+				}
+				return err
+			},
+			func(i int, oc delivery.Outcome) { out[i] = LeaseResult{Status: oc.Status, Err: oc.Err} })
+		if len(durable) == 0 {
+			return
+		}
+		leases := make([]store.Lease, len(durable))
+		for j, i := range durable {
 			leases[j] = receipts[i].Lease
 		}
 		// Shared with the other acks that reach the cluster meanwhile
 		// (acker.go).
 		st, err := cs.ack.ack(ctx, leases, b.now().UTC())
-		for j, i := range idx {
+		for j, i := range durable {
 			if err != nil {
 				out[i] = LeaseResult{Status: domain.LeaseUnavailable, Err: fmt.Errorf("cluster %s: %w", name, err)}
 				continue
@@ -935,27 +996,51 @@ func (b *Broker) Ack(ctx context.Context, receipts []Receipt) []LeaseResult {
 	return out
 }
 
-// Extend moves the leases' expiry to now + lease.
+// Extend moves the leases' expiry to now + lease: in the owner's memory
+// for a lease held there (nothing is written), in the table for a durable
+// one.
 func (b *Broker) Extend(ctx context.Context, receipts []Receipt, lease time.Duration) []LeaseResult {
-	return b.leaseOp(ctx, receipts, OpExtend, func(ctx context.Context, s Store, leases []store.Lease) ([]store.LeaseStatus, time.Time, error) {
-		return s.Extend(ctx, leases, lease, b.now().UTC())
-	})
+	return b.extend(ctx, receipts, lease, true)
 }
 
-func (b *Broker) leaseOp(ctx context.Context, receipts []Receipt, opName string, op func(context.Context, Store, []store.Lease) ([]store.LeaseStatus, time.Time, error)) []LeaseResult {
+// ExtendHere is Extend for receipts another router forwarded (see AckHere).
+func (b *Broker) ExtendHere(ctx context.Context, receipts []Receipt, lease time.Duration) []LeaseResult {
+	return b.extend(ctx, receipts, lease, false)
+}
+
+func (b *Broker) extend(ctx context.Context, receipts []Receipt, lease time.Duration, forward bool) []LeaseResult {
 	out := make([]LeaseResult, len(receipts))
 	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
-		leases := make([]store.Lease, len(idx))
-		for j, i := range idx {
+		durable := b.ownedOps(ctx, name, receipts, idx, forward,
+			func(o *delivery.Owner, ids []int) []delivery.Outcome {
+				return o.Extend(ctx, ops(receipts, ids, "", nil), lease)
+			},
+			func(addr string, ids []int) error {
+				res, err := b.peer.Extend(ctx, addr, pick(receipts, ids), lease)
+				for j, i := range ids {
+					if err == nil {
+						out[i] = res[j]
+					}
+				}
+				return err
+			},
+			func(i int, oc delivery.Outcome) {
+				out[i] = LeaseResult{Status: oc.Status, Expires: oc.Expires, Err: oc.Err}
+			})
+		if len(durable) == 0 {
+			return
+		}
+		leases := make([]store.Lease, len(durable))
+		for j, i := range durable {
 			leases[j] = receipts[i].Lease
 		}
 		var st []store.LeaseStatus
 		var exp time.Time
-		err := cs.conn.Do(ctx, opName, func(ctx context.Context, s Store) (err error) {
-			st, exp, err = op(ctx, s, leases)
+		err := cs.conn.Do(ctx, OpExtend, func(ctx context.Context, s Store) (err error) {
+			st, exp, err = s.Extend(ctx, leases, lease, b.now().UTC())
 			return err
 		})
-		for j, i := range idx {
+		for j, i := range durable {
 			if err != nil {
 				out[i] = LeaseResult{Status: domain.LeaseUnavailable, Err: fmt.Errorf("cluster %s: %w", name, err)}
 				continue
@@ -991,8 +1076,18 @@ type NackResult struct {
 }
 
 // Nack fails deliveries: retried with the subscription's backoff, or dead
-// at its max attempts.
+// at its max attempts. A lease held in an owner's memory is failed in its
+// cluster's next flush, a durable one in the table.
 func (b *Broker) Nack(ctx context.Context, items []NackItem) []NackResult {
+	return b.nack(ctx, items, true)
+}
+
+// NackHere is Nack for items another router forwarded (see AckHere).
+func (b *Broker) NackHere(ctx context.Context, items []NackItem) []NackResult {
+	return b.nack(ctx, items, false)
+}
+
+func (b *Broker) nack(ctx context.Context, items []NackItem, forward bool) []NackResult {
 	receipts := make([]Receipt, len(items))
 	for i, it := range items {
 		receipts[i] = it.Receipt
@@ -1002,18 +1097,35 @@ func (b *Broker) Nack(ctx context.Context, items []NackItem) []NackResult {
 		items[i].Receipt = receipts[i]
 	}
 	out := make([]NackResult, len(items))
-	policy := func(topic, sub string) store.RetryPolicy {
-		s, ok, err := b.subs.Get(ctx, topic, sub)
-		if err != nil || !ok {
-			// A deleted subscription's deliveries are being dropped; the
-			// default policy serves until they are gone.
-			return subscription.Subscription{}.WithDefaults().Policy()
-		}
-		return s.Policy()
-	}
+	policy := func(topic, sub string) store.RetryPolicy { return b.nackPolicy(ctx, topic, sub) }
+	rid := reqid.From(ctx)
 	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
-		batch := make([]store.NackItem, len(idx))
-		for j, i := range idx {
+		durable := b.ownedOps(ctx, name, receipts, idx, forward,
+			func(o *delivery.Owner, ids []int) []delivery.Outcome {
+				u := o.Unit()
+				return o.Nack(ctx, ops(receipts, ids, rid, items), func() store.RetryPolicy { return policy(u.Topic, u.Subscription) }, rand.Float64)
+			},
+			func(addr string, ids []int) error {
+				fwd := make([]NackItem, len(ids))
+				for j, i := range ids {
+					fwd[j] = items[i]
+				}
+				res, err := b.peer.Nack(ctx, addr, fwd)
+				for j, i := range ids {
+					if err == nil {
+						out[i] = res[j]
+					}
+				}
+				return err
+			},
+			func(i int, oc delivery.Outcome) {
+				out[i] = NackResult{Status: oc.NackStatus, NextAttemptAt: oc.NextAttemptAt, Err: oc.Err}
+			})
+		if len(durable) == 0 {
+			return
+		}
+		batch := make([]store.NackItem, len(durable))
+		for j, i := range durable {
 			it := items[i]
 			batch[j] = store.NackItem{Lease: it.Receipt.Lease, ErrorCode: it.ErrorCode, Error: it.Error, RetryAfter: it.RetryAfter,
 				RetryNow: it.RetryNow}
@@ -1023,7 +1135,7 @@ func (b *Broker) Nack(ctx context.Context, items []NackItem) []NackResult {
 			res, err = s.Nack(ctx, batch, policy, rand.Float64, b.now().UTC())
 			return err
 		})
-		for j, i := range idx {
+		for j, i := range durable {
 			if err != nil {
 				out[i] = NackResult{Status: domain.NackUnavailable, Err: fmt.Errorf("cluster %s: %w", name, err)}
 				continue

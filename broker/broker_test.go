@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/shardmq/shardmq/delivery"
 	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
@@ -147,9 +149,10 @@ func queued(b *Broker, cluster string) int64 {
 	return (*b.clusters.Load())[cluster].commit.queued.Load()
 }
 
-// Consumers of one subscription that claim while a claim transaction runs
-// are served together by the next one, each with its own deliveries.
-func TestConcurrentClaimsAreCoalesced(t *testing.T) {
+// Consumers of one subscription that claim at the same time get
+// deliveries of their own, each under its own claim token, and the unit's
+// owner scans the table one claim at a time.
+func TestConcurrentClaimsNeverShareADelivery(t *testing.T) {
 	t.Parallel()
 	f := setup(t, Config{})
 	ctx := context.Background()
@@ -158,34 +161,34 @@ func TestConcurrentClaimsAreCoalesced(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.c2.down.Store(true) // every claim goes to c1 alone
-	hold, held := make(chan struct{}), make(chan struct{}, 16)
+	var scanning, most atomic.Int32
 	f.c1.st.gate = func(op string) {
 		if op == OpClaim {
-			held <- struct{}{}
-			<-hold
+			n := scanning.Add(1)
+			for {
+				m := most.Load()
+				if n <= m || most.CompareAndSwap(m, n) {
+					break
+				}
+			}
+			time.Sleep(time.Millisecond)
+			scanning.Add(-1)
 		}
 	}
-	const consumers = 4
-	got := make(chan []Delivery, consumers+1)
-	claim := func(name string) {
+	const consumers = 5
+	got := make(chan []Delivery, consumers)
+	for i := 0; i < consumers; i++ {
 		go func() {
-			ds, err := f.b.Claim(ctx, ClaimRequest{Topic: "t", Subscription: "s", Consumer: name, Max: 2, Lease: time.Minute})
+			ds, err := f.b.Claim(ctx, ClaimRequest{Topic: "t", Subscription: "s", Consumer: fmt.Sprintf("c%d", i), Max: 2, Lease: time.Minute})
 			if err != nil {
 				t.Error(err)
 			}
 			got <- ds
 		}()
 	}
-	claim("first")
-	<-held
-	for i := 0; i < consumers; i++ {
-		claim(fmt.Sprintf("c%d", i))
-	}
-	// The four wait for the worker of the key that is busy.
-	waitUntil(t, func() bool { return waitingClaims(f.b) == consumers })
-	close(hold)
 	seen := map[uint64]string{}
-	for i := 0; i < consumers+1; i++ {
+	tokens := map[uint64]bool{}
+	for i := 0; i < consumers; i++ {
 		ds := <-got
 		if len(ds) != 2 {
 			t.Fatalf("a consumer got %d deliveries, want 2", len(ds))
@@ -199,34 +202,18 @@ func TestConcurrentClaimsAreCoalesced(t *testing.T) {
 				t.Fatalf("message %d delivered twice (%s and %s)", d.Message.ID, other, d.Receipt)
 			}
 			seen[d.Message.ID] = d.Receipt
-			if r.Token != d.Token {
-				t.Fatal("receipt does not carry the lease's token")
+			if r.Token != d.Token || d.Attempt != 1 {
+				t.Fatalf("receipt token %x, lease %x, attempt %d", r.Token, d.Token, d.Attempt)
 			}
+			tokens[r.Token] = true
 		}
 	}
-	f.c1.st.mu.Lock()
-	defer f.c1.st.mu.Unlock()
-	if n := len(f.c1.st.claims); n != 2 || len(f.c1.st.claims[1]) != consumers {
-		t.Fatalf("claim transactions: %d, the second carrying %d requests; want 2 and %d", n, len(f.c1.st.claims[1]), consumers)
-	}
-	tokens := map[uint64]bool{}
-	for _, r := range f.c1.st.claims[1] {
-		tokens[r.Token] = true
-	}
 	if len(tokens) != consumers {
-		t.Fatal("coalesced requests share a claim token")
+		t.Fatalf("%d claim tokens for %d claims", len(tokens), consumers)
 	}
-}
-
-// waitingClaims counts claims queued on claim workers.
-func waitingClaims(b *Broker) int {
-	b.claims.mu.Lock()
-	defer b.claims.mu.Unlock()
-	n := 0
-	for _, w := range b.claims.workers {
-		n += len(w.in)
+	if most.Load() != 1 {
+		t.Fatalf("%d scans of the unit ran at once, want 1", most.Load())
 	}
-	return n
 }
 
 // Acks and nacks go to the cluster of each receipt's vshard, one call per
@@ -261,12 +248,12 @@ func TestAckAndNackGoToEachReceiptsCluster(t *testing.T) {
 			t.Errorf("ack %d: %s (%v), want %s", i, res[i].Status, res[i].Err, want)
 		}
 	}
-	if f.c1.calls(OpAck) != 1 || f.c2.calls(OpAck) != 1 {
-		t.Fatalf("ack calls: c1 %d, c2 %d; want one per cluster", f.c1.calls(OpAck), f.c2.calls(OpAck))
+	if f.c1.calls(delivery.OpFlush) != 1 || f.c2.calls(delivery.OpFlush) != 1 {
+		t.Fatalf("flushes: c1 %d, c2 %d; want one per cluster", f.c1.calls(delivery.OpFlush), f.c2.calls(delivery.OpFlush))
 	}
 	f.c1.st.mu.Lock()
-	if len(f.c1.st.acks) != 1 || len(f.c1.st.acks[0]) != 3 {
-		t.Errorf("c1 acked %v, want its 3 leases (one twice) in one call", f.c1.st.acks)
+	if len(f.c1.st.acks) != 1 || len(f.c1.st.acks[0]) != 2 {
+		t.Errorf("c1 acked %v, want its 2 leases in one flush (the receipt given twice answered by the owner)", f.c1.st.acks)
 	}
 	f.c1.st.mu.Unlock()
 
@@ -287,8 +274,8 @@ func TestAckAndNackGoToEachReceiptsCluster(t *testing.T) {
 	}
 }
 
-// A claim whose caller gave up while it was leasing releases what it took
-// at once, through the same call point.
+// A claim whose caller gave up while it was leasing gives back what it
+// took at once: ready again, the attempt not counted.
 func TestAbandonedClaimReleasesItsLeases(t *testing.T) {
 	t.Parallel()
 	f := setup(t, Config{})
@@ -307,9 +294,19 @@ func TestAbandonedClaimReleasesItsLeases(t *testing.T) {
 		t.Fatalf("abandoned claim: %v, %v", ds, err)
 	}
 	f.c1.st.mu.Lock()
-	defer f.c1.st.mu.Unlock()
-	if len(f.c1.st.released) != 3 || f.c1.calls(OpRelease) != 1 {
-		t.Fatalf("released %d leases in %d calls, want 3 in 1", len(f.c1.st.released), f.c1.calls(OpRelease))
+	f.c1.st.gate = nil
+	f.c1.st.mu.Unlock()
+	ds, err := f.b.Claim(context.Background(), ClaimRequest{Topic: "t", Subscription: "s", Consumer: "w2", Max: 3, Lease: time.Minute})
+	if err != nil || len(ds) != 3 {
+		t.Fatalf("claim after the abandoned one: %d, %v; want the 3 given back", len(ds), err)
+	}
+	for _, d := range ds {
+		if d.Attempt != 1 {
+			t.Fatalf("attempt %d after an abandoned claim, want 1", d.Attempt)
+		}
+	}
+	if held, _ := f.b.Owners().InFlight(); held != 3 {
+		t.Fatalf("%d leases held in memory, want 3", held)
 	}
 }
 

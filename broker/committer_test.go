@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"testing"
 	"time"
@@ -124,13 +125,23 @@ func BenchmarkReceiptRoundTrip(b *testing.B) {
 
 func TestReceiptRoundTripAndTampering(t *testing.T) {
 	t.Parallel()
-	r := Receipt{VShard: 1023, Topic: "orders.v2"}
+	r := Receipt{VShard: 1023, Topic: "orders.v2", Epoch: 7}
 	r.MessageID, r.Token, r.Subscription, r.Ordered = 385432089608519680, 0xdeadbeef, "billing", true
 	got, err := DecodeReceipt(r.Encode())
 	if err != nil || got != r {
 		t.Fatalf("round trip: %+v, %v; want %+v", got, err, r)
 	}
-	for _, bad := range []string{"", "AQ", "!!!", r.Encode()[:20], "AgA" + r.Encode()[3:]} {
+	// A version 1 receipt (no epoch), as routers before owners made them.
+	v1 := []byte{1, 1, 0x03, 0xff}
+	v1 = binary.BigEndian.AppendUint64(v1, r.MessageID)
+	v1 = binary.BigEndian.AppendUint64(v1, r.Token)
+	v1 = append(append(append(v1, byte(len(r.Topic))), r.Topic...), r.Subscription...)
+	old := r
+	old.Epoch = 0
+	if got, err := DecodeReceipt(receiptEncoding.EncodeToString(v1)); err != nil || got != old {
+		t.Fatalf("version 1: %+v, %v; want %+v", got, err, old)
+	}
+	for _, bad := range []string{"", "AQ", "!!!", r.Encode()[:20], "AwA" + r.Encode()[3:], r.Encode()[:30]} {
 		if _, err := DecodeReceipt(bad); err == nil {
 			t.Errorf("DecodeReceipt(%q) accepted", bad)
 		}

@@ -23,10 +23,9 @@ type Consumer struct {
 // merged).
 const maxConsumers = 1000
 
-// leaseCounter is the store operation Consumers runs on every cluster. It
-// is declared here rather than in Store because the answer is the lease
-// state's, which the consume path is moving into an in-memory owner: then
-// Consumers reads the owners and this goes.
+// leaseCounter is the store operation Consumers runs on every cluster:
+// the durable leases (retries, and leases written out on expiry or a
+// hand-over). The first attempts in flight are in the owners' memory.
 type leaseCounter interface {
 	LeaseHolders(ctx context.Context, topic, sub string, now time.Time, limit int) ([]store.LeaseHolder, error)
 }
@@ -34,8 +33,10 @@ type leaseCounter interface {
 var _ leaseCounter = (*store.Store)(nil)
 
 // Consumers lists who holds a subscription's leases now, summed over every
-// cluster, most deliveries in flight first; missing names the clusters
-// that did not answer (their leases are not counted).
+// cluster — the durable leases in the table and the first attempts held
+// in this router's owners' memory (docs/consume.md, "Owners") — most
+// deliveries in flight first; missing names the clusters that did not
+// answer (their durable leases are not counted).
 func (b *Broker) Consumers(ctx context.Context, topic, sub string) (list []Consumer, missing []string, err error) {
 	if _, err := b.GetSubscription(ctx, topic, sub); err != nil {
 		return nil, nil, err
@@ -68,6 +69,22 @@ func (b *Broker) Consumers(ctx context.Context, topic, sub string) (list []Consu
 	})
 	if err != nil && len(missing) == len(b.table.Load().Clusters()) {
 		return nil, missing, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	for _, o := range b.owners.Owners("") {
+		if u := o.Unit(); u.Topic != topic || u.Subscription != sub {
+			continue
+		}
+		for _, h := range o.Holders() {
+			c := by[h.Consumer]
+			if c == nil {
+				c = &Consumer{Consumer: h.Consumer}
+				by[h.Consumer] = c
+			}
+			c.InFlight += int64(h.InFlight)
+			if c.OldestLeaseAt.IsZero() || h.OldestClaimAt.Before(c.OldestLeaseAt) {
+				c.OldestLeaseAt = h.OldestClaimAt
+			}
+		}
 	}
 	list = make([]Consumer, 0, len(by))
 	for _, c := range by {

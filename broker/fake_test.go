@@ -34,6 +34,8 @@ type memStore struct {
 	claims   [][]store.ClaimRequest
 	acks     [][]store.Lease
 	released []store.Lease
+	owners   map[[2]string]*memOwner
+	flushes  int
 
 	// gate, when set, is called at the start of Produce and ClaimMany
 	// (tests hold a call there).

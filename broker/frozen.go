@@ -234,3 +234,64 @@ func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run f
 	}
 	return errs
 }
+
+// ApplyMap switches the router to shard map next (false when it is not
+// newer than the one in use). Leases held in owners' memory on a vshard
+// that next freezes, or gives to another cluster, are first written to
+// the table as durable leases, so that a resharding cut-over copies them
+// with their rows: a consumer holding one keeps it across the move.
+// The switch holds a pin of the map it replaces until they are written
+// (and until every operation routed with that map is done), so the
+// resharding barrier does not pass before.
+func (b *Broker) ApplyMap(ctx context.Context, next *routing.Map) bool {
+	old, release := b.pin()
+	if !b.table.Store(next) {
+		release()
+		return false
+	}
+	moving := map[string]map[uint16]bool{}
+	for v := 0; v < shard.Count; v++ {
+		was, wasState := old.Lookup(shard.ID(v))
+		now, state := next.Lookup(shard.ID(v))
+		if (state == routing.Frozen && wasState != routing.Frozen) || now != was {
+			if moving[was] == nil {
+				moving[was] = map[uint16]bool{}
+			}
+			moving[was][uint16(v)] = true
+		}
+	}
+	if len(moving) == 0 {
+		release()
+		return true
+	}
+	go func() {
+		defer release()
+		// Claims and flushes routed with the old map may still add or end
+		// leases on those vshards: wait for them (ours is the last pin).
+		b.awaitOnlyPin(ctx, old.Version())
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		for cluster, vs := range moving {
+			if err := b.owners.WriteOut(wctx, cluster, func(v uint16) bool { return vs[v] }); err != nil {
+				b.log.Error("leases in memory on moving vshards not written to the table; the cut-over waits for their owner's horizon",
+					"cluster", cluster, "vshards", len(vs), "err", err)
+			}
+		}
+	}()
+	return true
+}
+
+// awaitOnlyPin waits until the caller's pin is the only one left on
+// version v (bounded: an operation never outlives its own timeouts).
+func (b *Broker) awaitOnlyPin(ctx context.Context, v int64) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		b.pins.mu.Lock()
+		n := b.pins.n[v]
+		b.pins.mu.Unlock()
+		if n <= 1 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -17,12 +17,18 @@ import (
 type Receipt struct {
 	VShard shard.ID
 	Topic  string
+	// Epoch is the epoch of the unit's owner that handed the lease out
+	// (0 for receipts of the dead-letter channel and of version 1): a
+	// router that does not know an owner of that epoch reads the owner
+	// records again before it routes the receipt.
+	Epoch uint64
 	store.Lease
 }
 
 const (
-	receiptVersion = 1
-	flagOrdered    = 1 << 0
+	receiptV1   = 1 // vshard, message id, token, topic, subscription
+	receiptV2   = 2 // v1 with the owner's epoch after the token
+	flagOrdered = 1 << 0
 )
 
 // ErrBadReceipt: the receipt is not one this router made.
@@ -30,15 +36,16 @@ var ErrBadReceipt = errors.New("malformed receipt")
 
 // Encode returns the opaque text form (URL-safe base64).
 func (r Receipt) Encode() string {
-	b := make([]byte, 0, 2+2+8+8+1+len(r.Topic)+len(r.Subscription))
+	b := make([]byte, 0, 2+2+8+8+8+1+len(r.Topic)+len(r.Subscription))
 	var flags byte
 	if r.Ordered {
 		flags |= flagOrdered
 	}
-	b = append(b, receiptVersion, flags)
+	b = append(b, receiptV2, flags)
 	b = binary.BigEndian.AppendUint16(b, uint16(r.VShard))
 	b = binary.BigEndian.AppendUint64(b, r.MessageID)
 	b = binary.BigEndian.AppendUint64(b, r.Token)
+	b = binary.BigEndian.AppendUint64(b, r.Epoch)
 	b = append(b, byte(len(r.Topic)))
 	b = append(b, r.Topic...)
 	b = append(b, r.Subscription...)
@@ -53,19 +60,27 @@ func DecodeReceipt(s string) (Receipt, error) {
 		return Receipt{}, ErrBadReceipt
 	}
 	b, err := receiptEncoding.DecodeString(s)
-	if err != nil || len(b) < 22 || b[0] != receiptVersion || b[1]&^flagOrdered != 0 {
+	if err != nil || len(b) < 22 || (b[0] != receiptV1 && b[0] != receiptV2) || b[1]&^flagOrdered != 0 {
 		return Receipt{}, ErrBadReceipt
 	}
 	r := Receipt{VShard: shard.ID(binary.BigEndian.Uint16(b[2:4]))}
 	r.Ordered = b[1]&flagOrdered != 0
 	r.MessageID = binary.BigEndian.Uint64(b[4:12])
 	r.Token = binary.BigEndian.Uint64(b[12:20])
-	n := int(b[20])
-	if len(b) < 21+n {
+	rest := b[20:]
+	if b[0] == receiptV2 {
+		if len(rest) < 9 {
+			return Receipt{}, ErrBadReceipt
+		}
+		r.Epoch = binary.BigEndian.Uint64(rest[:8])
+		rest = rest[8:]
+	}
+	n := int(rest[0])
+	if len(rest) < 1+n {
 		return Receipt{}, ErrBadReceipt
 	}
-	r.Topic = string(b[21 : 21+n])
-	r.Subscription = string(b[21+n:])
+	r.Topic = string(rest[1 : 1+n])
+	r.Subscription = string(rest[1+n:])
 	if int(r.VShard) >= shard.Count || r.Token == 0 || !receiptName(r.Topic) || !receiptName(r.Subscription) {
 		return Receipt{}, ErrBadReceipt
 	}

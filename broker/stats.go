@@ -57,6 +57,19 @@ func (b *Broker) Stats(ctx context.Context) Stats {
 		}
 		return nil
 	})
+	// Leases held in this router's memory are ready rows to the table:
+	// they are in flight.
+	for _, o := range b.owners.Owners("") {
+		u := o.Unit()
+		t := sum[[2]string{u.Topic, u.Subscription}]
+		if t == nil {
+			continue
+		}
+		n := int64(o.InFlight())
+		n = min(n, t.Ready)
+		t.Ready -= n
+		t.InFlight += n
+	}
 	// Subscriptions without deliveries are listed too, at zero.
 	for _, s := range b.subs.List("") {
 		k := [2]string{s.Topic, s.Name}

@@ -584,3 +584,210 @@ func idArgs(ids []uint64) []any {
 	}
 	return out
 }
+
+// ConsumeOwned drains topic's backlog as the owner model does (issue 28):
+// one owner holds the in-flight set in memory, a claim is a non-locking
+// read of the claim index from a cursor plus the bodies (no lease row, no
+// commit), and acks from every worker are coalesced into one transaction
+// (an epoch check of the owner row, the delete, and Acks' rows) every
+// flushEvery or flushMax acks. An ack returns only after its flush
+// committed.
+func (f *Floor) ConsumeOwned(ctx context.Context, topic string, workers, batch int, backlog int64, flushEvery time.Duration, flushMax int) (FloorRun, error) {
+	if _, err := f.DB.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS floor_owner (topic VARBINARY(128) NOT NULL, subscription VARBINARY(128) NOT NULL, epoch BIGINT NOT NULL, PRIMARY KEY (topic, subscription)) ENGINE=InnoDB"); err != nil {
+		return FloorRun{}, err
+	}
+	if _, err := f.DB.ExecContext(ctx, "REPLACE INTO floor_owner VALUES (?, ?, 1)", topic, FloorSubscription); err != nil {
+		return FloorRun{}, err
+	}
+	o := &floorOwner{f: f, topic: topic, inflight: map[uint64]bool{}}
+	type ackReq struct {
+		leases []FloorLease
+		done   chan error
+	}
+	acks := make(chan ackReq, workers*2)
+	fctx, stopFlush := context.WithCancel(ctx)
+	var fwg sync.WaitGroup
+	fwg.Add(1)
+	go func() {
+		defer fwg.Done()
+		for {
+			var pend []ackReq
+			select {
+			case r := <-acks:
+				pend = append(pend, r)
+			case <-fctx.Done():
+				return
+			}
+			timer := time.NewTimer(flushEvery)
+			n := len(pend[0].leases)
+		gather:
+			for n < flushMax {
+				select {
+				case r := <-acks:
+					pend = append(pend, r)
+					n += len(r.leases)
+				case <-timer.C:
+					break gather
+				}
+			}
+			timer.Stop()
+			var all []FloorLease
+			for _, r := range pend {
+				all = append(all, r.leases...)
+			}
+			err := o.flush(ctx, all)
+			for _, r := range pend {
+				r.done <- err
+			}
+		}
+	}()
+	start := time.Now()
+	var acked atomic.Int64
+	err := f.workers(ctx, workers, func(w int) (bool, error) {
+		if acked.Load() >= backlog {
+			return false, nil
+		}
+		leases, err := o.claim(ctx, fmt.Sprint("floor-", w), batch)
+		if err != nil {
+			return false, err
+		}
+		if len(leases) > 0 {
+			r := ackReq{leases: leases, done: make(chan error, 1)}
+			acks <- r
+			if err := <-r.done; err != nil {
+				return false, err
+			}
+		}
+		acked.Add(int64(len(leases)))
+		if len(leases) == 0 {
+			ctxwait.Sleep(ctx, time.Millisecond)
+		}
+		return true, nil
+	})
+	stopFlush()
+	fwg.Wait()
+	if err == nil && acked.Load() != backlog {
+		err = fmt.Errorf("floor: consumed %d of %d", acked.Load(), backlog)
+	}
+	return FloorRun{Messages: acked.Load(), Total: acked.Load(), Window: time.Since(start)}, err
+}
+
+type floorOwner struct {
+	f        *Floor
+	topic    string
+	mu       sync.Mutex
+	inflight map[uint64]bool
+	buf      []uint64
+	cursor   uint64 // last id scanned (priority 0 only in the floor)
+}
+
+func (o *floorOwner) claim(ctx context.Context, consumer string, n int) ([]FloorLease, error) {
+	now := o.f.now()
+	o.mu.Lock()
+	if len(o.buf) < n {
+		ids, err := func() ([]uint64, error) {
+			rows, err := o.f.DB.QueryContext(ctx, "SELECT message_id FROM floor_queue WHERE topic = ? AND subscription = ? AND available_at <= ?"+
+				" AND (priority < 0 OR (priority = 0 AND message_id > ?)) ORDER BY priority DESC, message_id LIMIT ?", o.topic, FloorSubscription, now, o.cursor, 4*n)
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			var ids []uint64
+			for rows.Next() {
+				var id uint64
+				if err := rows.Scan(&id); err != nil {
+					return nil, err
+				}
+				ids = append(ids, id)
+			}
+			return ids, rows.Err()
+		}()
+		if err != nil {
+			o.mu.Unlock()
+			return nil, err
+		}
+		if len(ids) < 4*n {
+			o.cursor = 0
+		} else {
+			o.cursor = ids[len(ids)-1]
+		}
+		for _, id := range ids {
+			if !o.inflight[id] {
+				o.inflight[id] = true
+				o.buf = append(o.buf, id)
+			}
+		}
+	}
+	k := min(n, len(o.buf))
+	ids := append([]uint64(nil), o.buf[:k]...)
+	o.buf = o.buf[k:]
+	o.mu.Unlock()
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := o.f.DB.QueryContext(ctx, "SELECT id, payload FROM floor_store WHERE id IN ("+marks(len(ids))+")", idArgs(ids)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []FloorLease
+	for rows.Next() {
+		l := FloorLease{Token: 1, Consumer: consumer, Attempt: 1, ClaimedAt: now}
+		if err := rows.Scan(&l.MessageID, &l.Payload); err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+func (o *floorOwner) flush(ctx context.Context, leases []FloorLease) error {
+	now := o.f.now()
+	ids := make([]uint64, len(leases))
+	trace := make([]any, 0, 8*len(leases))
+	for i, l := range leases {
+		ids[i] = l.MessageID
+		trace = append(trace, l.MessageID, o.f.ids.Add(1), FloorSubscription, "acked", l.Consumer, l.Attempt, l.ClaimedAt, now)
+	}
+	err := o.f.inTx(ctx, "owned ack", func(tx *sql.Tx) error {
+		var epoch int64
+		if err := tx.QueryRowContext(ctx, "SELECT epoch FROM floor_owner WHERE topic = ? AND subscription = ? LOCK IN SHARE MODE", o.topic, FloorSubscription).Scan(&epoch); err != nil {
+			return err
+		}
+		if epoch != 1 {
+			return fmt.Errorf("epoch %d", epoch)
+		}
+		res, err := tx.ExecContext(ctx, "DELETE FROM floor_queue WHERE subscription = ? AND message_id IN ("+marks(len(ids))+")",
+			append([]any{FloorSubscription}, idArgs(ids)...)...)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n != int64(len(ids)) {
+			return fmt.Errorf("deleted %d of %d deliveries (%v)", n, len(ids), err)
+		}
+		switch o.f.Acks {
+		case AckDeleteOnly:
+			return nil
+		case AckFolded:
+			_, err = tx.ExecContext(ctx, "UPDATE floor_store SET msg_status = 1, status_at = ?, acked_attempt = 1 WHERE id IN ("+marks(len(ids))+")",
+				append([]any{now}, idArgs(ids)...)...)
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO floor_trace (message_id, id, subscription, event, consumer, attempt, claimed_at, created_at) VALUES "+
+			repeatList("(?,?,?,?,?,?,?,?)", len(leases)), trace...); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, "UPDATE floor_store SET msg_status = 1, status_at = ? WHERE id IN ("+marks(len(ids))+")",
+			append([]any{now}, idArgs(ids)...)...)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	o.mu.Lock()
+	for _, id := range ids {
+		delete(o.inflight, id)
+	}
+	o.mu.Unlock()
+	return nil
+}

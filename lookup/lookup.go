@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
 	"github.com/shardmq/shardmq/store"
@@ -123,6 +124,16 @@ type Config struct {
 	// none: a message not on its hot cluster is then looked for there
 	// (warm rows, then the cold index). Defaults to none.
 	Archive func() Archive
+	// Leases answers a lease held in an owner's memory (docs/consume.md,
+	// "Owners"): the table shows such a delivery as ready, its owner knows
+	// it is in flight. Defaults to none.
+	Leases func(cluster, topic, sub string, id uint64) (Lease, bool)
+}
+
+// Lease is a lease held in an owner's memory.
+type Lease struct {
+	Consumer           string
+	ClaimedAt, Expires time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -240,7 +251,31 @@ func (s *Service) Trace(ctx context.Context, topic, key, orderKey string) (*Trac
 	if err != nil {
 		return nil, fmt.Errorf("trace on cluster %s: %w", cluster, err)
 	}
+	s.withLeases(cluster, topic, tr)
 	return &Trace{MessageTrace: tr, Source: src, VShard: v, Tier: TierHot}, nil
+}
+
+// withLeases shows the deliveries of tr that an owner holds in memory as
+// in flight, with their claim.
+func (s *Service) withLeases(cluster, topic string, tr *store.MessageTrace) {
+	if s.cfg.Leases == nil {
+		return
+	}
+	for i := range tr.Deliveries {
+		d := &tr.Deliveries[i]
+		if d.State != domain.DeliveryReady {
+			continue
+		}
+		l, ok := s.cfg.Leases(cluster, topic, d.Subscription, tr.Message.ID)
+		if !ok {
+			continue
+		}
+		d.State, d.Consumer, d.LeaseExpires, d.NextAttemptAt = domain.DeliveryInFlight, l.Consumer, l.Expires, time.Time{}
+		d.Attempts = max(d.Attempts, 1)
+		tr.Events = append(tr.Events, store.Event{At: l.ClaimedAt, MessageID: tr.Message.ID, VShard: tr.Message.VShard,
+			Subscription: d.Subscription, Type: store.EventClaimed, Consumer: l.Consumer, Attempt: d.Attempts})
+	}
+	sort.SliceStable(tr.Events, func(i, j int) bool { return tr.Events[i].At.Before(tr.Events[j].At) })
 }
 
 // archivedTrace looks for a message its hot cluster lacks in the warm tier

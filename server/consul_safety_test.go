@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -54,17 +53,16 @@ func startConsulRouter(t *testing.T, addr, database, id string) (*consulRouter, 
 		}),
 		Subscriptions: src.Subscriptions(), MirrorSubscriptions: true, CheckMapRecords: true,
 	}
+	ln := listen(t)
+	cfg.Broker.Owners.Addr = ln.Addr().String()
 	r, err := New(ctx, cfg)
 	if err != nil {
 		reg.Stop()
+		ln.Close()
 		return nil, err
 	}
 	c.r = r
 	topology.PublishMap(reg, r.ShardMap())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	rctx, cancel := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- r.Run(rctx, ln) }()

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -95,16 +96,19 @@ func setupYAML(t *testing.T, bed *testbed.Bed, extra string, tune func(*Config))
 		t.Fatal(err)
 	}
 	e.topology = path
+	ln := listen(t)
 	cfg := Config{TopologyFile: path}
+	cfg.Broker.Owners.Addr = ln.Addr().String()
 	if tune != nil {
 		tune(&cfg)
 	}
 	r, err := New(ctx, cfg)
 	if err != nil {
+		ln.Close()
 		t.Fatal(err)
 	}
 	e.r = r
-	srv := httptest.NewServer(r.Handler())
+	srv := serveOn(ln, r.Handler())
 	e.url = srv.URL
 	e.owner = func(v shard.ID) string { c, _ := r.table.Load().Lookup(v); return c }
 	t.Cleanup(func() {
@@ -428,4 +432,25 @@ func TestHealthAndReady(t *testing.T) {
 		}
 	}
 	_ = time.Second
+}
+
+// listen opens a loopback port for a router before it exists, so that
+// the router can name it to the others as the address where it owns its
+// units (docs/consume.md, "Owners").
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// serveOn serves h on ln as httptest.NewServer does on a port of its own.
+func serveOn(ln net.Listener, h http.Handler) *httptest.Server {
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	return srv
 }

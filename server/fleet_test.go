@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -255,11 +254,14 @@ func fleetChecks(t *testing.T, a, b string) {
 func TestFleetOfRoutersStaticTopology(t *testing.T) {
 	t.Parallel()
 	e := setupOn(t, bed, nil)
-	b, err := New(context.Background(), Config{TopologyFile: e.topology})
+	ln := listen(t)
+	cfg := Config{TopologyFile: e.topology}
+	cfg.Broker.Owners.Addr = ln.Addr().String()
+	b, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(b.Handler())
+	srv := serveOn(ln, b.Handler())
 	t.Cleanup(func() { srv.Close(); b.Close() })
 	fleetChecks(t, e.url, srv.URL)
 }

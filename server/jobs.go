@@ -64,3 +64,36 @@ func (c commitCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descCommitSeconds, prometheus.CounterValue, s.Busy.Seconds(), name)
 	}
 }
+
+var (
+	descOwnerUnits = prometheus.NewDesc("shardmq_owner_units",
+		"Units (a subscription on a cluster) whose delivery state this router owns (docs/consume.md, \"Owners\").", []string{"cluster"}, nil)
+	descOwnerLeases = prometheus.NewDesc("shardmq_owner_leases",
+		"Leases this router holds in memory (first attempts in flight).", []string{"cluster"}, nil)
+	descOwnerFlushes = prometheus.NewDesc("shardmq_owner_flushes_total",
+		"Flush transactions this router's owners ran (acks, nacks, expiries, hand-overs and parking of leases held in memory).", []string{"cluster"}, nil)
+	descOwnerOutcomes = prometheus.NewDesc("shardmq_owner_flushed_outcomes_total",
+		"Outcomes those flushes carried (outcomes/flushes is the batch size).", []string{"cluster"}, nil)
+	descOwnerRefused = prometheus.NewDesc("shardmq_owner_leases_refused_total",
+		"First attempts a claim did not hand out because the router held -max-leases leases in memory.", nil, nil)
+)
+
+// ownerCollector reads the owners' state at scrape time.
+type ownerCollector struct{ b *broker.Broker }
+
+func (c ownerCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descOwnerUnits, descOwnerLeases, descOwnerFlushes, descOwnerOutcomes, descOwnerRefused} {
+		ch <- d
+	}
+}
+
+func (c ownerCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, s := range c.b.Owners().Stats() {
+		ch <- prometheus.MustNewConstMetric(descOwnerUnits, prometheus.GaugeValue, float64(s.Units), name)
+		ch <- prometheus.MustNewConstMetric(descOwnerLeases, prometheus.GaugeValue, float64(s.Leases), name)
+		ch <- prometheus.MustNewConstMetric(descOwnerFlushes, prometheus.CounterValue, float64(s.Flushes), name)
+		ch <- prometheus.MustNewConstMetric(descOwnerOutcomes, prometheus.CounterValue, float64(s.Outcomes), name)
+	}
+	_, refused := c.b.Owners().InFlight()
+	ch <- prometheus.MustNewConstMetric(descOwnerRefused, prometheus.CounterValue, float64(refused))
+}

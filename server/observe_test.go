@@ -243,7 +243,9 @@ func TestMetricsFollowTheMessageFlow(t *testing.T) {
 	expect("shardmq_http_errors_total", map[string]string{"route": "unmatched", "code": "not_found"}, 1)
 
 	// Per-cluster timings, pools, runtime and build facts are there.
-	for _, op := range []string{"claim", "ack", "nack"} {
+	// Claims scan as their unit's owner; acks and nacks of leases held
+	// in memory are written by the owners' flushes.
+	for _, op := range []string{"owner_scan", "owner_bodies", "owner_flush"} {
 		if n := val("shardmq_cluster_op_duration_seconds", map[string]string{"op": op}); n < 1 {
 			t.Fatalf("no %s transaction timed", op)
 		}

@@ -5,11 +5,14 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +23,7 @@ import (
 	"github.com/shardmq/shardmq/api"
 	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/deadletter"
+	"github.com/shardmq/shardmq/internal/forward"
 	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/lookup"
 	"github.com/shardmq/shardmq/observe"
@@ -111,6 +115,10 @@ type Config struct {
 	// account id and region of queue URLs and ARNs, the body cap. Its
 	// credentials come from Security.AWSCredentialsFile.
 	SQS sqs.Config
+	// PeerCA verifies other routers' certificates when consume operations
+	// are forwarded to the owners of their units over TLS; empty: the
+	// system's roots.
+	PeerCA string
 	// Log defaults to discarding.
 	Log *slog.Logger
 	// Now is the clock. Defaults to time.Now.
@@ -118,6 +126,14 @@ type Config struct {
 }
 
 func (c Config) withDefaults() (Config, error) {
+	if c.Broker.Owners.Addr == "" && c.Listen != "" {
+		// Other routers reach this one where it listens, when that names
+		// a host (not 0.0.0.0 or [::]): the owners' address
+		// (docs/consume.md, "Owners").
+		if host, _, err := net.SplitHostPort(c.Listen); err == nil && host != "" && !net.ParseIP(host).IsUnspecified() {
+			c.Broker.Owners.Addr = c.Listen
+		}
+	}
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
 	}
@@ -243,12 +259,19 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	if err := r.subs.Start(ctx); err != nil {
 		return err
 	}
-	r.broker = broker.New(cfg.Broker, r.table, clusters, r.subs, replicaWaiter{r.pools.replicas}, r.ids, cfg.Now, cfg.Log)
+	bc, err := r.ownersConfig(cfg.Broker)
+	if err != nil {
+		return err
+	}
+	r.broker = broker.New(bc, r.table, clusters, r.subs, replicaWaiter{r.pools.replicas}, r.ids, cfg.Now, cfg.Log)
 
 	// Reads and background jobs over the broker and the endpoints.
 	lc := r.eps.cfg.Lookups
 	if lc.Archive == nil {
 		lc.Archive = r.pools.archive.lookup
+	}
+	if lc.Leases == nil {
+		lc.Leases = leasesOf(r.broker)
 	}
 	r.lookups = lookup.New(lc, lookupEndpoints{r.eps}, r.table)
 	rc := r.eps.cfg.Reconcile
@@ -264,7 +287,7 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	r.upkeep = deadletter.New(cfg.DeadLetters, r.broker, r.subs, leading, cfg.Now, cfg.Log)
 	r.record = newMapRecorder(r.table, r.pools.Stores, cfg.ReloadEvery, cfg.Now, cfg.Log)
 	r.obs.newQueueHealth(r.metrics, r.broker, r.subs, leading, cfg.Now, cfg.Log)
-	r.metrics.MustRegister(haCollector{r.eps, r.recon}, commitCollector{r.broker}, rejectedCollector{r.broker})
+	r.metrics.MustRegister(haCollector{r.eps, r.recon}, commitCollector{r.broker}, rejectedCollector{r.broker}, ownerCollector{r.broker})
 	r.metrics.MustRegister(r.upkeep.Collectors()...)
 
 	// The API over all of it, behind the security checks.
@@ -331,7 +354,7 @@ func (r *Router) apply(ctx context.Context, top *topology.Topology) {
 	if top.Map.Version() > r.table.Load().Version() {
 		r.record.now(ctx, top.Map) // on the clusters before it routes
 	}
-	if !r.table.Store(top.Map) {
+	if !r.broker.ApplyMap(ctx, top.Map) {
 		r.cfg.Log.Warn("reloaded shard map is older than the one in use; map kept", "version", top.Map.Version(), "current", r.table.Load().Version())
 	}
 	r.record.kick()
@@ -522,4 +545,46 @@ func (r *Router) SecureListener(ln net.Listener) (net.Listener, error) {
 		return nil, err
 	}
 	return r.secureListener(ln)
+}
+
+// leasesOf answers, for traces, the leases the broker's owners hold in
+// memory.
+func leasesOf(b *broker.Broker) func(cluster, topic, sub string, id uint64) (lookup.Lease, bool) {
+	return func(cluster, topic, sub string, id uint64) (lookup.Lease, bool) {
+		for _, o := range b.Owners().Owners(cluster) {
+			if u := o.Unit(); u.Topic != topic || u.Subscription != sub {
+				continue
+			}
+			if c, at, exp, ok := o.LeaseOf(id); ok {
+				return lookup.Lease{Consumer: c, ClaimedAt: at, Expires: exp}, true
+			}
+		}
+		return lookup.Lease{}, false
+	}
+}
+
+// ownersConfig completes the owners' configuration (docs/consume.md,
+// "Owners"): with an address for other routers (Broker.Owners.Addr), the
+// peer that forwards to theirs.
+func (r *Router) ownersConfig(bc broker.Config) (broker.Config, error) {
+	if bc.Owners.Addr == "" || bc.Peer != nil {
+		return bc, nil
+	}
+	var tc *tls.Config
+	if r.cfg.Security.TLSCert != "" {
+		tc = &tls.Config{MinVersion: tls.VersionTLS12}
+		if r.cfg.PeerCA != "" {
+			pem, err := os.ReadFile(r.cfg.PeerCA)
+			if err != nil {
+				return bc, fmt.Errorf("config: peer CA: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return bc, fmt.Errorf("config: peer CA %s holds no certificate", r.cfg.PeerCA)
+			}
+			tc.RootCAs = pool
+		}
+	}
+	bc.Peer = forward.New(tc, 30*time.Second)
+	return bc, nil
 }

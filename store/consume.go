@@ -73,6 +73,24 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 	for _, r := range reqs {
 		total += r.Max
 	}
+	return s.claimWith(ctx, reqs, func(tx *sql.Tx) ([]delivery, error) {
+		cands, err := claimCandidates(ctx, tx, req.Topic, req.Subscription, req.Now, total, req.Dead, req.ErrorCode, req.ExcludeVShards)
+		if err != nil || len(cands) == 0 {
+			return cands, err
+		}
+		if req.Ordered && !req.Dead {
+			return s.keepHeads(ctx, tx, req, cands)
+		}
+		return cands, nil
+	})
+}
+
+// claimWith is a claim's transaction over the candidates pick locks in
+// it (in claim order): each is leased to the first request with room
+// (by count and bytes), a lapsed lease among them is traced lease_expired
+// and dies when it has used MaxAttempts.
+func (s *Store) claimWith(ctx context.Context, reqs []ClaimRequest, pick func(tx *sql.Tx) ([]delivery, error)) ([][]Claimed, error) {
+	req := reqs[0]
 	leased := make([][]delivery, len(reqs))
 	var nExpired, nDied int // for OnDeliveries, of the run that committed
 	var msgs map[uint64]*Message
@@ -81,14 +99,9 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest) ([][]Claimed
 			leased[i] = leased[i][:0]
 		}
 		nExpired, nDied, msgs = 0, 0, nil
-		cands, err := claimCandidates(ctx, tx, req.Topic, req.Subscription, req.Now, total, req.Dead, req.ErrorCode, req.ExcludeVShards)
+		cands, err := pick(tx)
 		if err != nil || len(cands) == 0 {
 			return err
-		}
-		if req.Ordered && !req.Dead {
-			if cands, err = s.keepHeads(ctx, tx, req, cands); err != nil || len(cands) == 0 {
-				return err
-			}
 		}
 		// The bodies are read here, before the lease, in the same
 		// transaction: they give the byte cap its sizes, and the answer

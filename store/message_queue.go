@@ -674,3 +674,168 @@ GROUP BY COALESCE(locked_by, '') ORDER BY COUNT(*) DESC, COALESCE(locked_by, '')
 			return h, err
 		})
 }
+
+// Statements of the owned consume path (owned.go): the owner of a unit
+// reads claimable deliveries without locks, holds first-attempt leases in
+// its memory, and writes their outcomes in epoch-fenced flushes.
+
+// ClaimCursor is a position in the claim order (priority DESC, id): a
+// scan after it reads what follows.
+type ClaimCursor struct {
+	Priority  int
+	MessageID uint64
+}
+
+// Candidate is a claimable delivery as the owner's scan reads it.
+type Candidate struct {
+	MessageID   uint64
+	VShard      uint16
+	Priority    int
+	OrderKey    string
+	Attempts    int
+	ClaimToken  uint64
+	LockedBy    string
+	AvailableAt time.Time
+}
+
+// Fresh says the delivery was never handed out (or handed out only from
+// an owner's memory, which the table does not know): its next claim is
+// its first attempt, and may be held in memory.
+func (c Candidate) Fresh() bool { return c.Attempts == 0 && c.ClaimToken == 0 }
+
+// scanClaimableQuery reads a subscription's claimable deliveries in claim
+// order, after a cursor when after is set, on idx_claim's range.
+func scanClaimableQuery(after bool, exclude int) string {
+	q := `SELECT message_id, vshard, priority, attempts, COALESCE(locked_by, ''), claim_token, COALESCE(order_key, ''), available_at
+FROM message_queue FORCE INDEX (idx_claim)
+WHERE topic = ? AND subscription = ? AND is_dead = 0 AND parked = 0 AND available_at <= ?`
+	if after {
+		q += " AND (priority < ? OR (priority = ? AND message_id > ?))"
+	}
+	if exclude > 0 {
+		q += " AND vshard NOT IN (" + inList(exclude) + ")"
+	}
+	return q + "\nORDER BY priority DESC, message_id\nLIMIT ?"
+}
+
+// ScanClaimable reads, without locking anything, up to limit deliveries of
+// a subscription that are claimable at now, in claim order (priority, then
+// age), after cursor when it is not nil, leaving out the vshards in
+// exclude (frozen for a resharding cut-over).
+func (s *Store) ScanClaimable(ctx context.Context, topic, sub string, now time.Time, after *ClaimCursor, limit int, exclude []uint16) ([]Candidate, error) {
+	args := []any{topic, sub, now}
+	if after != nil {
+		args = append(args, after.Priority, after.Priority, after.MessageID)
+	}
+	args = append(appendArgs(args, exclude), limit)
+	out, err := queryRows(ctx, s.db, "scan claimable message_queue", scanClaimableQuery(after != nil, len(exclude)), args,
+		func(rows *sql.Rows) (Candidate, error) {
+			var c Candidate
+			err := rows.Scan(&c.MessageID, &c.VShard, &c.Priority, &c.Attempts, &c.LockedBy, &c.ClaimToken, &c.OrderKey, &c.AvailableAt)
+			return c, err
+		})
+	return out, translate(err)
+}
+
+// OrderHeads answers, for each order key, the id of its oldest live
+// delivery on a subscription (the only one an ordered subscription may
+// hand out), without locks.
+func (s *Store) OrderHeads(ctx context.Context, topic, sub string, keys []string) (map[string]uint64, error) {
+	if len(keys) == 0 {
+		return map[string]uint64{}, nil
+	}
+	args := make([]any, 0, 3*len(keys))
+	for _, k := range keys {
+		args = append(args, topic, sub, k)
+	}
+	out, err := queryMap(ctx, s.db, "select order heads in message_queue", orderHeadsQuery(len(keys)), args, scanHead)
+	return out, translate(err)
+}
+
+func scanHead(rows *sql.Rows) (string, uint64, error) {
+	var k string
+	var id uint64
+	err := rows.Scan(&k, &id)
+	return k, id, err
+}
+
+// lockOrderHeads is orderHeads with a shared lock on each head, so that a
+// head deleted at the same time by another transaction is waited for.
+func lockOrderHeads(ctx context.Context, tx *sql.Tx, topic, sub string, keys []string) (map[string]uint64, error) {
+	args := make([]any, 0, 3*len(keys))
+	for _, k := range keys {
+		args = append(args, topic, sub, k)
+	}
+	one := `(SELECT order_key, message_id FROM message_queue FORCE INDEX (idx_order)
+WHERE topic = ? AND subscription = ? AND order_key = ? AND is_dead = 0 ORDER BY message_id LIMIT 1 LOCK IN SHARE MODE)`
+	parts := make([]string, len(keys))
+	for i := range parts {
+		parts[i] = one
+	}
+	return queryMap(ctx, tx, "lock order heads in message_queue", strings.Join(parts, "\nUNION ALL\n"), args, scanHead)
+}
+
+// lockLive locks those of ids that are live (not dead) deliveries of a
+// subscription and answers which.
+func lockLive(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) (map[uint64]bool, error) {
+	where, args := subscriptionIDs(nil, sub, ids)
+	return queryMap(ctx, tx, "lock live message_queue", "SELECT message_id, 1 FROM message_queue WHERE "+where+" AND is_dead = 0 FOR UPDATE", args,
+		func(rows *sql.Rows) (uint64, bool, error) {
+			var id uint64
+			var one int
+			err := rows.Scan(&id, &one)
+			return id, true, err
+		})
+}
+
+// deleteOwned deletes acked deliveries of a subscription and answers how
+// many were there.
+func deleteOwned(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) (int64, error) {
+	where, args := subscriptionIDs(nil, sub, ids)
+	return execCount(ctx, tx, "delete acked message_queue", "DELETE FROM message_queue WHERE "+where, args...)
+}
+
+// retryOwned records a failed attempt held in an owner's memory and makes
+// the delivery claimable again at at (a retry: its next claim is durable).
+func retryOwned(ctx context.Context, tx *sql.Tx, sub string, id uint64, attempt int, at time.Time, code, msg string) (bool, error) {
+	n, err := execCount(ctx, tx, "schedule retry in message_queue", `UPDATE message_queue SET attempts = GREATEST(attempts, ?), available_at = ?,
+  locked_by = NULL, claim_token = 0, claimed_at = NULL, error_code = ?, last_error = ?
+WHERE subscription = ? AND message_id = ? AND is_dead = 0`, attempt, at, nullString(code), nullString(msg), sub, id)
+	return n == 1, err
+}
+
+// killOwned makes a delivery held in an owner's memory a dead letter.
+func killOwned(ctx context.Context, tx *sql.Tx, sub string, id uint64, attempt int, now time.Time, code, msg string) (bool, error) {
+	n, err := execCount(ctx, tx, "dead-letter message_queue", `UPDATE message_queue SET attempts = GREATEST(attempts, ?), is_dead = 1, dead_at = ?,
+  available_at = ?, locked_by = NULL, claim_token = 0, claimed_at = NULL, error_code = ?, last_error = ?
+WHERE subscription = ? AND message_id = ? AND is_dead = 0`, attempt, now, now, nullString(code), nullString(msg), sub, id)
+	return n == 1, err
+}
+
+// materializeOwned writes a lease an owner held in memory into the table
+// as a durable lease (its token, consumer, claim time, attempt, and
+// available_at at its expiry), so that it fences itself from then on: an
+// owner handing the unit over, a cut-over moving the vshard, or a lease
+// that lapsed (the next claim traces it lease_expired, as any lapsed
+// durable lease).
+func materializeOwned(ctx context.Context, tx *sql.Tx, sub string, l OwnedLease) (bool, error) {
+	n, err := execCount(ctx, tx, "write lease to message_queue", `UPDATE message_queue SET attempts = GREATEST(attempts, ?), locked_by = ?, claim_token = ?,
+  claimed_at = ?, available_at = ?
+WHERE subscription = ? AND message_id = ? AND is_dead = 0`, l.Attempt, nullString(l.Consumer), l.Token, l.ClaimedAt, l.Expires, sub, l.MessageID)
+	return n == 1, err
+}
+
+// lockClaimable locks those of ids that are still claimable deliveries of
+// a subscription at now (live, not parked, available), for a durable
+// claim of them.
+func lockClaimable(ctx context.Context, tx *sql.Tx, topic, sub string, ids []uint64, now time.Time) ([]delivery, error) {
+	where, args := subscriptionIDs(nil, sub, ids)
+	return queryRows(ctx, tx, "lock claimable message_queue", `SELECT message_id, vshard, attempts, COALESCE(locked_by, ''), claim_token,
+  COALESCE(order_key, ''), COALESCE(error_code, '')
+FROM message_queue WHERE `+where+` AND topic = ? AND is_dead = 0 AND parked = 0 AND available_at <= ? ORDER BY priority DESC, message_id FOR UPDATE`,
+		append(args, topic, now), func(rows *sql.Rows) (delivery, error) {
+			d := delivery{subscription: sub, topic: topic}
+			err := rows.Scan(&d.messageID, &d.vshard, &d.attempts, &d.lockedBy, &d.claimToken, &d.orderKey, &d.errorCode)
+			return d, err
+		})
+}

@@ -33,6 +33,7 @@ var migrations = []migration{
 	{11, "warm archive of trace events", func(time.Time) []string { return []string{createArchiveTrace} }},
 	{12, "index of messages in cold files", func(time.Time) []string { return []string{createArchiveColdIndex} }},
 	{13, "retention job state", func(time.Time) []string { return []string{createRetentionState} }},
+	{14, "delivery owners and router members", func(time.Time) []string { return []string{createDeliveryOwner, createRouterMember} }},
 }
 
 // SchemaVersion is the newest migration this build knows.

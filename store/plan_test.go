@@ -115,6 +115,11 @@ func TestClaimPlansWith100kReady(t *testing.T) {
 	}
 	f.db.Exec("ANALYZE TABLE message_queue")
 	now := f.now.Add(time.Second)
+	// A cursor in the middle of priority 5's deliveries.
+	var mid uint64
+	if err := f.db.QueryRow("SELECT message_id FROM message_queue WHERE subscription = 'plain' AND priority = 5 ORDER BY message_id LIMIT 1 OFFSET 5000").Scan(&mid); err != nil {
+		t.Fatal(err)
+	}
 
 	cases := []struct {
 		name  string
@@ -130,6 +135,9 @@ func TestClaimPlansWith100kReady(t *testing.T) {
 		{"frozen vshards excluded", claimQuery(false, 2), []any{"t", "plain", false, now, 1, 2, max}, "idx_claim"},
 		{"peek across clusters", peekQuery(false, 0), []any{"t", "plain", false, now, max}, "idx_claim"},
 		{"peek of the dead-letter channel by error code", peekQuery(true, 1), []any{"t", "plain", true, now, "E_A", 1, max}, "idx_claim"},
+		{"owner's scan from the top", scanClaimableQuery(false, 0), []any{"t", "plain", now, max}, "idx_claim"},
+		{"owner's scan after a cursor", scanClaimableQuery(true, 0), []any{"t", "plain", now, 5, 5, mid, max}, "idx_claim"},
+		{"owner's scan with frozen vshards", scanClaimableQuery(true, 2), []any{"t", "plain", now, 5, 5, mid, 1, 2, max}, "idx_claim"},
 	}
 	var heads []any
 	for i := 0; i < max; i++ {

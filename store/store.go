@@ -197,7 +197,8 @@ func translate(err error) error {
 	}
 	// Already translated (the query helpers answer ErrNotFound for no row):
 	// wrapping it again would turn a missing row into an outage.
-	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInvalidData) {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInvalidData) ||
+		errors.Is(err, ErrOwned) || errors.Is(err, ErrStaleOwner) || errors.Is(err, errFlushRecount) {
 		return err
 	}
 	var me *mysql.MySQLError

@@ -95,3 +95,18 @@ func (fl *floorPhases) consume(ctx context.Context, name string) (phase, error) 
 	}
 	return fl.phase(name, "consume", r, tr), nil
 }
+
+func (fl *floorPhases) consumeOwned(ctx context.Context, name string) (phase, error) {
+	topic := fl.topic()
+	if err := fl.f.Preload(ctx, topic, fl.o.preload, fl.o.publishers, fl.o.batch); err != nil {
+		return phase{}, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	tr := newTracker(fl.cpu)
+	r, err := fl.f.ConsumeOwned(cctx, topic, fl.o.floorConsumers, fl.o.batch, int64(fl.o.preload), 2*time.Millisecond, 1000)
+	if err != nil {
+		return phase{}, err
+	}
+	return fl.phase(name, "consume", r, tr), nil
+}

@@ -53,6 +53,7 @@ type options struct {
 	floorConsumers                       int
 	floorAck                             string
 	floorLeasedOut                       bool
+	ownerOnly                            bool
 }
 
 func run(args []string, stdout io.Writer) int {
@@ -74,6 +75,7 @@ func run(args []string, stdout io.Writer) int {
 	fs.StringVar(&o.floorAck, "floor-ack", "budget", "what the floor's ack writes besides the delete: budget (DESIGN §6: acked trace row and status), folded (the acked event in the status update), delete-only")
 	fs.BoolVar(&o.floorLeasedOut, "floor-leased-out", false, "the floor moves leased deliveries out of the claim index's range (not the product's layout)")
 	fs.IntVar(&o.floorConsumers, "floor-consumers", 4, "consumers of the floor's consume phase (the router's bench-consume consumers)")
+	fs.BoolVar(&o.ownerOnly, "owner-only", false, "run only the peer's and the owner floor's consume phases")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -159,6 +161,18 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 		return err
 	}
 	defer fl.close()
+	if o.ownerOnly {
+		if err := addPeer(p.consume(ctx, "peer consume #1")); err != nil {
+			return err
+		}
+		for _, a := range []loadtest.FloorAck{loadtest.AckBudget, loadtest.AckFolded, loadtest.AckDeleteOnly} {
+			fl.f.Acks = a
+			if err := addPeer(fl.consumeOwned(ctx, "floor owned consume "+a.String())); err != nil {
+				return err
+			}
+		}
+		return addPeer(p.consume(ctx, "peer consume #2"))
+	}
 	// Produce: peer, router (bench-produce, one round: baseline, router
 	// batched, router single), the floor (batched, single), peer.
 	if err := addPeer(p.publish(ctx, "peer publish #1")); err != nil {

@@ -1,0 +1,359 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/shardmq/shardmq/domain"
+	"github.com/shardmq/shardmq/store"
+)
+
+type bed struct {
+	clock *clock
+	table *memTable
+	m     *Manager
+}
+
+func newBed(t *testing.T, cfg Config) *bed {
+	t.Helper()
+	c := newClock()
+	tb := newMemTable(c)
+	return newRouter(t, c, tb, cfg)
+}
+
+// newRouter is another router (manager) over the same table.
+func newRouter(t *testing.T, c *clock, tb *memTable, cfg Config) *bed {
+	t.Helper()
+	m := New(cfg, c.now, nil)
+	m.SetClusters(map[string]Cluster{"c1": tableCluster{tb}})
+	return &bed{clock: c, table: tb, m: m}
+}
+
+var unit = Unit{Cluster: "c1", Topic: "t", Subscription: "s"}
+
+func size(*store.Message) int { return 100 }
+
+func spec(consumer string) ClaimSpec {
+	return ClaimSpec{Consumer: consumer, Lease: 30 * time.Second, MaxAttempts: 3}
+}
+
+// claim is what a router's claim does on one unit.
+func (b *bed) claim(t *testing.T, n int, sp ClaimSpec) []Claimed {
+	t.Helper()
+	ctx := context.Background()
+	o, addr, err := b.m.Route(ctx, unit, true, 0)
+	if err != nil || o == nil {
+		t.Fatalf("route: %v, %q, %v", o, addr, err)
+	}
+	cs, err := o.Reserve(ctx, n, sp)
+	if err != nil {
+		t.Fatalf("reserve: %v", err)
+	}
+	got, err := o.Take(ctx, cs, sp, 0, true, size)
+	if err != nil {
+		t.Fatalf("take: %v", err)
+	}
+	return got
+}
+
+// tick moves the clock and runs what the manager's loop would have run
+// meanwhile (renewals; expiries are run by the tests that want them).
+func (b *bed) tick(d time.Duration) {
+	b.clock.add(d)
+	b.m.upkeep()
+}
+
+func (b *bed) owner(t *testing.T) *Owner {
+	t.Helper()
+	o, _, err := b.m.Route(context.Background(), unit, false, 0)
+	if err != nil || o == nil {
+		t.Fatalf("no owner: %v", err)
+	}
+	return o
+}
+
+func opOf(c Claimed) Op { return Op{MessageID: c.Message.ID, Token: c.Token} }
+
+func ids(cs []Claimed) []uint64 {
+	var out []uint64
+	for _, c := range cs {
+		out = append(out, c.Message.ID)
+	}
+	return out
+}
+
+// A first attempt is handed out from memory: nothing is written until its
+// ack, which deletes the delivery in one flush and is answered after it.
+func TestFirstAttemptWritesNothingUntilItsAck(t *testing.T) {
+	b := newBed(t, Config{})
+	a := b.table.add("t", "s", 0, "", 0)
+	c := b.table.add("t", "s", 0, "", 0)
+	got := b.claim(t, 10, spec("w"))
+	if !slices.Equal(ids(got), []uint64{a, c}) || !got[0].Memory || got[0].Attempt != 1 {
+		t.Fatalf("claimed %v (memory %v, attempt %d)", ids(got), got[0].Memory, got[0].Attempt)
+	}
+	if n := b.table.count("flush") + b.table.count("durable"); n != 0 {
+		t.Fatalf("%d writes for a claim, want none", n)
+	}
+	if again := b.claim(t, 10, spec("w2")); len(again) != 0 {
+		t.Fatalf("leased deliveries handed out again: %v", ids(again))
+	}
+	o := b.owner(t)
+	res := o.Ack(context.Background(), []Op{opOf(got[0]), opOf(got[0])})
+	if res[0].Status != domain.LeaseOK || res[1].Status != domain.LeaseNotFound || !res[1].Held {
+		t.Fatalf("ack: %+v", res)
+	}
+	if b.table.get(a, "s") != nil || b.table.count("flush") != 1 {
+		t.Fatalf("ack not flushed once (%d flushes)", b.table.count("flush"))
+	}
+	if res := o.Ack(context.Background(), []Op{opOf(got[0])}); res[0].Held {
+		t.Fatalf("an acked lease is still held: %+v", res)
+	}
+	if res := o.Ack(context.Background(), []Op{{MessageID: c, Token: got[1].Token + 2}}); res[0].Held {
+		t.Fatalf("a wrong token matched: %+v", res)
+	}
+	if held, _ := b.m.InFlight(); held != 1 {
+		t.Fatalf("%d leases in memory, want 1", held)
+	}
+}
+
+// Claims take the highest priority first, then the oldest, and never a
+// delivery before its time.
+func TestPriorityThenAgeAndDelay(t *testing.T) {
+	b := newBed(t, Config{})
+	low := b.table.add("t", "s", 1, "", 0)
+	high := b.table.add("t", "s", 9, "", 0)
+	later := b.table.add("t", "s", 9, "", time.Minute)
+	low2 := b.table.add("t", "s", 1, "", 0)
+	first := b.claim(t, 10, spec("w"))
+	if got := ids(first); !slices.Equal(got, []uint64{high, low, low2}) {
+		t.Fatalf("claimed %v, want %v", got, []uint64{high, low, low2})
+	}
+	ops := make([]Op, len(first))
+	for i, c := range first {
+		ops[i] = opOf(c)
+	}
+	b.owner(t).Ack(context.Background(), ops)
+	b.tick(2 * time.Minute)
+	if got := ids(b.claim(t, 10, spec("w"))); !slices.Equal(got, []uint64{later}) {
+		t.Fatalf("after its delay: %v, want %v", got, []uint64{later})
+	}
+}
+
+// A nack of a first attempt schedules the retry in one flush; the retry is
+// claimed durably, its attempt counted in the table first; at max
+// attempts a nack kills it.
+func TestNackRetriesDurablyThenDies(t *testing.T) {
+	b := newBed(t, Config{})
+	id := b.table.add("t", "s", 0, "", 0)
+	got := b.claim(t, 1, spec("w"))
+	policy := func() store.RetryPolicy {
+		return store.RetryPolicy{MaxAttempts: 2, Initial: time.Second, Max: time.Second}
+	}
+	res := b.owner(t).Nack(context.Background(), []Op{{MessageID: id, Token: got[0].Token, ErrorCode: "E"}}, policy, func() float64 { return 0.5 })
+	if res[0].NackStatus != domain.NackRetryScheduled || res[0].NextAttemptAt.IsZero() {
+		t.Fatalf("nack: %+v", res[0])
+	}
+	if r := b.table.get(id, "s"); r.attempts != 1 || !r.available.After(b.clock.now()) {
+		t.Fatalf("row after nack: %+v", r)
+	}
+	if again := b.claim(t, 1, spec("w")); len(again) != 0 {
+		t.Fatal("retried before its backoff")
+	}
+	b.tick(2 * time.Second)
+	sp := spec("w")
+	sp.MaxAttempts = 2
+	retry := b.claim(t, 1, sp)
+	if len(retry) != 1 || retry[0].Memory || retry[0].Attempt != 2 || b.table.get(id, "s").attempts != 2 {
+		t.Fatalf("retry: %+v, row %+v", retry, b.table.get(id, "s"))
+	}
+	// The retry's lease is durable: the owner does not hold it; the
+	// table's path (not modelled here) answers for it.
+	if res := b.owner(t).Nack(context.Background(), []Op{{MessageID: id, Token: retry[0].Token}}, policy, nil); res[0].Held {
+		t.Fatalf("a durable lease answered from memory: %+v", res[0])
+	}
+	// A subscription allowing one attempt kills on the first nack.
+	id2 := b.table.add("t", "s", 0, "", 0)
+	got = b.claim(t, 1, spec("w"))
+	if got[0].Message.ID != id2 {
+		t.Fatalf("claimed %d, want %d", got[0].Message.ID, id2)
+	}
+	one := func() store.RetryPolicy { return store.RetryPolicy{MaxAttempts: 1} }
+	if res := b.owner(t).Nack(context.Background(), []Op{opOf(got[0])}, one, nil); res[0].NackStatus != domain.NackDead {
+		t.Fatalf("nack at max attempts: %+v", res[0])
+	}
+	if r := b.table.get(id2, "s"); !r.dead || r.attempts != 1 {
+		t.Fatalf("row after a dead nack: %+v", r)
+	}
+}
+
+// Extend moves a lease in memory without a write; a lease that runs out
+// is written to the table as a lapsed durable lease, whose next claim
+// counts the lost attempt.
+func TestExtendAndExpiry(t *testing.T) {
+	b := newBed(t, Config{})
+	a := b.table.add("t", "s", 0, "", 0)
+	c := b.table.add("t", "s", 0, "", 0)
+	got := b.claim(t, 2, spec("w"))
+	b.tick(20 * time.Second)
+	o := b.owner(t)
+	if res := o.Extend(context.Background(), []Op{opOf(got[0])}, time.Minute); res[0].Status != domain.LeaseOK ||
+		!res[0].Expires.Equal(b.clock.now().Add(time.Minute)) {
+		t.Fatalf("extend: %+v", res[0])
+	}
+	if n := b.table.count("flush"); n != 0 {
+		t.Fatalf("%d flushes for an extend", n)
+	}
+	b.tick(15 * time.Second) // c's lease (30s) ran out; a's was extended
+	o.expire(b.clock.now())
+	waitFor(t, func() bool { return o.InFlight() == 1 })
+	r := b.table.get(c, "s")
+	if r.token != got[1].Token || r.attempts != 1 || r.lockedBy != "w" {
+		t.Fatalf("lapsed lease written as %+v", r)
+	}
+	if r := b.table.get(a, "s"); r.token != 0 {
+		t.Fatalf("extended lease written: %+v", r)
+	}
+	// The next claim counts the lapsed attempt (durably) and hands c out
+	// as its second.
+	again := b.claim(t, 5, spec("w2"))
+	if len(again) != 1 || again[0].Message.ID != c || again[0].Attempt != 2 || again[0].Memory {
+		t.Fatalf("after expiry: %+v", again)
+	}
+	if !slices.Contains(b.table.events, "expired "+itoa(c)) {
+		t.Fatalf("no lease_expired for %d: %v", c, b.table.events)
+	}
+}
+
+// An ordered subscription hands out one delivery per order key at a time,
+// in produce order; other keys go on.
+func TestOrderedOneInFlightPerKey(t *testing.T) {
+	b := newBed(t, Config{})
+	a1 := b.table.add("t", "s", 0, "A", 0)
+	a2 := b.table.add("t", "s", 9, "A", 0) // a higher priority never overtakes its key
+	b1 := b.table.add("t", "s", 0, "B", 0)
+	sp := spec("w")
+	sp.Ordered = true
+	got := b.claim(t, 10, sp)
+	if !slices.Equal(ids(got), []uint64{a1, b1}) {
+		t.Fatalf("claimed %v, want %v", ids(got), []uint64{a1, b1})
+	}
+	waitFor(t, func() bool { r := b.table.get(a2, "s"); return r.parked })
+	if again := b.claim(t, 10, sp); len(again) != 0 {
+		t.Fatalf("second of a key handed out while its head is in flight: %v", ids(again))
+	}
+	o := b.owner(t)
+	if res := o.Ack(context.Background(), []Op{opOf(got[0])}); res[0].Status != domain.LeaseOK {
+		t.Fatalf("ack: %+v", res[0])
+	}
+	if next := b.claim(t, 10, sp); !slices.Equal(ids(next), []uint64{a2}) {
+		t.Fatalf("after the head's ack: %v, want %v", ids(next), []uint64{a2})
+	}
+}
+
+// The router's cap on leases in memory hands out fewer first attempts
+// and counts what it held back.
+func TestCapOnLeasesInMemory(t *testing.T) {
+	b := newBed(t, Config{MaxInFlight: 3})
+	for range 5 {
+		b.table.add("t", "s", 0, "", 0)
+	}
+	if got := b.claim(t, 5, spec("w")); len(got) != 3 {
+		t.Fatalf("claimed %d over a cap of 3", len(got))
+	}
+	if held, refused := b.m.InFlight(); held != 3 || refused != 2 {
+		t.Fatalf("held %d refused %d", held, refused)
+	}
+	if got := b.claim(t, 5, spec("w")); len(got) != 0 {
+		t.Fatalf("claimed %d at the cap", len(got))
+	}
+}
+
+// An owner whose unit another router took writes nothing more: its flush
+// is refused by the epoch, its acks answer lease_lost, and it is dropped.
+func TestStaleOwnerWritesNothing(t *testing.T) {
+	b := newBed(t, Config{})
+	id := b.table.add("t", "s", 0, "", 0)
+	got := b.claim(t, 1, spec("w"))
+	o := b.owner(t)
+	// Another router takes the unit (as after this one's lease ran out).
+	b.table.mu.Lock()
+	b.table.own[[2]string{"t", "s"}].epoch++
+	b.table.mu.Unlock()
+	res := o.Ack(context.Background(), []Op{opOf(got[0])})
+	if res[0].Status != domain.LeaseLost {
+		t.Fatalf("ack by a stale owner: %+v", res[0])
+	}
+	if b.table.get(id, "s") == nil {
+		t.Fatal("a stale owner's ack deleted the delivery")
+	}
+	if _, err := o.Reserve(context.Background(), 1, spec("w")); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("a lost owner reserved: %v", err)
+	}
+	if held, _ := b.m.InFlight(); held != 0 {
+		t.Fatalf("%d leases still counted", held)
+	}
+}
+
+// A router that takes a unit after its owner crashed hands nothing out
+// before the crashed owner's horizon: the leases it held in memory may
+// run until then. After it, they are redelivered as new attempts.
+func TestTakeoverWaitsForTheHorizon(t *testing.T) {
+	a := newBed(t, Config{Router: "a", LeaseTTL: 10 * time.Second})
+	id := a.table.add("t", "s", 0, "", 0)
+	got := a.claim(t, 1, spec("w"))
+	if len(got) != 1 {
+		t.Fatal("nothing claimed")
+	}
+	// a dies (no hand-over); b arrives after a's lease ran out.
+	a.clock.add(11 * time.Second)
+	b := newRouter(t, a.clock, a.table, Config{Router: "b"})
+	if early := b.claim(t, 1, spec("w2")); len(early) != 0 {
+		t.Fatalf("redelivered at %v, before a's lease of 30s could end", a.clock.now())
+	}
+	b.tick(25 * time.Second) // past 30s + the horizon's margins
+	late := b.claim(t, 1, spec("w2"))
+	if len(late) != 1 || late[0].Message.ID != id {
+		t.Fatalf("not redelivered after the horizon: %+v", late)
+	}
+}
+
+// A router that hands its units over (shutting down) writes its leases
+// into the table, so the next owner starts at once and their receipts
+// stay valid there.
+func TestHandOverWritesLeasesOut(t *testing.T) {
+	a := newBed(t, Config{Router: "a"})
+	id := a.table.add("t", "s", 0, "", 0)
+	other := a.table.add("t", "s", 0, "", 0)
+	got := a.claim(t, 1, spec("w"))
+	a.m.Stop()
+	r := a.table.get(id, "s")
+	if r.token != got[0].Token || !r.available.Equal(got[0].LeaseExpires) {
+		t.Fatalf("lease not written out: %+v", r)
+	}
+	b := newRouter(t, a.clock, a.table, Config{Router: "b"})
+	next := b.claim(t, 5, spec("w2"))
+	if !slices.Equal(ids(next), []uint64{other}) {
+		t.Fatalf("next owner claimed %v, want only %d at once", ids(next), other)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	if d, ok := t.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in time")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func itoa(v uint64) string { return strconv.FormatUint(v, 10) }

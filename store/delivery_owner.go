@@ -1,0 +1,260 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// delivery_owner is each cluster's record of who holds the delivery state
+// of each of its subscriptions (docs/consume.md, "Owners"): one row per
+// (topic, subscription) naming the owning router instance, the address
+// its router answers forwarded calls on, an epoch that grows with every
+// change of owner, the owner's lease, and its horizon — no lease the
+// owner of this epoch handed out lasts past it. Times are the server's
+// (NOW(6)), so routers with different clocks agree on who holds what.
+//
+// The epoch is the fence: every write an owner makes from its in-memory
+// state (acks, nacks, expiries, parking) runs in a transaction that first
+// reads its units' rows with a shared lock and checks the epoch, so a
+// router that lost a unit can no longer write for it, and a takeover (an
+// exclusive lock on the row) waits for the flushes under way.
+const createDeliveryOwner = `CREATE TABLE IF NOT EXISTS delivery_owner (
+  topic VARBINARY(128) NOT NULL,
+  subscription VARBINARY(128) NOT NULL,
+  owner VARBINARY(64) NOT NULL,
+  addr VARBINARY(255) NOT NULL,
+  epoch BIGINT UNSIGNED NOT NULL,
+  lease_until DATETIME(6) NOT NULL,
+  horizon DATETIME(6) NOT NULL,
+  updated_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (topic, subscription),
+  KEY idx_owner (owner)
+) ENGINE=InnoDB`
+
+// router_member is each cluster's list of live routers: each writes its
+// row every beat with the server's time. The owners of a cluster's units
+// are spread over the routers seen here lately.
+const createRouterMember = `CREATE TABLE IF NOT EXISTS router_member (
+  router VARBINARY(64) NOT NULL,
+  addr VARBINARY(255) NOT NULL,
+  seen_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (router)
+) ENGINE=InnoDB`
+
+// OwnerRecord is one row of delivery_owner as a reader sees it.
+type OwnerRecord struct {
+	Topic, Subscription string
+	Owner, Addr         string
+	Epoch               uint64
+	LeaseUntil, Horizon time.Time // the server's clock
+	// Live: the lease has not run out by the server's clock.
+	Live bool
+}
+
+// OwnerGrant is what a router that took a unit holds.
+type OwnerGrant struct {
+	Epoch uint64
+	// WaitUntil is the previous owner's horizon (the server's clock): a
+	// lease it handed out may last until then, so the new owner hands
+	// nothing out before (its in-flight deliveries look ready in the
+	// table). Never later than the previous horizon; the grant's time
+	// when the unit had no owner.
+	WaitUntil time.Time
+	// ServerNow is the server's clock when the grant was made, to tell
+	// its times in the router's clock.
+	ServerNow  time.Time
+	LeaseUntil time.Time
+}
+
+// ErrOwned: another router holds a live lease on the unit.
+var ErrOwned = errors.New("held by another router")
+
+// micros is d in whole microseconds, the unit of the INTERVALs below.
+func micros(d time.Duration) int64 { return d.Microseconds() }
+
+// AcquireOwner makes owner (at addr) the owner of topic/sub on this
+// cluster with a new epoch and a lease of ttl, if the unit has no owner,
+// its owner's lease ran out, or owner holds it already (a new epoch: what
+// it held before is forgotten). Otherwise ErrOwned, with the record.
+func (s *Store) AcquireOwner(ctx context.Context, topic, sub, owner, addr string, ttl time.Duration) (OwnerGrant, OwnerRecord, error) {
+	var g OwnerGrant
+	var rec OwnerRecord
+	err := s.inTx(ctx, txAttempts, s.retryHook("acquire_owner"), func(tx *sql.Tx) error {
+		var cur OwnerRecord
+		var now time.Time
+		err := tx.QueryRowContext(ctx, `SELECT owner, addr, epoch, lease_until, horizon, lease_until > NOW(6), NOW(6)
+FROM delivery_owner WHERE topic = ? AND subscription = ? FOR UPDATE`, topic, sub).
+			Scan(&cur.Owner, &cur.Addr, &cur.Epoch, &cur.LeaseUntil, &cur.Horizon, &cur.Live, &now)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			if err := tx.QueryRowContext(ctx, "SELECT NOW(6)").Scan(&now); err != nil {
+				return fmt.Errorf("read server time: %w", err)
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO delivery_owner (topic, subscription, owner, addr, epoch, lease_until, horizon, updated_at)
+VALUES (?, ?, ?, ?, 1, ? + INTERVAL ? MICROSECOND, ?, ?)`, topic, sub, owner, addr, now, micros(ttl), now, now); err != nil {
+				return fmt.Errorf("insert delivery_owner: %w", err)
+			}
+			g = OwnerGrant{Epoch: 1, WaitUntil: now, ServerNow: now, LeaseUntil: now.Add(ttl)}
+			return nil
+		case err != nil:
+			return fmt.Errorf("lock delivery_owner: %w", err)
+		}
+		cur.Topic, cur.Subscription = topic, sub
+		if cur.Live && cur.Owner != owner {
+			rec = cur
+			return ErrOwned
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE delivery_owner SET owner = ?, addr = ?, epoch = epoch + 1, lease_until = ? + INTERVAL ? MICROSECOND, updated_at = ?
+WHERE topic = ? AND subscription = ?`, owner, addr, now, micros(ttl), now, topic, sub); err != nil {
+			return fmt.Errorf("take delivery_owner: %w", err)
+		}
+		wait := cur.Horizon
+		if wait.Before(now) {
+			wait = now
+		}
+		g = OwnerGrant{Epoch: cur.Epoch + 1, WaitUntil: wait, ServerNow: now, LeaseUntil: now.Add(ttl)}
+		return nil
+	})
+	if errors.Is(err, ErrOwned) {
+		return OwnerGrant{}, rec, ErrOwned
+	}
+	if err != nil {
+		return OwnerGrant{}, OwnerRecord{}, fmt.Errorf("acquire owner of %s/%s: %w", topic, sub, err)
+	}
+	return g, OwnerRecord{}, nil
+}
+
+// OwnedUnit is a unit its owner still holds after a renewal.
+type OwnedUnit struct {
+	Topic, Subscription string
+	Epoch               uint64
+}
+
+// RenewOwners extends the lease of every unit owner holds on this cluster
+// to ttl from now and its horizon to at least horizon from now, in one
+// statement, and answers the units it still holds (with their epochs:
+// one taken over meanwhile is not among them) and the server's time.
+func (s *Store) RenewOwners(ctx context.Context, owner string, ttl, horizon time.Duration) ([]OwnedUnit, time.Time, error) {
+	var out []OwnedUnit
+	var now time.Time
+	err := s.inTx(ctx, txAttempts, s.retryHook("renew_owner"), func(tx *sql.Tx) error {
+		out = out[:0]
+		if err := tx.QueryRowContext(ctx, "SELECT NOW(6)").Scan(&now); err != nil {
+			return fmt.Errorf("read server time: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE delivery_owner SET lease_until = ? + INTERVAL ? MICROSECOND,
+  horizon = GREATEST(horizon, ? + INTERVAL ? MICROSECOND), updated_at = ?
+WHERE owner = ?`, now, micros(ttl), now, micros(horizon), now, owner); err != nil {
+			return fmt.Errorf("renew delivery_owner: %w", err)
+		}
+		var err error
+		out, err = queryRows(ctx, tx, "read renewed delivery_owner", "SELECT topic, subscription, epoch FROM delivery_owner WHERE owner = ?",
+			[]any{owner}, func(rows *sql.Rows) (OwnedUnit, error) {
+				var u OwnedUnit
+				err := rows.Scan(&u.Topic, &u.Subscription, &u.Epoch)
+				return u, err
+			})
+		return err
+	})
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("renew owners: %w", err)
+	}
+	return out, now, nil
+}
+
+// ReleaseOwner gives up owner's unit of epoch: its lease ends now, and so
+// does its horizon when every lease it handed out is in the table
+// (durable: they fence themselves), so the next owner starts at once.
+// With leasesInTable false the horizon stays (a crash-like release).
+func (s *Store) ReleaseOwner(ctx context.Context, topic, sub, owner string, epoch uint64, leasesInTable bool) error {
+	q := `UPDATE delivery_owner SET lease_until = NOW(6), updated_at = NOW(6)`
+	if leasesInTable {
+		q += `, horizon = NOW(6)`
+	}
+	q += ` WHERE topic = ? AND subscription = ? AND owner = ? AND epoch = ?`
+	if _, err := s.db.ExecContext(ctx, q, topic, sub, owner, epoch); err != nil {
+		return fmt.Errorf("release owner of %s/%s: %w", topic, sub, translate(err))
+	}
+	return nil
+}
+
+// Owners reads every unit's record on this cluster.
+func (s *Store) Owners(ctx context.Context) ([]OwnerRecord, error) {
+	out, err := queryRows(ctx, s.db, "read delivery_owner", `SELECT topic, subscription, owner, addr, epoch, lease_until, horizon, lease_until > NOW(6)
+FROM delivery_owner`, nil, func(rows *sql.Rows) (OwnerRecord, error) {
+		var r OwnerRecord
+		err := rows.Scan(&r.Topic, &r.Subscription, &r.Owner, &r.Addr, &r.Epoch, &r.LeaseUntil, &r.Horizon, &r.Live)
+		return r, err
+	})
+	return out, translate(err)
+}
+
+// ownerFence locks the delivery_owner rows of units with a shared lock
+// and returns those whose epoch is not the one given (taken over, or
+// gone): their writes must not happen. A takeover waits for the
+// transaction that holds the lock.
+func ownerFence(ctx context.Context, tx *sql.Tx, units []OwnedUnit) (map[OwnedUnit]bool, error) {
+	if len(units) == 0 {
+		return nil, nil
+	}
+	args := make([]any, 0, 2*len(units))
+	for _, u := range units {
+		args = append(args, u.Topic, u.Subscription)
+	}
+	cur, err := queryMap(ctx, tx, "fence delivery_owner", "SELECT topic, subscription, epoch FROM delivery_owner WHERE (topic, subscription) IN ("+
+		placeholders(len(units), 2)+") LOCK IN SHARE MODE", args, func(rows *sql.Rows) ([2]string, uint64, error) {
+		var k [2]string
+		var e uint64
+		err := rows.Scan(&k[0], &k[1], &e)
+		return k, e, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	stale := map[OwnedUnit]bool{}
+	for _, u := range units {
+		if cur[[2]string{u.Topic, u.Subscription}] != u.Epoch {
+			stale[u] = true
+		}
+	}
+	return stale, nil
+}
+
+// Member is a router seen on a cluster.
+type Member struct {
+	Router, Addr string
+	SeenAt       time.Time
+}
+
+// Beat records router (answering at addr) as live now on this cluster and
+// answers the routers seen within the last within, itself included, and
+// the server's time.
+func (s *Store) Beat(ctx context.Context, router, addr string, within time.Duration) ([]Member, time.Time, error) {
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO router_member (router, addr, seen_at) VALUES (?, ?, NOW(6))
+ON DUPLICATE KEY UPDATE addr = VALUES(addr), seen_at = VALUES(seen_at)`, router, addr); err != nil {
+		return nil, time.Time{}, fmt.Errorf("beat router_member: %w", translate(err))
+	}
+	var now time.Time
+	members, err := queryRows(ctx, s.db, "read router_member", `SELECT router, addr, seen_at, NOW(6) FROM router_member
+WHERE seen_at > NOW(6) - INTERVAL ? MICROSECOND ORDER BY router`, []any{micros(within)}, func(rows *sql.Rows) (Member, error) {
+		var m Member
+		err := rows.Scan(&m.Router, &m.Addr, &m.SeenAt, &now)
+		return m, err
+	})
+	if err != nil {
+		return nil, time.Time{}, translate(err)
+	}
+	return members, now, nil
+}
+
+// LeaveMembers removes router's row (a router shutting down), and rows
+// not seen for older (routers gone).
+func (s *Store) LeaveMembers(ctx context.Context, router string, older time.Duration) error {
+	if _, err := s.db.ExecContext(ctx, "DELETE FROM router_member WHERE router = ? OR seen_at < NOW(6) - INTERVAL ? MICROSECOND", router, micros(older)); err != nil {
+		return fmt.Errorf("leave router_member: %w", translate(err))
+	}
+	return nil
+}

@@ -1,0 +1,314 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The owned consume path (docs/consume.md, "Owners"). The router that owns
+// a unit — a subscription on one cluster, recorded in delivery_owner —
+// hands out first attempts from its memory: the claim writes nothing. What
+// happens to them afterwards is written here, in flushes that carry many
+// units' outcomes in one transaction, each unit fenced by its epoch:
+// acks (delete, `acked` event, status), nacks (retry or dead letter, their
+// events), leases written to the table (on expiry, hand-over or a
+// cut-over; from then on they are durable leases, fenced by their claim
+// token as before) and parking behind an ordered key's head. A retry's
+// claim is durable (ClaimDurable): its attempt is counted in the table
+// before the consumer sees it.
+
+// ErrStaleOwner: the unit's epoch in delivery_owner is not the caller's —
+// another router took it over — so nothing was written.
+var ErrStaleOwner = errors.New("delivery owner epoch is stale")
+
+// OwnedAck is an ack of a lease held in an owner's memory.
+type OwnedAck struct {
+	MessageID uint64
+	VShard    uint16
+	OrderKey  string
+	// Ordered: finishing it lets the next delivery of its order key go.
+	Ordered   bool
+	Consumer  string
+	Attempt   int
+	ClaimedAt time.Time
+	RequestID string
+}
+
+// OwnedNack is a nack of a lease held in an owner's memory, decided by the
+// owner: a dead letter, or a retry at RetryAt.
+type OwnedNack struct {
+	OwnedAck
+	ErrorCode, Error string
+	Dead             bool
+	RetryAt          time.Time
+}
+
+// OwnedLease is a lease held in an owner's memory, to be written into the
+// table as a durable lease.
+type OwnedLease struct {
+	MessageID          uint64
+	VShard             uint16
+	Token              uint64
+	Consumer           string
+	Attempt            int
+	ClaimedAt, Expires time.Time
+}
+
+// OwnedPark is a delivery an ordered claim found behind its key's head.
+type OwnedPark struct {
+	MessageID uint64
+	OrderKey  string
+}
+
+// OwnedFlush is one unit's share of a flush.
+type OwnedFlush struct {
+	Unit   OwnedUnit
+	Acks   []OwnedAck
+	Nacks  []OwnedNack
+	Leases []OwnedLease
+	Park   []OwnedPark
+}
+
+// OwnedResult is a unit's outcome: Stale when its epoch was not current
+// (nothing of it was written); else, per item in order, whether its
+// delivery was there to act on (false: gone — its subscription deleted,
+// purged, or moved).
+type OwnedResult struct {
+	Stale  bool
+	Acks   []bool
+	Nacks  []bool
+	Leases []bool
+}
+
+// errFlushRecount: an ack's delete found fewer rows than it named; the
+// flush runs again reading which are there.
+var errFlushRecount = errors.New("flush: a delivery is gone; recount")
+
+// FlushOwned writes several units' outcomes in one transaction (see
+// OwnedFlush). When the transaction fails, err says why and nothing was
+// written; results are then nil.
+func (s *Store) FlushOwned(ctx context.Context, batch []OwnedFlush, now time.Time) ([]OwnedResult, error) {
+	var out []OwnedResult
+	var died []OwnedUnit
+	careful := false
+	for {
+		err := s.inTx(ctx, txAttempts, s.retryHook("flush"), func(tx *sql.Tx) error {
+			var err error
+			died = died[:0]
+			out, err = s.flushIn(ctx, tx, batch, now, careful, func(u OwnedUnit) { died = append(died, u) })
+			return err
+		})
+		if errors.Is(err, errFlushRecount) && !careful {
+			careful = true
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		break
+	}
+	for _, u := range died {
+		s.counted(u.Topic, u.Subscription, EventDeadLettered, 1)
+	}
+	return out, nil
+}
+
+func (s *Store) flushIn(ctx context.Context, tx *sql.Tx, batch []OwnedFlush, now time.Time, careful bool, onDeath func(OwnedUnit)) ([]OwnedResult, error) {
+	units := make([]OwnedUnit, len(batch))
+	for i, f := range batch {
+		units[i] = f.Unit
+	}
+	stale, err := ownerFence(ctx, tx, units)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]OwnedResult, len(batch))
+	var events []Event
+	var consumed, dead []uint64
+	var unpark []delivery
+	for i, f := range batch {
+		u := f.Unit
+		if stale[u] {
+			out[i].Stale = true
+			continue
+		}
+		// Parking first: an ack below that finishes the head un-parks
+		// what this parks.
+		if err := parkBehind(ctx, tx, u, f.Park); err != nil {
+			return nil, err
+		}
+		r := &out[i]
+		r.Acks = make([]bool, len(f.Acks))
+		if len(f.Acks) > 0 {
+			ids := make([]uint64, len(f.Acks))
+			for j, a := range f.Acks {
+				ids[j] = a.MessageID
+			}
+			there := map[uint64]bool{}
+			if careful {
+				if there, err = lockLive(ctx, tx, u.Subscription, ids); err != nil {
+					return nil, err
+				}
+				var keep []uint64
+				for _, id := range ids {
+					if there[id] {
+						keep = append(keep, id)
+					}
+				}
+				ids = keep
+			}
+			if len(ids) > 0 {
+				n, err := deleteOwned(ctx, tx, u.Subscription, ids)
+				if err != nil {
+					return nil, err
+				}
+				if int(n) != len(ids) {
+					return nil, errFlushRecount
+				}
+			}
+			for j, a := range f.Acks {
+				if careful && !there[a.MessageID] {
+					continue
+				}
+				r.Acks[j] = true
+				d := delivery{messageID: a.MessageID, vshard: a.VShard, subscription: u.Subscription, topic: u.Topic, orderKey: a.OrderKey}
+				ev := s.event(now, d, EventAcked, a.Consumer, a.Attempt, "", "")
+				ev.ClaimedAt, ev.RequestID = a.ClaimedAt, a.RequestID
+				events = append(events, ev)
+				consumed = append(consumed, a.MessageID)
+				if a.Ordered && a.OrderKey != "" {
+					unpark = append(unpark, d)
+				}
+			}
+		}
+		r.Nacks = make([]bool, len(f.Nacks))
+		for j, n := range f.Nacks {
+			d := delivery{messageID: n.MessageID, vshard: n.VShard, subscription: u.Subscription, topic: u.Topic, orderKey: n.OrderKey}
+			var ok bool
+			if n.Dead {
+				ok, err = killOwned(ctx, tx, u.Subscription, n.MessageID, n.Attempt, now, n.ErrorCode, n.Error)
+			} else {
+				ok, err = retryOwned(ctx, tx, u.Subscription, n.MessageID, n.Attempt, n.RetryAt, n.ErrorCode, n.Error)
+			}
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				continue
+			}
+			r.Nacks[j] = true
+			nacked := s.event(now, d, EventNacked, n.Consumer, n.Attempt, n.ErrorCode, n.Error)
+			nacked.ClaimedAt, nacked.RequestID = n.ClaimedAt, n.RequestID
+			events = append(events, nacked)
+			if n.Dead {
+				ev := s.event(now, d, EventDeadLettered, n.Consumer, n.Attempt, n.ErrorCode, n.Error)
+				ev.RequestID = n.RequestID
+				events = append(events, ev)
+				dead = append(dead, n.MessageID)
+				onDeath(u)
+				if n.Ordered && n.OrderKey != "" {
+					unpark = append(unpark, d)
+				}
+				continue
+			}
+			ev := s.event(now, d, EventRetryScheduled, n.Consumer, n.Attempt, n.ErrorCode, "")
+			ev.RequestID = n.RequestID
+			events = append(events, ev)
+		}
+		r.Leases = make([]bool, len(f.Leases))
+		for j, l := range f.Leases {
+			if r.Leases[j], err = materializeOwned(ctx, tx, u.Subscription, l); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := s.unparkNext(ctx, tx, unpark, now); err != nil {
+		return nil, err
+	}
+	if err := insertEvents(ctx, tx, events); err != nil {
+		return nil, err
+	}
+	if len(dead) > 0 {
+		if err := markDead(ctx, tx, dead, now); err != nil {
+			return nil, err
+		}
+	}
+	if len(consumed) > 0 {
+		if err := markConsumed(ctx, tx, consumed, now); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// parkBehind parks those of ps that are still not the head of their order
+// key. The heads are read with a shared lock: an ack of a head running
+// at the same time either finishes first (its successor is then the head
+// and is not parked) or waits for this transaction and un-parks it.
+func parkBehind(ctx context.Context, tx *sql.Tx, u OwnedUnit, ps []OwnedPark) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	seen := map[string]bool{}
+	var keys []string
+	for _, p := range ps {
+		if !seen[p.OrderKey] {
+			seen[p.OrderKey] = true
+			keys = append(keys, p.OrderKey)
+		}
+	}
+	heads, err := lockOrderHeads(ctx, tx, u.Topic, u.Subscription, keys)
+	if err != nil {
+		return err
+	}
+	var park []uint64
+	for _, p := range ps {
+		if h, ok := heads[p.OrderKey]; ok && h != p.MessageID {
+			park = append(park, p.MessageID)
+		}
+	}
+	if len(park) == 0 {
+		return nil
+	}
+	return parkDeliveries(ctx, tx, u.Subscription, park)
+}
+
+// ClaimDurable leases the deliveries ids of req's subscription that are
+// still claimable, as a claim always did: in one transaction, the attempt
+// counted and the lease (req.Token) written before the consumer sees it,
+// a lapsed lease traced lease_expired or dead at MaxAttempts. The owner
+// uses it for every delivery that is not on its first attempt, so that a
+// message that keeps failing dies after MaxAttempts whatever happens to
+// owners. unit's epoch fences it (ErrStaleOwner).
+func (s *Store) ClaimDurable(ctx context.Context, unit OwnedUnit, req ClaimRequest, ids []uint64) ([]Claimed, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	out, err := s.claimWith(ctx, []ClaimRequest{req}, func(tx *sql.Tx) ([]delivery, error) {
+		stale, err := ownerFence(ctx, tx, []OwnedUnit{unit})
+		if err != nil {
+			return nil, err
+		}
+		if stale[unit] {
+			return nil, ErrStaleOwner
+		}
+		return lockClaimable(ctx, tx, req.Topic, req.Subscription, ids, req.Now)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("durable claim: %w", err)
+	}
+	return out[0], nil
+}
+
+// Messages reads messages by id with their bodies (an owner's claim reads
+// the bodies of what it hands out).
+func (s *Store) Messages(ctx context.Context, ids []uint64) (map[uint64]*Message, error) {
+	out, err := selectMessages(ctx, s.db, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read message bodies: %w", translate(err))
+	}
+	return out, nil
+}
