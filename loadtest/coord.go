@@ -31,7 +31,7 @@ import (
 // for all), keeps the only Verifier, and merges the workers' phase reports
 // and HDR histograms into one report with one lost/duplicated proof.
 // Workers (RunWorker) stream every answer that matters to the books as
-// fixed 24-byte records over HTTP; a worker consumes whatever the
+// fixed 32-byte records over HTTP; a worker consumes whatever the
 // subscriptions give it, including other workers' keys, and decides what
 // to do with a delivery from the key alone (ConsumerPolicy), so no books
 // are needed where the traffic is made. The coordinator tells the workers
@@ -93,9 +93,9 @@ type WorkerResult struct {
 	LatencySeconds map[string][][][2]uint32 `json:"latency_seconds,omitempty"`
 }
 
-// Records of the stream, 24 bytes each: kind, status, pair (or topic),
-// attempt, key id, message id.
-const recLen = 24
+// Records of the stream, 32 bytes each: kind, status, pair (or topic),
+// attempt, key id, message id, time received (deliveries).
+const recLen = 32
 
 const (
 	recSent = iota + 1
@@ -129,6 +129,7 @@ type record struct {
 	attempt      uint32
 	k            keyID
 	id           uint64
+	at           int64 // deliveries: when received (unix ns)
 }
 
 func (r record) append(b []byte) []byte {
@@ -136,12 +137,13 @@ func (r record) append(b []byte) []byte {
 	b = binary.LittleEndian.AppendUint16(b, r.pair)
 	b = binary.LittleEndian.AppendUint32(b, r.attempt)
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.k))
-	return binary.LittleEndian.AppendUint64(b, r.id)
+	b = binary.LittleEndian.AppendUint64(b, r.id)
+	return binary.LittleEndian.AppendUint64(b, uint64(r.at))
 }
 
 func parseRecord(b []byte) record {
 	return record{kind: b[0], status: b[1], pair: binary.LittleEndian.Uint16(b[2:]), attempt: binary.LittleEndian.Uint32(b[4:]),
-		k: keyID(binary.LittleEndian.Uint64(b[8:])), id: binary.LittleEndian.Uint64(b[16:])}
+		k: keyID(binary.LittleEndian.Uint64(b[8:])), id: binary.LittleEndian.Uint64(b[16:]), at: int64(binary.LittleEndian.Uint64(b[24:]))}
 }
 
 // consumed reports whether the record is a consumer's (a delivery, an
@@ -191,8 +193,8 @@ func (b *remoteBooks) Conflict()         { b.add(record{kind: recConflict}) }
 func (b *remoteBooks) Corrupt()          { b.add(record{kind: recCorrupt}) }
 func (b *remoteBooks) Unexpected()       { b.add(record{kind: recUnexpected}) }
 
-func (b *remoteBooks) Received(pair int, k keyID, id uint64, attempt int) Action {
-	b.add(record{kind: recReceived, pair: uint16(pair), attempt: uint32(max(attempt, 0)), k: k, id: id})
+func (b *remoteBooks) Received(pair int, k keyID, id uint64, attempt int, at time.Time) Action {
+	b.add(record{kind: recReceived, pair: uint16(pair), attempt: uint32(max(attempt, 0)), k: k, id: id, at: at.UnixNano()})
 	return b.policy.action(k, attempt)
 }
 
@@ -285,7 +287,7 @@ func (c *coordinator) applyOne(r record) {
 	case recConflict:
 		v.Conflict()
 	case recReceived:
-		v.Received(int(r.pair), r.k, r.id, int(r.attempt))
+		v.Received(int(r.pair), r.k, r.id, int(r.attempt), time.Unix(0, r.at))
 	case recCorrupt:
 		v.Corrupt()
 	case recUnexpected:

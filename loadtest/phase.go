@@ -41,7 +41,7 @@ type books interface {
 	StoredByDuplicate(k keyID, id uint64)
 	DuplicateOfFresh()
 	Conflict()
-	Received(pair int, k keyID, id uint64, attempt int) Action
+	Received(pair int, k keyID, id uint64, attempt int, at time.Time) Action
 	Corrupt()
 	Unexpected()
 	Acked(pair int, k keyID, status string)
@@ -544,7 +544,7 @@ func (p *phase) settle(ctx context.Context, pair int, ds []Delivery, claimed tim
 			p.e2eLat.Record(claimed.Sub(d.ProducedAt), p.inWindow(claimed))
 			p.timeline.latency(latE2E, claimed, claimed.Sub(d.ProducedAt))
 		}
-		switch wl.v.Received(pair, k, d.ID, d.Attempt) {
+		switch wl.v.Received(pair, k, d.ID, d.Attempt, claimed) {
 		case ActAck:
 			acks, ackKeys, ackVS = append(acks, d.Receipt), append(ackKeys, k), append(ackVS, d.VShard)
 		case ActNack:

@@ -156,14 +156,14 @@ func cpuTable(ps []PhaseReport) table {
 
 func verificationTable(vs []Verification) table {
 	t := table{head: []string{"workload", "mode", "acknowledged", "expected deliveries", "consumed", "dead (asked)", "ack unknown", "lost", "pending",
-		"duplicated", "redelivered after nack", "after lease expiry", "unexpected", "corrupt"}}
+		"duplicated", "redelivered after nack", "after lease expiry", "same attempt after its lease", "unexpected", "corrupt"}}
 	for range t.head {
 		t.right = append(t.right, len(t.right) >= 2)
 	}
 	for _, v := range vs {
 		t.rows = append(t.rows, []string{v.Workload, v.Mode, fmt.Sprint(v.Acknowledged), fmt.Sprint(v.Expected), fmt.Sprint(v.Consumed),
 			fmt.Sprint(v.Dead), fmt.Sprint(v.AckUnknown), fmt.Sprintf("**%d**", v.Lost), fmt.Sprint(v.Pending), fmt.Sprintf("**%d**", v.Duplicated),
-			fmt.Sprint(v.RedeliveredAfterNack), fmt.Sprint(v.RedeliveredAfterExpiry), fmt.Sprint(v.Unexpected), fmt.Sprint(v.Corrupt)})
+			fmt.Sprint(v.RedeliveredAfterNack), fmt.Sprint(v.RedeliveredAfterExpiry), fmt.Sprint(v.RedeliveredUncounted), fmt.Sprint(v.Unexpected), fmt.Sprint(v.Corrupt)})
 	}
 	return t
 }

@@ -152,7 +152,9 @@ func (r *runner) workload(ctx context.Context, name string, t Target) (*workload
 			}
 		}
 	}
-	wl.v = NewVerifier(len(wl.subs), ConsumerPolicy{NackShare: c.NackShare, RetryShare: c.RetryShare, DropShare: c.DropShare})
+	v := NewVerifier(len(wl.subs), ConsumerPolicy{NackShare: c.NackShare, RetryShare: c.RetryShare, DropShare: c.DropShare})
+	v.Visibility = c.Visibility
+	wl.v = v
 	if r.direct != nil {
 		d := r.direct
 		wl.lookup = func(ctx context.Context, topic int, k keyID) (uint64, bool, error) {

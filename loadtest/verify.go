@@ -19,6 +19,12 @@ type Verifier struct {
 	subs   int // subscriptions per topic
 	policy ConsumerPolicy
 	shards [64]verifierShard
+	// Visibility is the consumers' lease. A delivery of an attempt
+	// already delivered is two leases at once (a duplicate) only while
+	// the first lease could still run; after it, it is a redelivery whose
+	// attempt an owner's crash did not count (docs/consume.md, "Owners").
+	// Zero: every repeat of an attempt is a duplicate.
+	Visibility time.Duration
 
 	outstanding atomic.Int64 // expected deliveries not yet settled
 	c           verifyCounters
@@ -73,6 +79,7 @@ type delState struct {
 	ackOK      bool   // an ack was confirmed
 	ackUnknown bool   // an ack's outcome is unknown (target unavailable)
 	nacked     bool   // the last delivery was nacked for a retry
+	leaseEnd   int64  // when the last delivery's lease ran out (unix ns)
 	dead       bool
 	settled    bool
 }
@@ -80,6 +87,7 @@ type delState struct {
 type verifyCounters struct {
 	sent, created, storedDup, createdTwice                                    atomic.Int64
 	received, redeliveredNack, redeliveredExpiry, duplicated, dedupViolations atomic.Int64
+	redeliveredUncounted                                                      atomic.Int64
 	unexpected, corrupt, acked, ackLeaseLost, ackNotFound, ackUnknown, nacked atomic.Int64
 	dead, deadUnexpected, dupAnswerFresh, conflicts                           atomic.Int64
 }
@@ -162,9 +170,10 @@ const (
 )
 
 // Received records a delivery of k on pair with message id and attempt,
-// classifies it (first delivery, redelivery after a nack or an expired
-// lease, or a true duplicate) and returns what the consumer should do.
-func (v *Verifier) Received(pair int, k keyID, id uint64, attempt int) Action {
+// received at at, classifies it (first delivery, redelivery after a nack
+// or an expired lease, or a true duplicate) and returns what the consumer
+// should do.
+func (v *Verifier) Received(pair int, k keyID, id uint64, attempt int, at time.Time) Action {
 	s := v.shard(k)
 	dk := newDelKey(pair, k)
 	s.mu.Lock()
@@ -188,6 +197,11 @@ func (v *Verifier) Received(pair int, k keyID, id uint64, attempt int) Action {
 	case d.ackOK:
 		// Delivered again after an ack the target confirmed.
 		v.c.duplicated.Add(1)
+	case d.attempts&bit != 0 && v.Visibility > 0 && at.UnixNano() >= d.leaseEnd:
+		// The same attempt again, after the lease of the first ran out:
+		// its owner crashed before the attempt was counted. Not two
+		// leases at once.
+		v.c.redeliveredUncounted.Add(1)
 	case d.attempts&bit != 0:
 		// The same attempt twice: two leases at once.
 		v.c.duplicated.Add(1)
@@ -198,6 +212,7 @@ func (v *Verifier) Received(pair int, k keyID, id uint64, attempt int) Action {
 	}
 	d.received++
 	d.attempts |= bit
+	d.leaseEnd = at.Add(v.Visibility).UnixNano()
 	if d.id == 0 {
 		d.id = id
 	}
@@ -345,6 +360,11 @@ type Verification struct {
 	DedupViolations        int64 `json:"dedup_violations"`
 	RedeliveredAfterNack   int64 `json:"redelivered_after_nack"`
 	RedeliveredAfterExpiry int64 `json:"redelivered_after_lease_expiry"`
+	// RedeliveredUncounted: delivered again with an attempt number already
+	// delivered, after that delivery's lease ran out — an owner crash lost
+	// the attempt's count (docs/consume.md, "What a crash costs"). Not a
+	// duplicate: the two leases did not overlap.
+	RedeliveredUncounted int64 `json:"redelivered_same_attempt_after_lease_end"`
 	// Unexpected deliveries: keys this run never sent. DeliveredUnconfirmed:
 	// keys whose produce never got a definite answer but were delivered
 	// (stored after all: not an error). DeadUnexpected: dead letters the
@@ -381,7 +401,8 @@ func (v *Verifier) Finish(ctx context.Context, consumed bool, sample int, lookup
 		Sent: v.c.sent.Load(), Created: v.c.created.Load(), StoredByDuplicate: v.c.storedDup.Load(),
 		Duplicated: v.c.duplicated.Load() + v.c.createdTwice.Load(), DedupViolations: v.c.dedupViolations.Load() + v.c.createdTwice.Load(),
 		RedeliveredAfterNack: v.c.redeliveredNack.Load(), RedeliveredAfterExpiry: v.c.redeliveredExpiry.Load(),
-		Unexpected: v.c.unexpected.Load(), Corrupt: v.c.corrupt.Load(), DeadUnexpected: v.c.deadUnexpected.Load(),
+		RedeliveredUncounted: v.c.redeliveredUncounted.Load(),
+		Unexpected:           v.c.unexpected.Load(), Corrupt: v.c.corrupt.Load(), DeadUnexpected: v.c.deadUnexpected.Load(),
 		DuplicateOfFresh: v.c.dupAnswerFresh.Load(), Conflicts: v.c.conflicts.Load(),
 		AckLeaseLost: v.c.ackLeaseLost.Load(), AckNotFound: v.c.ackNotFound.Load(),
 	}

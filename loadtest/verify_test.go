@@ -3,6 +3,7 @@ package loadtest
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 func keyName(k keyID) string { return newKeyspace("t", Dist{Kind: "fixed", A: 10}, KeyDist{}).key(k) }
@@ -33,7 +34,7 @@ func TestVerifierCleanRun(t *testing.T) {
 	for i := range 10 {
 		k := newKeyID(0, uint64(i))
 		for pair := range 2 {
-			if act := v.Received(pair, k, uint64(100+i), 1); act != ActAck {
+			if act := v.Received(pair, k, uint64(100+i), 1, time.Now()); act != ActAck {
 				t.Fatalf("action %d, want ack", act)
 			}
 			v.Acked(pair, k, "ok")
@@ -54,7 +55,7 @@ func TestVerifierDeliveryBeforeAnswer(t *testing.T) {
 	v := NewVerifier(1, ConsumerPolicy{})
 	k := newKeyID(3, 7)
 	v.Sent(k, 0)
-	v.Received(0, k, 55, 1)
+	v.Received(0, k, 55, 1, time.Now())
 	v.Acked(0, k, "ok")
 	v.Created(k, 55)
 	if got := v.Outstanding(); got != 0 {
@@ -73,7 +74,7 @@ func TestVerifierLost(t *testing.T) {
 		v.Sent(k, 0)
 		v.Created(k, uint64(k)+1000)
 	}
-	v.Received(0, a, uint64(a)+1000, 1)
+	v.Received(0, a, uint64(a)+1000, 1, time.Now())
 	v.Acked(0, a, "ok")
 
 	// Nothing to look keys up with: b and c count as lost.
@@ -97,12 +98,12 @@ func TestVerifierRedeliveries(t *testing.T) {
 
 	// First delivery: the ack's lease was lost (it expired), so the next
 	// delivery is a redelivery after lease expiry, not a duplicate.
-	v.Received(0, k, 9, 1)
+	v.Received(0, k, 9, 1, time.Now())
 	v.Acked(0, k, "lease_lost")
-	v.Received(0, k, 9, 2)
+	v.Received(0, k, 9, 2, time.Now())
 	// A nack schedules a retry; the next delivery is after a nack.
 	v.Nacked(0, k, "retry_scheduled")
-	v.Received(0, k, 9, 3)
+	v.Received(0, k, 9, 3, time.Now())
 	v.Acked(0, k, "ok")
 
 	r := finish(v, nil)
@@ -120,16 +121,16 @@ func TestVerifierTrueDuplicates(t *testing.T) {
 		v.Created(k, uint64(k))
 	}
 	// Delivered again after a confirmed ack.
-	v.Received(0, acked, uint64(acked), 1)
+	v.Received(0, acked, uint64(acked), 1, time.Now())
 	v.Acked(0, acked, "ok")
-	v.Received(0, acked, uint64(acked), 2)
+	v.Received(0, acked, uint64(acked), 2, time.Now())
 	// The same attempt delivered twice: two leases at once.
-	v.Received(0, twice, uint64(twice), 1)
-	v.Received(0, twice, uint64(twice), 1)
+	v.Received(0, twice, uint64(twice), 1, time.Now())
+	v.Received(0, twice, uint64(twice), 1, time.Now())
 	v.Acked(0, twice, "ok")
 	// Two message ids for one key: dedup failed.
-	v.Received(0, otherID, uint64(otherID), 1)
-	v.Received(0, otherID, 12345, 1)
+	v.Received(0, otherID, uint64(otherID), 1, time.Now())
+	v.Received(0, otherID, 12345, 1, time.Now())
 	v.Acked(0, otherID, "ok")
 
 	r := finish(v, nil)
@@ -162,7 +163,7 @@ func TestVerifierStoredByDuplicate(t *testing.T) {
 	if v.Outstanding() != 1 {
 		t.Fatalf("outstanding %d, want 1", v.Outstanding())
 	}
-	v.Received(0, never, 6, 1) // delivered although never confirmed
+	v.Received(0, never, 6, 1, time.Now()) // delivered although never confirmed
 	v.Acked(0, never, "ok")
 	r := finish(v, nil)
 	if r.Lost != 1 || r.StoredByDuplicate != 1 || r.Acknowledged != 1 || r.DeliveredUnconfirmed != 1 || r.Unexpected != 0 {
@@ -173,7 +174,7 @@ func TestVerifierStoredByDuplicate(t *testing.T) {
 func TestVerifierUnexpected(t *testing.T) {
 	t.Parallel()
 	v := NewVerifier(1, ConsumerPolicy{})
-	v.Received(0, newKeyID(9, 9), 1, 1) // never sent
+	v.Received(0, newKeyID(9, 9), 1, 1, time.Now()) // never sent
 	if r := finish(v, nil); r.Unexpected != 1 {
 		t.Fatalf("got %+v", r)
 	}
@@ -187,8 +188,8 @@ func TestVerifierConsumerPolicy(t *testing.T) {
 		k := newKeyID(0, uint64(i))
 		v.Sent(k, 0)
 		v.Created(k, uint64(i)+1)
-		first := v.Received(0, k, uint64(i)+1, 1)
-		second := v.Received(0, k, uint64(i)+1, 2)
+		first := v.Received(0, k, uint64(i)+1, 1, time.Now())
+		second := v.Received(0, k, uint64(i)+1, 2, time.Now())
 		switch {
 		case first == ActNack && second == ActNack:
 			poison++
@@ -239,5 +240,24 @@ func TestVerifierStoredMode(t *testing.T) {
 	r := v.Finish(context.Background(), false, 1000, lookup, keyName)
 	if r.Mode != "stored" || r.Checked != 100 || r.Lost != 1 || r.LostKeys[0] != keyName(newKeyID(0, 42)) || r.DedupViolations != 1 {
 		t.Fatalf("got %+v", r)
+	}
+}
+
+// The same attempt delivered again is two leases at once while the first
+// could still run, and a redelivery whose attempt went uncounted (an
+// owner's crash) after it.
+func TestSameAttemptAfterItsLeaseIsNoDuplicate(t *testing.T) {
+	v := NewVerifier(1, ConsumerPolicy{})
+	v.Visibility = 10 * time.Second
+	k := keyID(7)
+	v.Sent(k, 0)
+	v.Created(k, 70)
+	t0 := time.Now()
+	v.Received(0, k, 70, 1, t0)
+	v.Received(0, k, 70, 1, t0.Add(5*time.Second)) // its lease still runs
+	v.Received(0, k, 70, 1, t0.Add(16*time.Second))
+	r := v.Finish(context.Background(), true, 0, nil, func(keyID) string { return "k" })
+	if r.Duplicated != 1 || r.RedeliveredUncounted != 1 {
+		t.Fatalf("duplicated %d, redelivered uncounted %d; want 1 and 1", r.Duplicated, r.RedeliveredUncounted)
 	}
 }
