@@ -72,7 +72,7 @@ type Config struct {
 	Margin time.Duration
 	// MaxInFlight caps the leases this router holds in memory, over all
 	// units; past it a claim hands out fewer (first attempts) and says so
-	// in a metric. Defaults to 1,000,000 (about 300 MiB; docs/consume.md).
+	// in a metric. Defaults to 1,000,000 (about 230 MiB; docs/consume.md).
 	MaxInFlight int
 	// ExpireEvery is how often expired leases are looked for. Defaults to
 	// 100ms.

@@ -66,7 +66,7 @@ func main() {
 	flag.Float64Var(&cfg.Retention.FreeRatio, "rebuild-free-ratio", 0, "share of a partition's space that, free, makes the upkeep rebuild it (default 0.4)")
 	flag.BoolVar(&cfg.Retention.Disabled, "retention-off", false, "run no retention job (partition upkeep included) on this router")
 	flag.StringVar(&cfg.Broker.Owners.Addr, "advertise", "", "address (host:port) other routers reach this one at, to forward consume operations on the units it owns (default the -listen address when it names a host; docs/consume.md)")
-	flag.IntVar(&cfg.Broker.Owners.MaxInFlight, "max-leases", 0, "leases this router holds in memory over all its units; past it claims hand out fewer first attempts (default 1000000, about 300 MiB)")
+	flag.IntVar(&cfg.Broker.Owners.MaxInFlight, "max-leases", 0, "leases this router holds in memory over all its units; past it claims hand out fewer first attempts (default 1000000, about 230 MiB)")
 	flag.DurationVar(&cfg.Broker.Owners.LeaseTTL, "owner-lease-ttl", 0, "how long this router's ownership of its units lasts without a renewal; another router takes them after (default 10s)")
 	flag.StringVar(&cfg.PeerCA, "peer-ca", "", "CA file (PEM) to verify other routers' certificates when forwarding over TLS (default the system's roots)")
 	co := addConsulFlags(flag.CommandLine)
