@@ -186,6 +186,9 @@ type clusterState struct {
 	// the next horizon covers one that long handed out until the renewal
 	// after it.
 	asked atomic.Int64
+	// latency is how long renewals took lately (the horizon is measured
+	// from before a renewal is sent, so a slow one covers less).
+	latency time.Duration
 }
 
 // SetClusters follows the topology: a cluster that left or whose call
@@ -255,7 +258,7 @@ func (cl *clusterState) coverHorizon(ctx context.Context, now time.Time, d time.
 			break
 		}
 	}
-	for range 2 {
+	for range 3 {
 		cl.mu.Lock()
 		covered := cl.renewedAt.Add(cl.horizonLen - cl.m.cfg.Margin)
 		cl.mu.Unlock()
@@ -322,7 +325,10 @@ func (cl *clusterState) renewNow(ctx context.Context) error {
 func (cl *clusterState) renew(ctx context.Context) error {
 	m := cl.m
 	before := m.now()
-	hlen := max(cl.outstanding(before), time.Duration(cl.asked.Swap(0))) + m.cfg.RenewEvery + 2*m.cfg.Margin
+	cl.mu.Lock()
+	slack := 2 * cl.latency
+	cl.mu.Unlock()
+	hlen := max(cl.outstanding(before), time.Duration(cl.asked.Swap(0))) + m.cfg.RenewEvery + 2*m.cfg.Margin + slack
 	var held []store.OwnedUnit
 	err := cl.conn.Do(ctx, OpOwners, func(ctx context.Context, s Store) (err error) {
 		held, _, err = s.RenewOwners(ctx, m.cfg.Router, m.cfg.LeaseTTL, hlen)
@@ -338,6 +344,7 @@ func (cl *clusterState) renew(ctx context.Context) error {
 	cl.mu.Lock()
 	cl.renewedAt, cl.horizonLen = before, hlen
 	cl.validUntil = before.Add(m.cfg.LeaseTTL - m.cfg.Margin)
+	cl.latency = max(m.now().Sub(before), cl.latency/2)
 	var gone []*Owner
 	for _, o := range cl.owners {
 		if !holds[o.storeUnit()] {
@@ -690,7 +697,7 @@ func (m *Manager) upkeep() {
 	var wg sync.WaitGroup
 	for _, cl := range cls {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RenewEvery*3)
+			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.LeaseTTL/2)
 			defer cancel()
 			if err := cl.upkeep(ctx); err != nil {
 				m.log.Warn("delivery owner upkeep failed; leases stop being handed out when they run out", "cluster", cl.name, "err", err)

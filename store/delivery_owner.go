@@ -11,16 +11,20 @@ import (
 // delivery_owner is each cluster's record of who holds the delivery state
 // of each of its subscriptions (docs/consume.md, "Owners"): one row per
 // (topic, subscription) naming the owning router instance, the address
-// its router answers forwarded calls on, an epoch that grows with every
-// change of owner, the owner's lease, and its horizon — no lease the
-// owner of this epoch handed out lasts past it. Times are the server's
-// (NOW(6)), so routers with different clocks agree on who holds what.
+// its router answers forwarded calls on, and an epoch that grows with
+// every change of owner. The owner's lease on the unit and its horizon —
+// no lease the owner of this epoch handed out lasts past it — are in
+// delivery_lease, renewed every second. Times are the server's (NOW(6)),
+// so routers with different clocks agree on who holds what.
 //
 // The epoch is the fence: every write an owner makes from its in-memory
 // state (acks, nacks, expiries, parking) runs in a transaction that first
-// reads its units' rows with a shared lock and checks the epoch, so a
-// router that lost a unit can no longer write for it, and a takeover (an
-// exclusive lock on the row) waits for the flushes under way.
+// reads its units' delivery_owner rows with a shared lock and checks the
+// epoch, so a router that lost a unit can no longer write for it, and a
+// takeover (an exclusive lock on the row) waits for the flushes under way.
+// The lease lives in a table of its own so that the renewals, which
+// rewrite it every second, never wait for those flushes (nor they for a
+// renewal).
 const createDeliveryOwner = `CREATE TABLE IF NOT EXISTS delivery_owner (
   topic VARBINARY(128) NOT NULL,
   subscription VARBINARY(128) NOT NULL,
@@ -33,6 +37,23 @@ const createDeliveryOwner = `CREATE TABLE IF NOT EXISTS delivery_owner (
   PRIMARY KEY (topic, subscription),
   KEY idx_owner (owner)
 ) ENGINE=InnoDB`
+
+// createDeliveryLease and the column drop move the owner's lease out of
+// delivery_owner (migration 15).
+const (
+	createDeliveryLease = `CREATE TABLE IF NOT EXISTS delivery_lease (
+  topic VARBINARY(128) NOT NULL,
+  subscription VARBINARY(128) NOT NULL,
+  owner VARBINARY(64) NOT NULL,
+  lease_until DATETIME(6) NOT NULL,
+  horizon DATETIME(6) NOT NULL,
+  PRIMARY KEY (topic, subscription),
+  KEY idx_owner (owner)
+) ENGINE=InnoDB`
+	copyOwnerLeases = `INSERT IGNORE INTO delivery_lease (topic, subscription, owner, lease_until, horizon)
+SELECT topic, subscription, owner, lease_until, horizon FROM delivery_owner`
+	dropOwnerLeaseColumns = `ALTER TABLE delivery_owner DROP COLUMN lease_until, DROP COLUMN horizon`
+)
 
 // router_member is each cluster's list of live routers: each writes its
 // row every beat with the server's time. The owners of a cluster's units
@@ -85,17 +106,22 @@ func (s *Store) AcquireOwner(ctx context.Context, topic, sub, owner, addr string
 	err := s.inTx(ctx, txAttempts, s.retryHook("acquire_owner"), func(tx *sql.Tx) error {
 		var cur OwnerRecord
 		var now time.Time
-		err := tx.QueryRowContext(ctx, `SELECT owner, addr, epoch, lease_until, horizon, lease_until > NOW(6), NOW(6)
-FROM delivery_owner WHERE topic = ? AND subscription = ? FOR UPDATE`, topic, sub).
+		err := tx.QueryRowContext(ctx, `SELECT o.owner, o.addr, o.epoch, l.lease_until, l.horizon, l.lease_until > NOW(6), NOW(6)
+FROM delivery_owner o JOIN delivery_lease l ON l.topic = o.topic AND l.subscription = o.subscription
+WHERE o.topic = ? AND o.subscription = ? FOR UPDATE`, topic, sub).
 			Scan(&cur.Owner, &cur.Addr, &cur.Epoch, &cur.LeaseUntil, &cur.Horizon, &cur.Live, &now)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			if err := tx.QueryRowContext(ctx, "SELECT NOW(6)").Scan(&now); err != nil {
 				return fmt.Errorf("read server time: %w", err)
 			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO delivery_owner (topic, subscription, owner, addr, epoch, lease_until, horizon, updated_at)
-VALUES (?, ?, ?, ?, 1, ? + INTERVAL ? MICROSECOND, ?, ?)`, topic, sub, owner, addr, now, micros(ttl), now, now); err != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO delivery_owner (topic, subscription, owner, addr, epoch, updated_at)
+VALUES (?, ?, ?, ?, 1, ?)`, topic, sub, owner, addr, now); err != nil {
 				return fmt.Errorf("insert delivery_owner: %w", err)
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO delivery_lease (topic, subscription, owner, lease_until, horizon)
+VALUES (?, ?, ?, ? + INTERVAL ? MICROSECOND, ?)`, topic, sub, owner, now, micros(ttl), now); err != nil {
+				return fmt.Errorf("insert delivery_lease: %w", err)
 			}
 			g = OwnerGrant{Epoch: 1, WaitUntil: now, ServerNow: now, LeaseUntil: now.Add(ttl)}
 			return nil
@@ -107,9 +133,13 @@ VALUES (?, ?, ?, ?, 1, ? + INTERVAL ? MICROSECOND, ?, ?)`, topic, sub, owner, ad
 			rec = cur
 			return ErrOwned
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE delivery_owner SET owner = ?, addr = ?, epoch = epoch + 1, lease_until = ? + INTERVAL ? MICROSECOND, updated_at = ?
-WHERE topic = ? AND subscription = ?`, owner, addr, now, micros(ttl), now, topic, sub); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE delivery_owner SET owner = ?, addr = ?, epoch = epoch + 1, updated_at = ?
+WHERE topic = ? AND subscription = ?`, owner, addr, now, topic, sub); err != nil {
 			return fmt.Errorf("take delivery_owner: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE delivery_lease SET owner = ?, lease_until = ? + INTERVAL ? MICROSECOND
+WHERE topic = ? AND subscription = ?`, owner, now, micros(ttl), topic, sub); err != nil {
+			return fmt.Errorf("take delivery_lease: %w", err)
 		}
 		wait := cur.Horizon
 		if wait.Before(now) {
@@ -135,8 +165,9 @@ type OwnedUnit struct {
 
 // RenewOwners extends the lease of every unit owner holds on this cluster
 // to ttl from now and its horizon to at least horizon from now, in one
-// statement, and answers the units it still holds (with their epochs:
-// one taken over meanwhile is not among them) and the server's time.
+// statement on delivery_lease (which no flush locks), and answers the
+// units it still holds, with their epochs (one taken over meanwhile is
+// not among them), and the server's time.
 func (s *Store) RenewOwners(ctx context.Context, owner string, ttl, horizon time.Duration) ([]OwnedUnit, time.Time, error) {
 	var out []OwnedUnit
 	var now time.Time
@@ -145,10 +176,10 @@ func (s *Store) RenewOwners(ctx context.Context, owner string, ttl, horizon time
 		if err := tx.QueryRowContext(ctx, "SELECT NOW(6)").Scan(&now); err != nil {
 			return fmt.Errorf("read server time: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE delivery_owner SET lease_until = ? + INTERVAL ? MICROSECOND,
-  horizon = GREATEST(horizon, ? + INTERVAL ? MICROSECOND), updated_at = ?
-WHERE owner = ?`, now, micros(ttl), now, micros(horizon), now, owner); err != nil {
-			return fmt.Errorf("renew delivery_owner: %w", err)
+		if _, err := tx.ExecContext(ctx, `UPDATE delivery_lease SET lease_until = ? + INTERVAL ? MICROSECOND,
+  horizon = GREATEST(horizon, ? + INTERVAL ? MICROSECOND)
+WHERE owner = ?`, now, micros(ttl), now, micros(horizon), owner); err != nil {
+			return fmt.Errorf("renew delivery_lease: %w", err)
 		}
 		var err error
 		out, err = queryRows(ctx, tx, "read renewed delivery_owner", "SELECT topic, subscription, epoch FROM delivery_owner WHERE owner = ?",
@@ -170,12 +201,13 @@ WHERE owner = ?`, now, micros(ttl), now, micros(horizon), now, owner); err != ni
 // (durable: they fence themselves), so the next owner starts at once.
 // With leasesInTable false the horizon stays (a crash-like release).
 func (s *Store) ReleaseOwner(ctx context.Context, topic, sub, owner string, epoch uint64, leasesInTable bool) error {
-	q := `UPDATE delivery_owner SET lease_until = NOW(6), updated_at = NOW(6)`
+	q := `UPDATE delivery_lease l JOIN delivery_owner o ON o.topic = l.topic AND o.subscription = l.subscription
+SET l.lease_until = NOW(6)`
 	if leasesInTable {
-		q += `, horizon = NOW(6)`
+		q += `, l.horizon = NOW(6)`
 	}
-	q += ` WHERE topic = ? AND subscription = ? AND owner = ? AND epoch = ?`
-	if _, err := s.db.ExecContext(ctx, q, topic, sub, owner, epoch); err != nil {
+	q += ` WHERE l.topic = ? AND l.subscription = ? AND l.owner = ? AND o.owner = ? AND o.epoch = ?`
+	if _, err := s.db.ExecContext(ctx, q, topic, sub, owner, owner, epoch); err != nil {
 		return fmt.Errorf("release owner of %s/%s: %w", topic, sub, translate(err))
 	}
 	return nil
@@ -183,12 +215,14 @@ func (s *Store) ReleaseOwner(ctx context.Context, topic, sub, owner string, epoc
 
 // Owners reads every unit's record on this cluster.
 func (s *Store) Owners(ctx context.Context) ([]OwnerRecord, error) {
-	out, err := queryRows(ctx, s.db, "read delivery_owner", `SELECT topic, subscription, owner, addr, epoch, lease_until, horizon, lease_until > NOW(6)
-FROM delivery_owner`, nil, func(rows *sql.Rows) (OwnerRecord, error) {
-		var r OwnerRecord
-		err := rows.Scan(&r.Topic, &r.Subscription, &r.Owner, &r.Addr, &r.Epoch, &r.LeaseUntil, &r.Horizon, &r.Live)
-		return r, err
-	})
+	out, err := queryRows(ctx, s.db, "read delivery_owner", `SELECT o.topic, o.subscription, o.owner, o.addr, o.epoch, l.lease_until, l.horizon,
+  l.lease_until > NOW(6)
+FROM delivery_owner o JOIN delivery_lease l ON l.topic = o.topic AND l.subscription = o.subscription`, nil,
+		func(rows *sql.Rows) (OwnerRecord, error) {
+			var r OwnerRecord
+			err := rows.Scan(&r.Topic, &r.Subscription, &r.Owner, &r.Addr, &r.Epoch, &r.LeaseUntil, &r.Horizon, &r.Live)
+			return r, err
+		})
 	return out, translate(err)
 }
 

@@ -34,6 +34,7 @@ var migrations = []migration{
 	{12, "index of messages in cold files", func(time.Time) []string { return []string{createArchiveColdIndex} }},
 	{13, "retention job state", func(time.Time) []string { return []string{createRetentionState} }},
 	{14, "delivery owners and router members", func(time.Time) []string { return []string{createDeliveryOwner, createRouterMember} }},
+	{15, "delivery owners' leases apart", func(time.Time) []string { return []string{createDeliveryLease, copyOwnerLeases, dropOwnerLeaseColumns} }},
 }
 
 // SchemaVersion is the newest migration this build knows.
