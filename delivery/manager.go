@@ -438,6 +438,11 @@ func (m *Manager) Route(ctx context.Context, u Unit, take bool, epoch uint64) (o
 			return o, "", nil
 		}
 		if known && rec.Live && rec.Owner != m.cfg.Router && (epoch == 0 || rec.Epoch >= epoch) {
+			if rec.Addr == "" {
+				// Its leases are in a memory no other router reaches: the
+				// table does not know them, so "lease lost" would be false.
+				return nil, "", fmt.Errorf("%w: %s is owned by router %s, which cannot be reached", domain.ErrUnavailable, u, rec.Owner)
+			}
 			return nil, rec.Addr, nil
 		}
 		if attempt == 0 && m.cfg.Addr != "" && (!known || (epoch != 0 && rec.Epoch < epoch)) {

@@ -2,27 +2,19 @@ package loadtest
 
 import (
 	"context"
-	"net/http/httptest"
 	"regexp"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/shardmq/shardmq/server"
 )
 
 // secondRouter starts another router over e's topology: the same
 // clusters, the same databases.
 func (e *env) secondRouter(t *testing.T) string {
 	t.Helper()
-	r, err := server.New(context.Background(), server.Config{TopologyFile: e.path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(r.Handler())
-	t.Cleanup(func() { srv.Close(); r.Close() })
-	return srv.URL
+	return startRouter(t, e.path)
 }
 
 // loseOne answers the first fresh message of its first batch created

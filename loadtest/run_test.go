@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -52,14 +53,8 @@ func setupOn(t *testing.T, b *testbed.Bed) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := server.New(ctx, server.Config{TopologyFile: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(r.Handler())
+	url := startRouter(t, path)
 	t.Cleanup(func() {
-		srv.Close()
-		r.Close()
 		for _, c := range b.Clusters {
 			if db, err := sql.Open("mysql", c.Primary.DSN("")); err == nil {
 				db.Exec("DROP DATABASE " + name)
@@ -67,7 +62,7 @@ func setupOn(t *testing.T, b *testbed.Bed) *env {
 			}
 		}
 	})
-	return &env{url: srv.URL, top: top, path: path}
+	return &env{url: url, top: top, path: path}
 }
 
 // small is a run small enough for -race on 2 shared cores.
@@ -303,4 +298,27 @@ func TestKillPrimaryLosesNothing(t *testing.T) {
 	if v := rep.Verification[0]; v.Acknowledged == 0 || v.Consumed+v.AckUnknown != v.Acknowledged {
 		t.Fatalf("books: %+v", v)
 	}
+}
+
+// startRouter serves a router over the topology at path on an address of
+// its own, which it also gives other routers as its owners' address
+// (docs/consume.md, "Owners"): with two routers, each forwards a unit's
+// acks to the router that holds its leases in memory.
+func startRouter(t *testing.T, path string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := server.New(context.Background(), server.Config{TopologyFile: path, Listen: ln.Addr().String()})
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(r.Handler())
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(func() { srv.Close(); r.Close() })
+	return srv.URL
 }
