@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"regexp"
 	"slices"
 	"sync"
@@ -46,6 +47,7 @@ func (l *loseOne) Produce(ctx context.Context, topic string, msgs []Message) ([]
 // lost on one worker's share, the merged verification names it; without,
 // everything acknowledged by either worker is consumed once, by either.
 func TestFleetMergedVerification(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	for _, tc := range []struct {
 		name    string
