@@ -204,7 +204,8 @@ func translate(err error) error {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		switch me.Number {
-		case errReadOnly, errReadOnlyTx, errTooManyConns, errServerShutdow:
+		case errReadOnly, errReadOnlyTx, errTooManyConns, errServerShutdow,
+			errDeadlock, errLockWait: // a lock still contended after the retries: try later
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		if invalidData(me.Number) {
