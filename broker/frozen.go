@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
+	"github.com/shardmq/shardmq/store"
 )
 
 // Requests during a resharding cut-over.
@@ -143,12 +144,14 @@ func (b *Broker) FrozenStats() FrozenStats {
 
 // dispatch routes items (by vs; skip[i] leaves item i out) to the clusters
 // serving them and runs each cluster's share with run, clusters
-// concurrently, each share under a pin of the map it was routed with. A
+// concurrently, each share under a pin of the map it was routed with and
+// with a context fenced by that map (store.WithFence): run's writes are
+// refused by a cluster whose fence is newer. A
 // share whose writes may land after run returns (a produce given up while
 // queued) calls keep for one more pin, released when they have landed.
 // Items of frozen vshards are held until their vshard serves again, at most
 // FrozenWait for the whole request; errs[i] says why item i was not run.
-func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run func(name string, cs *cluster, idx []int, keep func() func())) []error {
+func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run func(ctx context.Context, name string, cs *cluster, idx []int, keep func() func())) []error {
 	errs := make([]error, len(vs))
 	pending := make([]int, 0, len(vs))
 	for i := range vs {
@@ -187,12 +190,13 @@ func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run f
 			}
 			groups[name] = append(groups[name], i)
 		}
+		fctx := store.WithFence(ctx, store.Fence{MapVersion: m.Version()})
 		var wg sync.WaitGroup
 		for name, idx := range groups {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				run(name, clusters[name], idx, keep)
+				run(fctx, name, clusters[name], idx, keep)
 			}()
 		}
 		wg.Wait()
