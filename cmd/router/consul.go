@@ -93,7 +93,6 @@ func (o *consulOptions) setup(ctx context.Context, cfg *server.Config, listen st
 		return nil
 	})
 	cfg.Subscriptions = src.Subscriptions()
-	cfg.CheckMapRecords = true
 	cfg.MirrorSubscriptions = true
 	cfg.Leader = c.leader
 	cfg.Backend = src

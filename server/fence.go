@@ -1,0 +1,158 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shardmq/shardmq/circuit"
+	"github.com/shardmq/shardmq/routing"
+	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/topology"
+)
+
+// fenceWatch is the router's side of the clusters' shard fences
+// (store/shard_fence.go, docs/resharding.md "Fencing"). A cluster refuses
+// a write routed with a map older than its fence; the refusal reaches the
+// client as unavailable (retry) and reaches this through the clusters'
+// call points. Each refusal is counted (shardmq_fence_refusals_total),
+// logged, and makes the router read its topology source again; until
+// the router holds a map at least as new as the newest fence it met,
+// /readyz says not ready, topology_stale true, and names the fence.
+type fenceWatch struct {
+	log      *slog.Logger
+	refusals *prometheus.CounterVec
+	reload   func() // asks for the topology to be read again; never blocks
+
+	mu      sync.Mutex
+	table   *routing.Table // set once the router routes
+	need    int64          // newest fence met
+	cluster string         // the cluster that had it
+	at      time.Time
+	logged  time.Time
+}
+
+func newFenceWatch(reg prometheus.Registerer, log *slog.Logger, reload func()) *fenceWatch {
+	f := &fenceWatch{log: log, reload: reload,
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardmq_fence_refusals_total",
+			Help: "Calls a cluster refused because the router's shard map was older than the cluster's fence (retryable; the router re-reads its topology)."},
+			[]string{"cluster"})}
+	reg.MustRegister(f.refusals)
+	return f
+}
+
+func (f *fenceWatch) setTable(t *routing.Table) {
+	f.mu.Lock()
+	f.table = t
+	f.mu.Unlock()
+}
+
+// observer wraps a cluster's call observer with the watch.
+func (f *fenceWatch) observer(cluster string, inner circuit.Observer) circuit.Observer {
+	return func(op string, took time.Duration, err error) {
+		if inner != nil {
+			inner(op, took, err)
+		}
+		var fe *store.FenceError
+		if err != nil && errors.As(err, &fe) {
+			f.refused(cluster, op, fe)
+		}
+	}
+}
+
+// refused records one refusal and asks for a reload.
+func (f *fenceWatch) refused(cluster, op string, fe *store.FenceError) {
+	f.refusals.WithLabelValues(cluster).Inc()
+	now := time.Now()
+	f.mu.Lock()
+	if fe.Need > f.need {
+		f.need, f.cluster, f.at = fe.Need, cluster, now
+	}
+	logIt := now.Sub(f.logged) >= time.Second
+	if logIt {
+		f.logged = now
+	}
+	f.mu.Unlock()
+	if logIt {
+		f.log.Warn("a cluster refused a write: this router's shard map is older than the cluster's fence; re-reading the topology",
+			"cluster", cluster, "op", op, "map_version", fe.Have, "fence", fe.Need)
+	}
+	f.reload()
+}
+
+// fenceStatus is what /readyz says of the fences.
+type fenceStatus struct {
+	Stale      bool   `json:"stale"`
+	Cluster    string `json:"cluster"`
+	Fence      int64  `json:"fence"`
+	MapVersion int64  `json:"map_version"`
+	Since      string `json:"since"`
+}
+
+// status reports whether the map in use is older than the newest fence
+// met (ok false: no fence was ever met).
+func (f *fenceWatch) status() (fenceStatus, bool) {
+	if f == nil {
+		return fenceStatus{}, false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.need == 0 || f.table == nil {
+		return fenceStatus{}, false
+	}
+	v := f.table.Load().Version()
+	return fenceStatus{Stale: v < f.need, Cluster: f.cluster, Fence: f.need, MapVersion: v, Since: f.at.UTC().Format(time.RFC3339Nano)}, true
+}
+
+// reloader reads the topology source again and applies what it says, at
+// most one read at a time and one per interval, for fence refusals.
+type reloader struct {
+	source topology.Source
+	apply  func(ctx context.Context, top *topology.Topology)
+	every  time.Duration
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	running bool
+	last    time.Time
+	ctx     context.Context
+}
+
+// kick starts a read unless one runs or ran within the interval.
+func (l *reloader) kick() {
+	l.mu.Lock()
+	ctx := l.ctx
+	if l.running || ctx == nil || ctx.Err() != nil || time.Since(l.last) < l.every {
+		l.mu.Unlock()
+		return
+	}
+	l.running, l.last = true, time.Now()
+	l.mu.Unlock()
+	go func() {
+		defer func() {
+			l.mu.Lock()
+			l.running = false
+			l.mu.Unlock()
+		}()
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		top, err := l.source.Load(rctx)
+		if err != nil {
+			l.log.Warn("topology not re-read after a fence refusal; the router stays unready for the fenced cluster until it is", "err", err)
+			return
+		}
+		l.apply(ctx, top)
+	}()
+}
+
+// run lets kick read the source until ctx ends (Run's watch context: no
+// topology is applied while the router closes).
+func (l *reloader) run(ctx context.Context) {
+	l.mu.Lock()
+	l.ctx = ctx
+	l.mu.Unlock()
+}
