@@ -393,7 +393,7 @@ func TestFenceRefusesRouterWithFrozenMap(t *testing.T) {
 	refused := l.unavailable[s.url]
 	l.mu.Unlock()
 	if refused == 0 {
-		t.Fatal("the stale router was never refused: the test did not exercise the fence")
+		t.Error("the stale router was never refused: the test did not exercise the fence")
 	}
 	for _, v := range l.violations {
 		t.Error(v)
