@@ -196,10 +196,12 @@ type Broker struct {
 	// draining is closed by Drain: long-polls answer at once.
 	draining  chan struct{}
 	drainOnce sync.Once
-	pins      *pins          // operations in flight by map version (frozen.go)
-	frozen    frozenCounters // requests held on frozen vshards (frozen.go)
-	owners    *delivery.Manager
-	peer      Peer
+	pins      *pins // operations in flight by map version (frozen.go)
+	// selfFenced refuses writes and claims (SetSelfFenced).
+	selfFenced atomic.Bool
+	frozen     frozenCounters // requests held on frozen vshards (frozen.go)
+	owners     *delivery.Manager
+	peer       Peer
 }
 
 // cluster is a cluster's call point and its group committer.
@@ -711,6 +713,9 @@ func (b *Broker) release(req ClaimRequest, out []Delivery) {
 }
 
 func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscription.Subscription) ([]Delivery, error) {
+	if b.selfFenced.Load() {
+		return nil, errSelfFenced
+	}
 	ordered := sub.Ordered && !req.Dead
 	if b.claims.closed() {
 		return nil, errClaimersStopped // before a peek could answer "nothing to claim"

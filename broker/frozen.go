@@ -153,6 +153,12 @@ func (b *Broker) FrozenStats() FrozenStats {
 // FrozenWait for the whole request; errs[i] says why item i was not run.
 func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run func(ctx context.Context, name string, cs *cluster, idx []int, keep func() func())) []error {
 	errs := make([]error, len(vs))
+	if b.selfFenced.Load() {
+		for i := range errs {
+			errs[i] = errSelfFenced
+		}
+		return errs
+	}
 	pending := make([]int, 0, len(vs))
 	for i := range vs {
 		if skip == nil || !skip[i] {
@@ -299,3 +305,15 @@ func (b *Broker) awaitOnlyPin(ctx context.Context, v int64) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// errSelfFenced answers every write while the router self-fences.
+var errSelfFenced = fmt.Errorf("%w: this router lost its registration among the live routers; it writes again once registered with the current shard map", ErrUnavailable)
+
+// SetSelfFenced makes the router refuse (unavailable) every write and
+// claim while fenced is true: its registration among the live routers
+// lapsed, so a resharding barrier may pass without it (docs/consul.md,
+// "Self-fencing"). Reads go on.
+func (b *Broker) SetSelfFenced(fenced bool) { b.selfFenced.Store(fenced) }
+
+// SelfFenced reports SetSelfFenced's state.
+func (b *Broker) SelfFenced() bool { return b.selfFenced.Load() }

@@ -46,6 +46,9 @@ type claimPart struct {
 
 // claimOwned serves one poll of a claim on live deliveries (see Claim).
 func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscription.Subscription) ([]Delivery, error) {
+	if b.selfFenced.Load() {
+		return nil, errSelfFenced
+	}
 	if b.claims.closed() {
 		return nil, errClaimersStopped
 	}

@@ -156,3 +156,105 @@ func (l *reloader) run(ctx context.Context) {
 	l.ctx = ctx
 	l.mu.Unlock()
 }
+
+// selfFencer is the router's side of Config.SelfFence: every tick it asks
+// whether the registration among the live routers is current and the
+// topology source follows its store; when either is not, the router
+// self-fences (broker.SetSelfFenced: writes and claims answer
+// unavailable) and hands every lease it holds in memory to the tables,
+// so that a resharding job that no longer waits for it copies them with
+// their rows. It lifts the fence once both hold again (the source then
+// delivered the current map). A service (Start/Stop).
+type selfFencer struct {
+	reg    topology.SelfFencer
+	source topology.Source
+	broker interface {
+		SetSelfFenced(bool)
+		SelfFenced() bool
+	}
+	writeOut func(ctx context.Context) error // every in-memory lease to the tables
+	every    time.Duration
+	log      *slog.Logger
+
+	runMu  sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start runs the checks until Stop. Safe to call twice.
+func (f *selfFencer) Start(ctx context.Context) {
+	f.runMu.Lock()
+	defer f.runMu.Unlock()
+	if f.cancel != nil {
+		return
+	}
+	ctx, f.cancel = context.WithCancel(ctx)
+	f.done = make(chan struct{})
+	go f.run(ctx)
+}
+
+// Stop ends the checks and waits. Safe to call twice, and without Start.
+func (f *selfFencer) Stop() {
+	f.runMu.Lock()
+	cancel, done := f.cancel, f.done
+	f.runMu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (f *selfFencer) run(ctx context.Context) {
+	defer close(f.done)
+	t := time.NewTicker(f.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f.check(ctx)
+	}
+}
+
+// current reports whether the router may write: registered, and its
+// source not stale.
+func (f *selfFencer) current() bool {
+	if !f.reg.Current(time.Now()) {
+		return false
+	}
+	if s, ok := f.source.(staleSource); ok {
+		if stale, _ := s.Stale(); stale {
+			return false
+		}
+	}
+	return true
+}
+
+func (f *selfFencer) check(ctx context.Context) {
+	ok := f.current()
+	switch {
+	case !ok && !f.broker.SelfFenced():
+		f.broker.SetSelfFenced(true)
+		f.log.Warn("router registration not current (or the topology source is stale): not writing until it is; writing the leases held in memory to the tables")
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := f.writeOut(wctx)
+		cancel()
+		if err != nil {
+			f.log.Error("leases held in memory not all written to the tables while self-fenced; their deliveries come back after their lease deadline", "err", err)
+		}
+	case ok && f.broker.SelfFenced():
+		f.broker.SetSelfFenced(false)
+		f.log.Info("router registered again with the current shard map: writing again")
+	case !ok:
+		// Still fenced: a claim under way when the fence went up may
+		// have leased more in memory since. Cheap when there is none.
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := f.writeOut(wctx); err != nil {
+			f.log.Debug("leases held in memory not written while self-fenced", "err", err)
+		}
+		cancel()
+	}
+}

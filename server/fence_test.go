@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"runtime"
@@ -12,10 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardmq/shardmq/internal/consuldouble"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/rebalance"
+	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
 	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/topology"
+	"github.com/shardmq/shardmq/topology/consul"
 )
 
 // Tests of the shard fence (store/shard_fence.go, docs/resharding.md
@@ -140,6 +145,7 @@ func (l *fenceLoad) produce(e *env, p int) {
 		if err != nil || st != 200 {
 			continue
 		}
+		refused := false
 		for i, r := range body["results"].([]any) {
 			res := r.(map[string]any)
 			k := keys[i]
@@ -160,9 +166,13 @@ func (l *fenceLoad) produce(e *env, p int) {
 				l.mu.Lock()
 				l.unavailable[e.url]++
 				l.mu.Unlock()
+				refused = true
 			default:
 				l.violate("produce %s through %s: %v", k, e.url, res)
 			}
+		}
+		if refused {
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 }
@@ -183,10 +193,10 @@ func (l *fenceLoad) consume(e *env, c int) {
 			receipts = append(receipts, msg["receipt"])
 			ids[msg["receipt"].(string)] = msg["id"].(string)
 		}
-		// Ack until every receipt has an answer other than unavailable;
-		// a consumer cut off for good gives up when the load stops (its
-		// leases lapse and are delivered again: at least once).
-		for len(receipts) > 0 && !l.done() {
+		// Ack until every receipt has an answer other than unavailable,
+		// for 30 s at most (a router cut off for good: its leases lapse
+		// and are delivered again, at least once).
+		for tries := 0; len(receipts) > 0 && tries < 1500; tries++ {
 			st, body, err := e.call(ctx, "POST", "/v1/ack", map[string]any{"receipts": receipts})
 			if err != nil || st != 200 {
 				continue
@@ -335,7 +345,30 @@ func drainAndResend(t *testing.T, e *env, l *fenceLoad) {
 			}
 			seen[id] = true
 		}
-		e.ack(t, got...)
+		if len(got) > 0 {
+			e.ack(t, got...)
+		}
+	}
+	n := 0
+	for id := range want {
+		if l.acked[id] || seen[id] {
+			continue
+		}
+		if n++; n > 5 {
+			break
+		}
+		for name, db := range e.dbs {
+			var state string
+			err := db.QueryRow(`SELECT CONCAT_WS(' ', 'vshard', vshard, 'available_at', available_at, 'attempts', attempts, 'locked_by', IFNULL(locked_by, '-'),
+				'token', claim_token, 'dead', is_dead, 'parked', parked) FROM message_queue WHERE message_id = ?`, id).Scan(&state)
+			if err == nil {
+				t.Logf("message %s on %s: %s (now %s)", id, name, state, time.Now().UTC().Format(time.RFC3339Nano))
+			}
+			var status string
+			if err := db.QueryRow("SELECT CAST(msg_status AS CHAR) FROM message_store WHERE id = ?", id).Scan(&status); err == nil {
+				t.Logf("message %s stored on %s, status %s", id, name, status)
+			}
+		}
 	}
 	t.Fatal("acknowledged messages not delivered within 2 minutes of draining")
 }
@@ -554,4 +587,180 @@ func (o ownRecord) VShardOwners(context.Context) ([]store.VShardOwner, error) {
 		out[v] = store.VShardOwner{VShard: v, Cluster: "c1", MapVersion: 1000}
 	}
 	return out, nil
+}
+
+// cutProxy forwards TCP connections to target until cut: then it closes
+// those open and every new one at once, as a router cut off from its
+// Consul agent sees (it still reaches MySQL).
+type cutProxy struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	cut   bool
+	conns map[net.Conn]bool
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() { ln.Close(); p.setCut(true) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			cut := p.cut
+			p.mu.Unlock()
+			if cut {
+				c.Close()
+				continue
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns[c], p.conns[up] = true, true
+			p.mu.Unlock()
+			go func() { io.Copy(up, c); up.Close() }()
+			go func() { io.Copy(c, up); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *cutProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *cutProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for c := range p.conns {
+			c.Close()
+		}
+		p.conns = map[net.Conn]bool{}
+	}
+}
+
+// (a) Two routers on Consul (the double); one is cut off from Consul
+// (still reaching MySQL) while the other moves vshards 0-255 from c1 to
+// c2, with producers and consumers on both. The cut-off router self-fences
+// once its registration is not renewed within half its TTL — writes and
+// claims answered unavailable, the leases it held in memory written to
+// the tables, /readyz not ready — and the job's barrier passes without
+// it; the clusters' fences refuse it besides. Once it reaches Consul again
+// it routes with the current map and writes again. Every acknowledged key
+// is stored exactly once where the map puts it, no key acknowledged
+// before answers created again, and no ack within its lease answers
+// not_found or lease_lost.
+func TestFenceRouterCutOffFromConsul(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	database := testbed.TestDatabase(t, bed, "t_fcc_")
+	d := consuldouble.New(consuldouble.Options{})
+	t.Cleanup(d.Close)
+	capi, err := d.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range bed.Clusters {
+		consulRegister(t, capi, c.Primary, consul.RolePrimary)
+	}
+	seed, err := consul.New(consul.Config{Address: d.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := routing.NewMap(1, []routing.Range{{From: 0, To: 511, Cluster: "c1"}, {From: 512, To: 1023, Cluster: "c2"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := seed.UpdateShardMap(ctx, 0, m); err != nil {
+		t.Fatal(err)
+	}
+	b := startReshardConsulRouter(t, d.Addr(), database, "router-b")
+	waitFor(t, 30*time.Second, b.leading) // b runs the job
+	proxy := newCutProxy(t, d.Addr())
+	a := startReshardConsulRouter(t, proxy.addr(), database, "router-a")
+	t.Logf("router a %s (cut off), router b %s (runs the job)", a.url, b.url)
+	for name := range b.r.Stores() {
+		db, err := sql.Open("mysql", dsnOfStore(t, b, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		b.dbs[name] = db
+	}
+
+	const topic = "fence-consul"
+	var pre []any
+	for i := 0; i < 1000; i++ {
+		pre = append(pre, msg(fmt.Sprint("pre-", i), i))
+	}
+	_, _, body := b.post(t, "/v1/topics/"+topic+"/messages", map[string]any{"messages": pre})
+	if len(results(t, body)) != 1000 {
+		t.Fatal("prefill")
+	}
+	l := startFenceLoad(topic, []*env{a, a, b}, []*env{a, b})
+	defer l.end()
+	time.Sleep(300 * time.Millisecond) // leases in a's memory before the cut
+
+	st, sub := b.do(t, "POST", "/v1/admin/reshard", map[string]any{"ranges": []any{map[string]any{"from": 0, "to": 255, "target": "c2"}}})
+	if st != 202 {
+		t.Fatalf("submit: %d %v", st, sub)
+	}
+	proxy.setCut(true)
+	job := b.waitJob(t, sub["job"].(string), 3*time.Minute)
+	if job["state"] != "done" {
+		t.Fatalf("job %v", job)
+	}
+	time.Sleep(300 * time.Millisecond) // a goes on being asked to write
+	code, ready := a.do(t, "GET", "/readyz", nil)
+	detail, _ := ready["detail"].(map[string]any)
+	if code != 503 || detail["topology_stale"] != true || detail["self_fenced"] != true {
+		t.Errorf("cut-off router's /readyz: %d %v, want 503, topology_stale and self_fenced", code, ready)
+	}
+	if a.owner(100) != "c1" {
+		t.Fatalf("the cut-off router learnt the new map (vshard 100 on %s): the test did not cut it off", a.owner(100))
+	}
+
+	proxy.setCut(false)
+	waitFor(t, time.Minute, func() bool { return a.owner(100) == "c2" && !a.r.broker.SelfFenced() })
+	time.Sleep(500 * time.Millisecond) // a writes again
+	l.end()
+
+	l.mu.Lock()
+	refused := l.unavailable[a.url]
+	l.mu.Unlock()
+	if refused == 0 {
+		t.Error("the cut-off router was never refused: the test did not exercise self-fencing")
+	}
+	for _, v := range l.violations {
+		t.Error(v)
+	}
+	b.owner = func(v shard.ID) string { c, _ := b.r.table.Load().Lookup(v); return c }
+	checkExactlyOnce(t, b, l)
+	drainAndResend(t, b, l)
+	t.Logf("%d keys acknowledged, %d produce items refused through the cut-off router; job rows_copied %v, max_pause_ms %v",
+		len(l.ids), refused, job["rows_copied"], job["max_pause_ms"])
+}
+
+// dsnOfStore is the DSN of cluster name's primary as router e uses it.
+func dsnOfStore(t *testing.T, e *env, name string) string {
+	t.Helper()
+	for _, c := range bed.Clusters {
+		if c.Name == name {
+			return c.Primary.DSN(e.name)
+		}
+	}
+	t.Fatalf("no cluster %s in the bed", name)
+	return ""
 }

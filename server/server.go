@@ -84,6 +84,13 @@ type Config struct {
 	HA HAConfig
 	// Security: tokens, TLS, browser rules, load shedding (security.go).
 	Security SecurityConfig
+	// SelfFence, when set, is the router's registration among the live
+	// routers (Consul): while it is not current, or the topology source
+	// is stale, the router refuses writes and claims (unavailable) and
+	// writes the leases it holds in memory to the tables; /readyz says
+	// not ready (docs/consul.md, "Self-fencing"). Nil: never (the static
+	// file's single router).
+	SelfFence topology.SelfFencer
 	// Observe tunes metrics: the cap on topic and subscription label
 	// values, the queue-health interval, disk paths (see observe.Config).
 	Observe observe.Config
@@ -291,7 +298,7 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	r.metrics.MustRegister(r.upkeep.Collectors()...)
 
 	// The API over all of it, behind the security checks.
-	view := topologyView{source: cfg.Source, table: r.table, fence: r.fence}
+	view := topologyView{source: cfg.Source, table: r.table, fence: r.fence, selfFenced: r.broker.SelfFenced}
 	r.api = api.New(observe.WrapBroker(r.broker, r.obs.msgs), cfg.Limits, readyCheck{r.pools, view, cfg.Log}.check, cfg.Log)
 	r.api.RouteUI(&api.UISources{History: r.obs.history, Alarms: r.upkeep, Flow: r.obs.msgs})
 	r.api.RouteOps(r.lookups, adminOps{eps: r.eps, table: r.table, view: view, stores: r.pools.Stores, recon: r.recon, lookups: r.lookups})
@@ -314,6 +321,16 @@ func (r *Router) start(ctx context.Context, top *topology.Topology) {
 		svcs = append(svcs, r.recon)
 	}
 	svcs = append(svcs, r.upkeep, r.record, r.obs.queue)
+	if r.cfg.SelfFence != nil {
+		svcs = append(svcs, &selfFencer{reg: r.cfg.SelfFence, source: r.cfg.Source, broker: r.broker, every: 50 * time.Millisecond, log: r.cfg.Log,
+			writeOut: func(ctx context.Context) error {
+				var errs []error
+				for name := range r.pools.Stores() {
+					errs = append(errs, r.broker.Owners().WriteOut(ctx, name, func(uint16) bool { return true }))
+				}
+				return errors.Join(errs...)
+			}})
+	}
 	if r.reshard != nil {
 		svcs = append(svcs, r.reshard.manager)
 	}
@@ -423,6 +440,9 @@ func (rd readyCheck) check(ctx context.Context) (any, error) {
 		}()
 	}
 	wg.Wait()
+	if rd.view.selfFenced != nil && rd.view.selfFenced() {
+		return rd.view.withStatus(map[string]any{"clusters": out}), errors.New("router registration among the live routers is not current: not writing until it is")
+	}
 	if fs, ok := rd.view.fence.status(); ok && fs.Stale {
 		// Writes to the fenced cluster are refused until the map is
 		// re-read: not ready (a load balancer sends them elsewhere).

@@ -22,6 +22,8 @@ type topologyView struct {
 	source topology.Source
 	table  *routing.Table // nil until the router has one
 	fence  *fenceWatch    // nil in views made before the router routes
+	// selfFenced reports the router's self-fence (nil: never).
+	selfFenced func() bool
 }
 
 // withStatus adds the shard-map version in use and, for a source that can
@@ -33,6 +35,10 @@ func (v topologyView) withStatus(out map[string]any) map[string]any {
 	fs, fenced := v.fence.status()
 	if fenced {
 		out["fence"] = fs
+	}
+	if v.selfFenced != nil && v.selfFenced() {
+		out["self_fenced"] = true
+		fs.Stale = true // topology_stale below
 	}
 	if s, ok := v.source.(staleSource); ok {
 		stale, err := s.Stale()
