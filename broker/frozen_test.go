@@ -74,7 +74,9 @@ func TestDispatchHoldsFrozenUntilTheMapChanges(t *testing.T) {
 func TestDispatchTimesOutAndCapsHeldRequests(t *testing.T) {
 	t.Parallel()
 	b, _ := frozenBroker(t, Config{FrozenWait: 200 * time.Millisecond, FrozenMaxHeld: 1})
-	never := func(context.Context, string, *cluster, []int, func() func()) { t.Error("ran an item of a frozen vshard") }
+	never := func(context.Context, string, *cluster, []int, func() func()) {
+		t.Error("ran an item of a frozen vshard")
+	}
 	first := make(chan []error, 1)
 	go func() { first <- b.dispatch(context.Background(), []shard.ID{1}, nil, never) }()
 	waitUntil(t, func() bool { return b.FrozenStats().Held == 1 })
