@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -107,6 +108,32 @@ func BenchmarkClaimByteCap(b *testing.B) {
 				if _, err := f.st.Release(ctx, leases, true, time.Now().UTC()); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkFenceCheck isolates the fence's read: transactions that do
+// nothing but, with check=true, the fenced writers' first statement
+// (checkFence). The difference of server-cpu-µs/tx between the two is
+// what the fence adds to every fenced write transaction on the server.
+func BenchmarkFenceCheck(b *testing.B) {
+	f := setup(b)
+	pid := bed.Clusters[0].Primary.PID
+	for _, check := range []bool{false, true} {
+		b.Run(fmt.Sprintf("check=%v", check), func(b *testing.B) {
+			ctx := context.Background()
+			if check {
+				ctx = WithFence(ctx, Fence{MapVersion: 1})
+			}
+			cpu0, okCPU := procstat.Process(pid)
+			for i := 0; i < b.N; i++ {
+				if err := f.st.inTx(ctx, 1, nil, func(*sql.Tx) error { return nil }); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if cpu1, ok := procstat.Process(pid); ok && okCPU {
+				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "server-cpu-µs/tx")
 			}
 		})
 	}
