@@ -198,7 +198,8 @@ func translate(err error) error {
 	// Already translated (the query helpers answer ErrNotFound for no row):
 	// wrapping it again would turn a missing row into an outage.
 	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInvalidData) ||
-		errors.Is(err, ErrOwned) || errors.Is(err, ErrStaleOwner) || errors.Is(err, errFlushRecount) || errors.Is(err, ErrFenced) {
+		errors.Is(err, ErrOwned) || errors.Is(err, ErrStaleOwner) || errors.Is(err, errFlushRecount) || errors.Is(err, ErrFenced) ||
+		errors.Is(err, ErrNotOwnerRecord) {
 		return err
 	}
 	var me *mysql.MySQLError
@@ -278,6 +279,10 @@ func (s *Store) tryTx(ctx context.Context, wantGTID bool, fn func(tx *sql.Tx) er
 		return "", err
 	}
 	if err := checkFence(ctx, tx); err != nil {
+		tx.Rollback()
+		return "", err
+	}
+	if err := checkOwnerRecord(ctx, tx); err != nil {
 		tx.Rollback()
 		return "", err
 	}
