@@ -44,6 +44,7 @@ func BenchmarkProduceBatch(b *testing.B) {
 // (docs/performance.md); run them alternately (-count) on a quiet
 // machine.
 func BenchmarkProduceBatchFenced(b *testing.B) {
+	testbed.Need(b)
 	f := setup(b)
 	pid := bed.Clusters[0].Primary.PID
 	payload := `{"order":"` + strings.Repeat("x", 180) + `"}`
@@ -121,6 +122,7 @@ func BenchmarkClaimByteCap(b *testing.B) {
 // (checkFence). The difference of server-cpu-µs/tx between the two is
 // what the fence adds to every fenced write transaction on the server.
 func BenchmarkFenceCheck(b *testing.B) {
+	testbed.Need(b)
 	f := setup(b)
 	pid := bed.Clusters[0].Primary.PID
 	for _, check := range []bool{false, true} {
