@@ -60,6 +60,16 @@ func TestOwnerAcquireRenewRelease(t *testing.T) {
 	if err := f.st.ReleaseOwner(ctx, "t", "s", "r2", 2, true); err != nil {
 		t.Fatal(err)
 	}
+	// r2's next renewal (it renews every lease naming it) does not bring
+	// the released unit back: found by a router frozen and woken, whose
+	// units the other router handed back and renewed again, each router
+	// then naming the other as the owner.
+	if held, _, err := f.st.RenewOwners(ctx, "r2", time.Minute, time.Minute); err != nil || len(held) != 0 {
+		t.Fatalf("r2 renews %v after its release (%v)", held, err)
+	}
+	if recs, err := f.st.Owners(ctx); err != nil || len(recs) != 1 || recs[0].Live {
+		t.Fatalf("released record after r2's renewal: %+v, %v (want not live)", recs, err)
+	}
 	g3, _, err := f.st.AcquireOwner(ctx, "t", "s", "r3", "", time.Second)
 	if err != nil || g3.Epoch != 3 || g3.WaitUntil.After(g3.ServerNow) {
 		t.Fatalf("after a release with the leases in the table: %+v, %v (want no wait)", g3, err)
