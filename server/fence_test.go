@@ -87,6 +87,7 @@ type fenceLoad struct {
 	ids         map[string]string // acknowledged key → message id
 	acked       map[string]bool   // message ids acked
 	unavailable map[string]int    // produce items answered unavailable, by router
+	lapsed      int               // acks answered after their lease could have run out (slow runs)
 	violations  []string
 
 	stop sync.Once
@@ -171,6 +172,9 @@ func (l *fenceLoad) produce(e *env, p int) {
 				l.violate("produce %s through %s: %v", k, e.url, res)
 			}
 		}
+		// A steady, modest rate: the test is about where writes land,
+		// and it runs beside the whole suite under -race.
+		time.Sleep(10 * time.Millisecond)
 		if refused {
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -186,6 +190,7 @@ func (l *fenceLoad) consume(e *env, c int) {
 		if err != nil || st != 200 {
 			continue
 		}
+		claimed := time.Now()
 		var receipts []any
 		ids := map[string]string{}
 		for _, m := range body["messages"].([]any) {
@@ -213,7 +218,13 @@ func (l *fenceLoad) consume(e *env, c int) {
 				case "unavailable":
 					again = append(again, receipts[i])
 				default:
-					l.violate("ack of message %s through %s within its lease: %v", id, e.url, res)
+					if time.Since(claimed) < 50*time.Second { // the lease is 60 s
+						l.violate("ack of message %s through %s within its lease (claimed %v before): %v", id, e.url, time.Since(claimed).Round(time.Millisecond), res)
+					} else {
+						l.mu.Lock()
+						l.lapsed++
+						l.mu.Unlock()
+					}
 				}
 			}
 			receipts = again
@@ -458,8 +469,8 @@ func TestFenceRefusesRouterWithFrozenMap(t *testing.T) {
 	}
 	checkExactlyOnce(t, e, l)
 	drainAndResend(t, e, l)
-	t.Logf("%d keys acknowledged, %d produce items refused through the stale router; job rows_copied %v, max_pause_ms %v",
-		len(l.ids), refused, job["rows_copied"], job["max_pause_ms"])
+	t.Logf("%d keys acknowledged, %d produce items refused through the stale router, %d acks answered after 50 s; job rows_copied %v, max_pause_ms %v",
+		len(l.ids), refused, l.lapsed, job["rows_copied"], job["max_pause_ms"])
 }
 
 // (c) The router is killed while its job cleans up, and started again on
@@ -774,8 +785,8 @@ func TestFenceRouterCutOffFromConsul(t *testing.T) {
 	b.owner = func(v shard.ID) string { c, _ := b.r.table.Load().Lookup(v); return c }
 	checkExactlyOnce(t, b, l)
 	drainAndResend(t, b, l)
-	t.Logf("%d keys acknowledged, %d produce items refused through the cut-off router; job rows_copied %v, max_pause_ms %v",
-		len(l.ids), refused, job["rows_copied"], job["max_pause_ms"])
+	t.Logf("%d keys acknowledged, %d produce items refused through the cut-off router, %d acks answered after 50 s; job rows_copied %v, max_pause_ms %v",
+		len(l.ids), refused, l.lapsed, job["rows_copied"], job["max_pause_ms"])
 }
 
 // dsnOfStore is the DSN of cluster name's primary as router e uses it.
