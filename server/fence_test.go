@@ -428,14 +428,14 @@ func TestFenceRefusesRouterWithFrozenMap(t *testing.T) {
 	s := startStaleRouter(t, e, func(c *Config) { c.Broker.Owners.HandOverAfter = time.Hour })
 	const topic = "fence-frozen"
 	var pre []any
-	for i := 0; i < 1000; i++ {
+	for i := 0; i < 500; i++ {
 		pre = append(pre, msg(fmt.Sprint("pre-", i), i))
 	}
 	_, _, body := e.post(t, "/v1/topics/"+topic+"/messages", map[string]any{"messages": pre})
-	if len(results(t, body)) != 1000 {
+	if len(results(t, body)) != 500 {
 		t.Fatal("prefill")
 	}
-	l := startFenceLoad(topic, []*env{s, s, e}, []*env{e, e})
+	l := startFenceLoad(topic, []*env{s, e}, []*env{e})
 	defer l.end()
 
 	job := e.reshard(t, []map[string]any{{"from": 0, "to": 255, "target": "c2"}}, 3*time.Minute)
@@ -738,14 +738,14 @@ func TestFenceRouterCutOffFromConsul(t *testing.T) {
 
 	const topic = "fence-consul"
 	var pre []any
-	for i := 0; i < 1000; i++ {
+	for i := 0; i < 500; i++ {
 		pre = append(pre, msg(fmt.Sprint("pre-", i), i))
 	}
 	_, _, body := b.post(t, "/v1/topics/"+topic+"/messages", map[string]any{"messages": pre})
-	if len(results(t, body)) != 1000 {
+	if len(results(t, body)) != 500 {
 		t.Fatal("prefill")
 	}
-	l := startFenceLoad(topic, []*env{a, a, b}, []*env{a, b})
+	l := startFenceLoad(topic, []*env{a, b}, []*env{a, b})
 	defer l.end()
 	time.Sleep(300 * time.Millisecond) // leases in a's memory before the cut
 
