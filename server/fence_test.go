@@ -419,6 +419,7 @@ func drainAndResend(t *testing.T, e *env, l *fenceLoad) {
 // and not stored twice; it reports the mismatch on /readyz; and every
 // acknowledged key is stored exactly once where the final map puts it.
 func TestFenceRefusesRouterWithFrozenMap(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	// The current router owns every unit of delivery state (it was
 	// there first and hands none over): this test is about a stale
@@ -488,6 +489,7 @@ func TestFenceRefusesRouterWithFrozenMap(t *testing.T) {
 // job wrote it starts and finishes the cleanup. A job in cleanup whose
 // source's record no longer gives it the vshards deletes nothing.
 func TestFenceRefusesOlderStaticMapAfterCrashInCleanup(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	inCleanup, kill := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -707,6 +709,7 @@ func (p *cutProxy) setCut(cut bool) {
 // before answers created again, and no ack within its lease answers
 // not_found or lease_lost.
 func TestFenceRouterCutOffFromConsul(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	database := testbed.TestDatabase(t, bed, "t_fcc_")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/procstat"
+	"github.com/shardmq/shardmq/internal/testbed"
 )
 
 // BenchmarkPlaceholders measures building the multi-row VALUES list of a
@@ -27,6 +28,7 @@ func BenchmarkPlaceholders(b *testing.B) {
 // with `make bench`; compare the per-transaction and per-message figures,
 // not the absolute rates, across machines.
 func BenchmarkProduceBatch(b *testing.B) {
+	testbed.Need(b)
 	f := setup(b)
 	pid := bed.Clusters[0].Primary.PID
 	payload := `{"order":"` + strings.Repeat("x", 180) + `"}`
@@ -42,6 +44,7 @@ func BenchmarkProduceBatch(b *testing.B) {
 // (docs/performance.md); run them alternately (-count) on a quiet
 // machine.
 func BenchmarkProduceBatchFenced(b *testing.B) {
+	testbed.Need(b)
 	f := setup(b)
 	pid := bed.Clusters[0].Primary.PID
 	payload := `{"order":"` + strings.Repeat("x", 180) + `"}`
@@ -83,6 +86,7 @@ func produceBatch(b *testing.B, f *fixture, pid int, payload string, size int, m
 // without and with a byte cap: the claim reads the candidates' bodies
 // inside its transaction either way, so the cap should cost nothing.
 func BenchmarkClaimByteCap(b *testing.B) {
+	testbed.Need(b)
 	f := setup(b)
 	ctx := context.Background()
 	payload := `{"order":"` + strings.Repeat("x", 180) + `"}`
@@ -118,6 +122,7 @@ func BenchmarkClaimByteCap(b *testing.B) {
 // (checkFence). The difference of server-cpu-µs/tx between the two is
 // what the fence adds to every fenced write transaction on the server.
 func BenchmarkFenceCheck(b *testing.B) {
+	testbed.Need(b)
 	f := setup(b)
 	pid := bed.Clusters[0].Primary.PID
 	for _, check := range []bool{false, true} {

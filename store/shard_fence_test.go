@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"testing"
 	"time"
 )
@@ -12,6 +13,7 @@ import (
 // (duplicates: no answer from a stale writer) and the other transactions —
 // and lets the current and newer maps through.
 func TestFenceRefusesOlderMaps(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -84,6 +86,7 @@ func TestFenceRefusesOlderMaps(t *testing.T) {
 // the fence row): a write past the check commits before the raise does,
 // and none after it passes.
 func TestFenceRaiseWaitsForWritersInFlight(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -119,6 +122,7 @@ func TestFenceRaiseWaitsForWritersInFlight(t *testing.T) {
 // cluster's own record gives every vshard to the check's cluster at its
 // version or later.
 func TestOwnerCheckGuardsCleanupDeletes(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
