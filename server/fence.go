@@ -229,7 +229,7 @@ func (f *selfFencer) check(ctx context.Context) {
 	switch {
 	case !ok && !f.broker.SelfFenced():
 		f.broker.SetSelfFenced(true)
-		f.log.Warn("router registration not renewed within half its TTL: not writing until it is; writing the leases held in memory to the tables")
+		f.log.Warn("router registration not renewed within two thirds of its TTL: not writing until it is; writing the leases held in memory to the tables")
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := f.writeOut(wctx)
 		cancel()

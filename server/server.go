@@ -85,8 +85,8 @@ type Config struct {
 	// Security: tokens, TLS, browser rules, load shedding (security.go).
 	Security SecurityConfig
 	// SelfFence, when set, is the router's registration among the live
-	// routers (Consul): while it is not current (not renewed within half
-	// its TTL) the router refuses writes and claims (unavailable) and
+	// routers (Consul): while it is not current (not renewed within two
+	// thirds of its TTL) the router refuses writes and claims (unavailable) and
 	// writes the leases it holds in memory to the tables; /readyz says
 	// not ready (docs/consul.md, "Self-fencing"). Nil: never (the static
 	// file's single router).
