@@ -115,7 +115,7 @@ func (b *recordingBroker) DeleteSubscription(_ context.Context, topic, name stri
 	return nil
 }
 
-func (b *recordingBroker) ListDead(_ context.Context, topic, sub, errorCode, cursor string, limit int) (broker.DeadPage, error) {
+func (b *recordingBroker) ListDead(_ context.Context, topic, sub, errorCode, cursor string, limit, _ int) (broker.DeadPage, error) {
 	b.record("list_dead", topic, sub, errorCode, cursor, limit)
 	return broker.DeadPage{}, nil
 }
@@ -154,7 +154,7 @@ func (b *recordingBroker) Trace(_ context.Context, topic, key, orderKey string) 
 	return nil, domain.ErrNotFound
 }
 
-func (b *recordingBroker) Transaction(_ context.Context, txID string) (*lookup.TransactionResult, error) {
+func (b *recordingBroker) Transaction(_ context.Context, txID string, _ lookup.TxPage) (*lookup.TransactionResult, error) {
 	b.record("transaction", txID)
 	return &lookup.TransactionResult{}, nil
 }

@@ -48,7 +48,7 @@ type Store interface {
 	Release(ctx context.Context, leases []store.Lease, countAttempt bool, now time.Time) (int64, error)
 
 	// Dead letters and subscription upkeep: rarer, per cluster.
-	ListDead(ctx context.Context, topic, sub, errorCode string, before uint64, limit int, now time.Time) ([]store.DeadLetter, map[uint64]*store.Message, error)
+	ListDead(ctx context.Context, topic, sub, errorCode string, before uint64, limit, maxBytes int, now time.Time) ([]store.DeadLetter, map[uint64]*store.Message, bool, error)
 	Redrive(ctx context.Context, req store.RedriveRequest) (int64, error)
 	PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error)
 	DeleteDead(ctx context.Context, topic, sub string, ids []uint64) (int64, error)
@@ -766,7 +766,7 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 			r := Receipt{VShard: shard.ID(c.Message.VShard), Topic: req.Topic,
 				Lease: store.Lease{MessageID: c.Message.ID, Subscription: req.Subscription, Token: c.Token, Ordered: ordered}}
 			out = append(out, Delivery{Claimed: c, Receipt: r.Encode()})
-			bytes += MessageBytes(c.Message)
+			bytes += EncodedSize(c.Message)
 		}
 	}
 	for _, name := range order {
@@ -908,12 +908,6 @@ func (b *Broker) planClaim(ctx context.Context, req ClaimRequest, order []string
 		}
 	}
 	return plan
-}
-
-// MessageBytes is what a message counts against a claim's byte cap: its
-// payload, headers and keys as stored.
-func MessageBytes(m *store.Message) int {
-	return len(m.Payload) + len(m.Headers) + len(m.Key) + len(m.OrderKey) + len(m.TransactionID)
 }
 
 // LeaseResult is one ack's or extend's outcome.
