@@ -31,6 +31,9 @@ type Broker interface {
 	AckHere(ctx context.Context, receipts []broker.Receipt) []broker.LeaseResult
 	NackHere(ctx context.Context, items []broker.NackItem) []broker.NackResult
 	ExtendHere(ctx context.Context, receipts []broker.Receipt, lease time.Duration) []broker.LeaseResult
+	// DecodeReceipt reads a receipt a router of the fleet signed
+	// (broker.Receipts); an altered one is an error.
+	DecodeReceipt(s string) (broker.Receipt, error)
 	Subscriptions
 	Operator
 }
@@ -219,10 +222,10 @@ func pathName(r *http.Request, param, code string) (string, *apiError) {
 	return v, nil
 }
 
-func decodeReceipts(list []string) ([]broker.Receipt, *apiError) {
+func (s *Server) decodeReceipts(list []string) ([]broker.Receipt, *apiError) {
 	out := make([]broker.Receipt, len(list))
-	for i, s := range list {
-		r, err := broker.DecodeReceipt(s)
+	for i, text := range list {
+		r, err := s.b.DecodeReceipt(text)
 		if err != nil {
 			return nil, fail(CodeInvalidReceipt, "receipts["+strconv.Itoa(i)+"] is not a receipt issued by shardmq")
 		}

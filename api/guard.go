@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shardmq/shardmq/auth"
-	"github.com/shardmq/shardmq/broker"
 )
 
 // TokenSource authenticates a bearer token (auth.Store, or an auth.Set).
@@ -374,7 +373,7 @@ func (g *Guard) receiptTopics(w http.ResponseWriter, r *http.Request, tok *auth.
 		list = append(list, it.Receipt)
 	}
 	for _, s := range list {
-		rc, err := broker.DecodeReceipt(s)
+		rc, err := g.api.b.DecodeReceipt(s)
 		if err != nil {
 			continue // the API refuses the whole request
 		}

@@ -324,7 +324,7 @@ func (s *Server) receipts(w http.ResponseWriter, r *http.Request, req *receiptsR
 		writeError(w, fail(CodeBatchTooLarge, fmt.Sprintf("at most %d receipts per request", s.limits.MaxBatch)))
 		return nil, false
 	}
-	rs, e := decodeReceipts(req.Receipts)
+	rs, e := s.decodeReceipts(req.Receipts)
 	if e != nil {
 		writeError(w, e)
 		return nil, false
@@ -415,7 +415,7 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
 	}
 	items := make([]broker.NackItem, len(req.Items))
 	for i, it := range req.Items {
-		rc, err := broker.DecodeReceipt(it.Receipt)
+		rc, err := s.b.DecodeReceipt(it.Receipt)
 		if err != nil {
 			writeError(w, fail(CodeInvalidReceipt, fmt.Sprintf("items[%d].receipt is not a receipt issued by shardmq", i)))
 			return

@@ -147,12 +147,19 @@ type Config struct {
 	// Peer forwards operations on units another router owns; nil: this
 	// router serves alone (Owners.Addr empty).
 	Peer Peer
+	// Receipts signs the receipts this router hands out and checks those
+	// it is given; every router of a fleet needs the same key. Defaults
+	// to a random key of this router's own (it then serves alone).
+	Receipts *Receipts
 }
 
 func (c Config) withDefaults() Config {
 	c.Commit = c.Commit.withDefaults()
 	if c.ReplicatedTimeout <= 0 {
 		c.ReplicatedTimeout = 5 * time.Second
+	}
+	if c.Receipts == nil {
+		c.Receipts = RandomReceipts()
 	}
 	if c.RecentKeys == 0 {
 		c.RecentKeys = 100000
@@ -238,6 +245,10 @@ func New(cfg Config, table *routing.Table, clusters map[string]Cluster, subs Sub
 	b.owners.Start(context.Background())
 	return b
 }
+
+// DecodeReceipt reads a receipt this router or another of its fleet made,
+// and refuses one whose signature does not hold (Receipts).
+func (b *Broker) DecodeReceipt(s string) (Receipt, error) { return b.cfg.Receipts.Decode(s) }
 
 // SetClusters swaps the cluster connections (after a topology change). A
 // cluster whose connection is unchanged keeps its committer; the committers
@@ -682,7 +693,7 @@ func (b *Broker) release(req ClaimRequest, out []Delivery) {
 	defer cancel()
 	receipts := make([]Receipt, 0, len(out))
 	for _, d := range out {
-		r, err := DecodeReceipt(d.Receipt)
+		r, err := b.cfg.Receipts.Decode(d.Receipt)
 		if err == nil {
 			receipts = append(receipts, r)
 		}
@@ -765,7 +776,7 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 		for _, c := range got {
 			r := Receipt{VShard: shard.ID(c.Message.VShard), Topic: req.Topic,
 				Lease: store.Lease{MessageID: c.Message.ID, Subscription: req.Subscription, Token: c.Token, Ordered: ordered}}
-			out = append(out, Delivery{Claimed: c, Receipt: r.Encode()})
+			out = append(out, Delivery{Claimed: c, Receipt: b.cfg.Receipts.Encode(r)})
 			bytes += EncodedSize(c.Message)
 		}
 	}

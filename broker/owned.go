@@ -143,7 +143,7 @@ func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscript
 		for _, c := range got {
 			r := Receipt{VShard: shard.ID(c.Message.VShard), Topic: req.Topic, Epoch: epoch,
 				Lease: store.Lease{MessageID: c.Message.ID, Subscription: req.Subscription, Token: c.Token, Ordered: sub.Ordered}}
-			out = append(out, Delivery{Claimed: c.Claimed, Receipt: r.Encode()})
+			out = append(out, Delivery{Claimed: c.Claimed, Receipt: b.cfg.Receipts.Encode(r)})
 			bytes += EncodedSize(c.Message)
 		}
 	}
@@ -244,7 +244,7 @@ func (b *Broker) ClaimCluster(ctx context.Context, cluster string, req ClaimRequ
 	for _, c := range got {
 		r := Receipt{VShard: shard.ID(c.Message.VShard), Topic: req.Topic, Epoch: o.Epoch(),
 			Lease: store.Lease{MessageID: c.Message.ID, Subscription: req.Subscription, Token: c.Token, Ordered: sub.Ordered}}
-		out = append(out, Delivery{Claimed: c.Claimed, Receipt: r.Encode()})
+		out = append(out, Delivery{Claimed: c.Claimed, Receipt: b.cfg.Receipts.Encode(r)})
 	}
 	return out, nil
 }

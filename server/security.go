@@ -1,15 +1,18 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 
 	"github.com/shardmq/shardmq/api"
 	"github.com/shardmq/shardmq/auth"
+	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/internal/tlsconf"
 )
 
@@ -40,6 +43,29 @@ type SecurityConfig struct {
 	// acting as a token of the token file; reloaded when it changes.
 	// Empty: no SQS call is served when the router has tokens.
 	AWSCredentialsFile string
+	// ReceiptKeyFile holds the key that signs receipts (at least 32
+	// bytes; surrounding whitespace is ignored): a receipt made by one
+	// router is acked at any other, so every router of a fleet must read
+	// the same key. Empty: a random key of this router's own, valid only
+	// while it runs and only on it (a router that serves alone).
+	ReceiptKeyFile string
+}
+
+// receipts returns the receipt signer of c: the key file's, or a random
+// key when there is none.
+func (c SecurityConfig) receipts() (*broker.Receipts, error) {
+	if c.ReceiptKeyFile == "" {
+		return broker.RandomReceipts(), nil
+	}
+	data, err := os.ReadFile(c.ReceiptKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("config: receipt key: %w", err)
+	}
+	k, err := broker.NewReceipts(bytes.TrimSpace(data))
+	if err != nil {
+		return nil, fmt.Errorf("config: receipt key %s: %w", c.ReceiptKeyFile, err)
+	}
+	return k, nil
 }
 
 // security is the router's part that checks requests and secures the

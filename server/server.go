@@ -567,6 +567,16 @@ func leasesOf(b *broker.Broker) func(cluster, topic, sub string, id uint64) (loo
 // "Owners"): with an address for other routers (Broker.Owners.Addr), the
 // peer that forwards to theirs.
 func (r *Router) ownersConfig(bc broker.Config) (broker.Config, error) {
+	if bc.Receipts == nil {
+		k, err := r.cfg.Security.receipts()
+		if err != nil {
+			return bc, err
+		}
+		if r.cfg.Security.ReceiptKeyFile == "" && bc.Owners.Addr != "" {
+			r.cfg.Log.Warn("no receipt key file: receipts are signed with a key of this router's own, and other routers refuse them; give every router of a fleet the same -receipt-key-file")
+		}
+		bc.Receipts = k
+	}
 	if bc.Owners.Addr == "" || bc.Peer != nil {
 		return bc, nil
 	}
@@ -585,6 +595,6 @@ func (r *Router) ownersConfig(bc broker.Config) (broker.Config, error) {
 			tc.RootCAs = pool
 		}
 	}
-	bc.Peer = forward.New(tc, 30*time.Second)
+	bc.Peer = forward.New(tc, 30*time.Second, bc.Receipts)
 	return bc, nil
 }
