@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shardmq/shardmq/auth"
+	"github.com/shardmq/shardmq/subscription"
 )
 
 // TokenSource authenticates a bearer token (auth.Store, or an auth.Set).
@@ -315,7 +316,13 @@ func (g *Guard) check(w http.ResponseWriter, r *http.Request, pol policy) {
 		}
 	}
 	g.counts.WithLabelValues("allowed", tok.Name).Inc()
-	g.api.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey, tok)))
+	ctx := context.WithValue(r.Context(), tokenKey, tok)
+	if !tok.Allows(auth.Admin, "") {
+		// Topics it creates count against its quota (-max-topics-per-token);
+		// an admin of every topic is the operator and has none.
+		ctx = subscription.WithCreator(ctx, tok.Name)
+	}
+	g.api.ServeHTTP(w, r.WithContext(ctx))
 }
 
 func forbidden(tok *auth.Token, scope auth.Scope, topic string) *apiError {

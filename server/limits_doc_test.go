@@ -43,6 +43,8 @@ func TestREADMEResourceLimitsMatchTheCode(t *testing.T) {
 		fmt.Sprintf("| `-max-topics`, `-max-subscriptions-per-topic` | %d, %d |", s.MaxTopics, s.MaxPerTopic),
 		fmt.Sprintf("| subscriptions per topic | %d ", s.MaxPerTopic),
 		fmt.Sprintf("| topics (with a stored subscription) | %s ", thousands(s.MaxTopics)),
+		fmt.Sprintf("| `-max-topics-per-token` | %d |", s.MaxTopicsPerCreator),
+		fmt.Sprintf("| topics one token creates | %s ", thousands(s.MaxTopicsPerCreator)),
 		fmt.Sprintf("| reading a request (headers / whole request) | %d s / %d s", int(h.ReadHeaderTimeout.Seconds()), int(h.ReadTimeout.Seconds())),
 		fmt.Sprintf("| answering a request | %d s ", int(h.WriteTimeout.Seconds())),
 		fmt.Sprintf("| idle keep-alive connection | closed after %d s ", int(h.IdleTimeout.Seconds())),
