@@ -49,7 +49,7 @@ func TestCapsHoldUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	const perTopic, maxTopics, quota = 32, 12, 3
 	e := setupSecure(t, map[string]map[auth.Scope][]string{
-		"admin":    {auth.Admin: {"*"}},
+		"admin":  {auth.Admin: {"*"}},
 		"scoped": {auth.Produce: {"q.*"}},
 	}, nil, func(c *Config) {
 		c.SubscriptionLimits = subscription.Limits{MaxPerTopic: perTopic, MaxTopics: maxTopics, MaxTopicsPerCreator: quota}
