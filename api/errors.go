@@ -20,7 +20,10 @@ const (
 	CodeUnknownSubscription = "unknown_subscription"
 	CodeMethodNotAllowed    = "method_not_allowed"
 	CodeUnavailable         = "unavailable"
-	CodeInternal            = "internal"
+	// CodeOutcomeUnknown: an item's commit was under way when its cluster
+	// stopped answering; it may be stored (a retry with its key tells).
+	CodeOutcomeUnknown = "outcome_unknown"
+	CodeInternal       = "internal"
 
 	// Security (guard.go, docs/security.md).
 	CodeUnauthorized         = "unauthorized"
@@ -55,6 +58,7 @@ var statusOf = map[string]int{
 	CodeUnknownSubscription: http.StatusNotFound,
 	CodeMethodNotAllowed:    http.StatusMethodNotAllowed,
 	CodeUnavailable:         http.StatusServiceUnavailable,
+	CodeOutcomeUnknown:      http.StatusServiceUnavailable,
 	CodeInternal:            http.StatusInternalServerError,
 
 	CodeUnauthorized:         http.StatusUnauthorized,

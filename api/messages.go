@@ -84,6 +84,11 @@ func (s *Server) produce(w http.ResponseWriter, r *http.Request) {
 			if pr.Err != nil {
 				out[i].Error = hide(CodeUnavailable, pr.Err)
 			}
+		case domain.ProduceUnknown: // may be stored: a retry with the same key is safe and tells
+			w.Header().Set("Retry-After", retryAfterSeconds)
+			if pr.Err != nil {
+				out[i].Error = hide(CodeOutcomeUnknown, pr.Err)
+			}
 		case domain.ProduceRejected: // the database refused a value: no retry can succeed
 			if pr.Err != nil {
 				out[i].Error = fail(CodeInvalidRequest, pr.Err.Error())

@@ -262,7 +262,7 @@ func TestOpenAPIEnumsAreTheCodesAndStatuses(t *testing.T) {
 	}
 	cases := map[string][]string{
 		"ErrorCode":     codes,
-		"ProduceStatus": words(domain.ProduceCreated, domain.ProduceDuplicate, domain.ProduceConflict, domain.ProduceUnavailable, domain.ProduceRejected),
+		"ProduceStatus": words(domain.ProduceCreated, domain.ProduceDuplicate, domain.ProduceConflict, domain.ProduceUnknown, domain.ProduceUnavailable, domain.ProduceRejected),
 		"LeaseStatus":   words(domain.LeaseOK, domain.LeaseLost, domain.LeaseNotFound, domain.LeaseUnavailable),
 		"NackStatus":    words(domain.NackRetryScheduled, domain.NackDead, domain.NackLeaseLost, domain.NackNotFound, domain.NackUnavailable),
 		"MessageStatus": words(domain.MessagePending, domain.MessageConsumed, domain.MessageDead),

@@ -494,8 +494,13 @@ func (b *Broker) produceOn(ctx context.Context, cs *cluster, topic string, idx [
 	for j, i := range idx {
 		if err := resp.errs[j]; err != nil {
 			results[i].Status, results[i].Err = domain.ProduceUnavailable, err
-			if errors.Is(err, store.ErrInvalidData) {
+			switch {
+			case errors.Is(err, store.ErrInvalidData):
 				results[i].Status = domain.ProduceRejected // deterministic: a retry cannot succeed
+			case resp.pending != nil || errors.Is(err, store.ErrOutcomeUnknown):
+				// Queued or committing when the wait ended: it may be
+				// stored (or be stored yet). A retry with the key tells.
+				results[i].Status = domain.ProduceUnknown
 			}
 			continue
 		}
@@ -525,7 +530,9 @@ func (b *Broker) produceOn(ctx context.Context, cs *cluster, topic string, idx [
 }
 
 // confirmReplicated waits until a replica of cluster name has applied
-// gtid; the items idx that were stored become unavailable when none does.
+// gtid; the items idx that were stored become unknown when none does:
+// they are on the primary, not confirmed at the durability asked for (a
+// retry with the same key tells, and never stores them twice).
 func (b *Broker) confirmReplicated(ctx context.Context, name, gtid string, idx []int, results []ProduceResult) {
 	err := errors.New("no replica can confirm it")
 	if b.replicas != nil && gtid != "" {
@@ -537,7 +544,7 @@ func (b *Broker) confirmReplicated(ctx context.Context, name, gtid string, idx [
 	for _, i := range idx {
 		if results[i].Status == domain.ProduceCreated || results[i].Status == domain.ProduceDuplicate {
 			results[i].Err = &NotReplicatedError{Cluster: name, Err: err}
-			results[i].Status = domain.ProduceUnavailable
+			results[i].Status = domain.ProduceUnknown
 		}
 	}
 }
@@ -560,16 +567,16 @@ func (e *NotReplicatedError) Unwrap() error { return e.Err }
 // Public is the text a client may see.
 func (e *NotReplicatedError) Public() string { return notReplicatedText(e.Cluster) }
 
-// notReplicatedText is what an item answered unavailable under replicated
+// notReplicatedText is what an item answered unknown under replicated
 // durability says about its state and about a retry. A duplicate answer
 // under replicated durability claims, like created, that a replica has
 // the message, so a retry waits for a replica again: it answers duplicate
-// once one has applied the message, and unavailable until then. It never
+// once one has applied the message, and unknown until then. It never
 // stores the message twice.
 func notReplicatedText(cluster string) string {
 	return "committed on the primary of cluster " + cluster + " but no replica confirmed it in time; " +
 		"a retry with the same key and order_key never stores it twice: it answers duplicate once a replica has applied it, " +
-		"unavailable until then"
+		"unknown until then"
 }
 
 // ClaimRequest asks for up to Max deliveries of topic/sub.

@@ -251,6 +251,9 @@ func (s *Store) tryProduceFast(ctx context.Context, query string, args []any, ke
 			conn.Raw(func(any) error { return driver.ErrBadConn })
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		return "", false, err // nothing sent
+	}
 	affected, err := execMulti(ctx, conn, query, args)
 	if err != nil {
 		rollback()
@@ -261,7 +264,9 @@ func (s *Store) tryProduceFast(ctx context.Context, query string, args []any, ke
 			// general path finds out which and says so.
 			return "", false, nil
 		}
-		return "", false, err
+		// The statements ran up to their COMMIT in one round trip: an
+		// answer that never came may hide a commit.
+		return "", false, uncertain(err)
 	}
 	if len(affected) < 2 || affected[1] != int64(keys) {
 		// Cannot happen after a COMMIT without error; refuse to guess.
