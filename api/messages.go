@@ -304,7 +304,13 @@ func (s *Server) claimWith(w http.ResponseWriter, r *http.Request, dead bool) {
 	writeJSON(w, http.StatusOK, map[string]any{"messages": out})
 }
 
-type receiptsRequest struct {
+// ackRequest is an ack's body: receipts only (a visibility timeout there
+// is a misplaced field, refused as unknown).
+type ackRequest struct {
+	Receipts []string `json:"receipts"`
+}
+
+type extendRequest struct {
 	Receipts     []string `json:"receipts"`
 	VisibilityMS *int64   `json:"visibility_timeout_ms"`
 }
@@ -316,20 +322,22 @@ type leaseResult struct {
 	Error   *apiError          `json:"error,omitempty"`
 }
 
-func (s *Server) receipts(w http.ResponseWriter, r *http.Request, req *receiptsRequest) ([]broker.Receipt, bool) {
+// receipts decodes req, an ack's or extend's body whose receipts are
+// *list, and reads the receipts.
+func (s *Server) receipts(w http.ResponseWriter, r *http.Request, req any, list *[]string) ([]broker.Receipt, bool) {
 	if e := s.decode(w, r, req); e != nil {
 		writeError(w, e)
 		return nil, false
 	}
-	if len(req.Receipts) == 0 {
+	if len(*list) == 0 {
 		writeError(w, fail(CodeInvalidRequest, "receipts must hold at least one receipt"))
 		return nil, false
 	}
-	if len(req.Receipts) > s.limits.MaxBatch {
+	if len(*list) > s.limits.MaxBatch {
 		writeError(w, fail(CodeBatchTooLarge, fmt.Sprintf("at most %d receipts per request", s.limits.MaxBatch)))
 		return nil, false
 	}
-	rs, e := s.decodeReceipts(req.Receipts)
+	rs, e := s.decodeReceipts(*list)
 	if e != nil {
 		writeError(w, e)
 		return nil, false
@@ -353,8 +361,8 @@ func (s *Server) writeLeaseResults(w http.ResponseWriter, r *http.Request, recei
 }
 
 func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
-	var req receiptsRequest
-	rs, ok := s.receipts(w, r, &req)
+	var req ackRequest
+	rs, ok := s.receipts(w, r, &req, &req.Receipts)
 	if !ok {
 		return
 	}
@@ -367,8 +375,8 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) extend(w http.ResponseWriter, r *http.Request) {
-	var req receiptsRequest
-	rs, ok := s.receipts(w, r, &req)
+	var req extendRequest
+	rs, ok := s.receipts(w, r, &req, &req.Receipts)
 	if !ok {
 		return
 	}

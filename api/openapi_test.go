@@ -309,8 +309,8 @@ var goTypes = map[string]struct {
 	"DeadLetterClaimRequest":     {types: typesOf(claimRequest{})},
 	"ClaimedMessage":             {types: typesOf(claimedMessage{})},
 	"Message":                    {types: typesOf(messageBody{})},
-	"AckRequest":                 {types: typesOf(receiptsRequest{}), extra: []string{"visibility_timeout_ms"}}, // ack shares extend's body and ignores it
-	"ExtendRequest":              {types: typesOf(receiptsRequest{})},
+	"AckRequest":                 {types: typesOf(ackRequest{})},
+	"ExtendRequest":              {types: typesOf(extendRequest{})},
 	"LeaseResult":                {types: typesOf(leaseResult{})},
 	"NackRequest":                {types: typesOf(nackRequest{})},
 	"NackItem":                   {types: []reflect.Type{reflect.TypeOf(nackRequest{}.Items).Elem()}},
