@@ -144,9 +144,18 @@ func (s *Server) handleFunc(pattern string, h http.HandlerFunc) { s.Handle(patte
 // ServeHTTP implements http.Handler. Unknown paths and methods answer with
 // the JSON error shape too.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if clean, ok := canonicalPath(r); !ok {
+		w, r, done := s.begin(w, r, "")
+		defer done()
+		writeError(w, fail(CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.EscapedPath()+" is not a canonical path (routes are written like "+clean+")"))
+		return
+	}
 	h, pattern := s.mux.Handler(r)
 	w, r, done := s.begin(w, r, pattern) // request id, metrics, log line
 	defer done()
+	if s.tooLarge(w, r) {
+		return
+	}
 	if pattern == "" {
 		rec := &statusRecorder{header: http.Header{}}
 		h.ServeHTTP(rec, r)

@@ -14,6 +14,9 @@ const (
 	CodeInvalidSubscription = "invalid_subscription"
 	CodeInvalidReceipt      = "invalid_receipt"
 	CodeRequestTooLarge     = "request_too_large"
+	// CodeRequestTimeout: the request's body did not arrive in time
+	// (-http-read-timeout).
+	CodeRequestTimeout = "request_timeout"
 	CodeBatchTooLarge       = "batch_too_large"
 	CodePayloadTooLarge     = "payload_too_large"
 	CodeNotFound            = "not_found"
@@ -52,6 +55,7 @@ var statusOf = map[string]int{
 	CodeInvalidSubscription: http.StatusBadRequest,
 	CodeInvalidReceipt:      http.StatusBadRequest,
 	CodeRequestTooLarge:     http.StatusRequestEntityTooLarge,
+	CodeRequestTimeout:      http.StatusRequestTimeout,
 	CodeBatchTooLarge:       http.StatusRequestEntityTooLarge,
 	CodePayloadTooLarge:     http.StatusRequestEntityTooLarge,
 	CodeNotFound:            http.StatusNotFound,

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -124,6 +125,23 @@ type Guard struct {
 	counts  *prometheus.CounterVec
 }
 
+// CheckOrigins refuses an allowed-origins list that would let pages the
+// operator did not mean drive the router: "null" (the origin of sandboxed
+// frames, file: pages and some redirects — any site can make one), "*",
+// and anything but scheme://host[:port] with scheme http or https.
+func CheckOrigins(origins []string) error {
+	for _, o := range origins {
+		if strings.EqualFold(o, "null") || o == "*" {
+			return fmt.Errorf("allowed origin %q: any site can send it; name the origins (https://ops.example.com)", o)
+		}
+		u, err := url.Parse(strings.TrimSuffix(o, "/"))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			return fmt.Errorf("allowed origin %q is not scheme://host[:port] with scheme http or https", o)
+		}
+	}
+	return nil
+}
+
 // Guard returns the API behind the checks of cfg.
 func (s *Server) Guard(cfg GuardConfig) *Guard {
 	if cfg.Now == nil {
@@ -175,6 +193,15 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r, _ = withRequestID(w, r)
 	if e := g.checkHost(r); e != nil {
 		g.refuse(w, e, "")
+		return
+	}
+	if g.api.tooLarge(w, r) {
+		return
+	}
+	if _, ok := canonicalPath(r); !ok {
+		// Not a route's form: a token first, as for any unknown path,
+		// then the API's JSON 404 (never the mux's HTML redirect).
+		g.check(w, r, policy{})
 		return
 	}
 	if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(r, origin) {
@@ -359,11 +386,7 @@ func (g *Guard) receiptTopics(w http.ResponseWriter, r *http.Request, tok *auth.
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.api.limits.MaxBody))
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return fail(CodeRequestTooLarge, "request body exceeds "+strconv.FormatInt(g.api.limits.MaxBody, 10)+" bytes")
-		}
-		return fail(CodeInvalidRequest, "request body could not be read")
+		return g.api.bodyError(err)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(data))
 	var body struct {

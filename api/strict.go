@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"path"
 	"reflect"
 	"strconv"
 	"strings"
@@ -479,13 +482,53 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 		buf.Grow(int(r.ContentLength) + 1)
 	}
 	if _, err := buf.ReadFrom(body); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, fail(CodeRequestTooLarge, "request body exceeds "+strconv.FormatInt(s.limits.MaxBody, 10)+" bytes")
-		}
-		return nil, fail(CodeInvalidRequest, "request body could not be read: "+err.Error())
+		return nil, s.bodyError(err)
 	}
 	return buf.Bytes(), nil
+}
+
+// bodyError is the answer to a request whose body could not be read: 413
+// over MaxBody, 408 when it did not arrive in time (a slow or stalled
+// client), else 400. The text never carries the connection's addresses.
+func (s *Server) bodyError(err error) *apiError {
+	var tooBig *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case errors.As(err, &tooBig):
+		return fail(CodeRequestTooLarge, "request body exceeds "+strconv.FormatInt(s.limits.MaxBody, 10)+" bytes")
+	case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, os.ErrDeadlineExceeded):
+		return fail(CodeRequestTimeout, "the request body did not arrive in time")
+	}
+	return fail(CodeInvalidRequest, "the request body could not be read whole")
+}
+
+// tooLarge answers a request whose Content-Length already says its body is
+// over MaxBody, before anything reads it — so that a client sending
+// "Expect: 100-continue" gets 413 instead of "100 Continue".
+func (s *Server) tooLarge(w http.ResponseWriter, r *http.Request) bool {
+	if r.ContentLength <= s.limits.MaxBody {
+		return false
+	}
+	writeError(w, fail(CodeRequestTooLarge, "request body of "+strconv.FormatInt(r.ContentLength, 10)+" bytes exceeds "+
+		strconv.FormatInt(s.limits.MaxBody, 10)+" bytes"))
+	return true
+}
+
+// canonicalPath says whether r's path is in the form the routes are
+// written in: no empty, "." or ".." segments (compared escaped, as the
+// routes match, so an escaped "/" inside a key is fine). http.ServeMux
+// would answer other forms with an HTML redirect; the API answers them
+// 404 in its JSON shape instead.
+func canonicalPath(r *http.Request) (string, bool) {
+	p := r.URL.EscapedPath()
+	if p == "" || p[0] != '/' {
+		return "/" + p, false
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean, clean == p
 }
 
 // decodeStrict decodes one JSON value from body into v, refusing invalid

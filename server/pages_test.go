@@ -98,6 +98,11 @@ func TestDeadLetterListIsCappedInBytes(t *testing.T) {
 			t.Fatalf("%s: %d dead letters of %d bytes in one page", c.query, n, size)
 		}
 	}
+	// The dead-letter channel's claim counts encoded bytes too.
+	raw := e.postRaw(t, "/v1/topics/dlbytes/subscriptions/s/dead-letters/claim", `{"max":12,"max_bytes":700000}`)
+	if n := strings.Count(raw, `"receipt"`); n < 2 || len(raw) > 700000 {
+		t.Fatalf("dead-letter claim under max_bytes 700000: %d messages in %d bytes", n, len(raw))
+	}
 	if st, _, body := e.getRaw(t, base+"&max_bytes=0"); st != 400 {
 		t.Fatalf("max_bytes=0: %d %v, want 400", st, body)
 	}
@@ -176,5 +181,48 @@ func TestTransactionLookupPages(t *testing.T) {
 	}
 	if st, _, body := e.getRaw(t, "/v1/transactions/tx-big?cursor=abc"); st != 400 {
 		t.Fatalf("a bad cursor: %d %v, want 400", st, body)
+	}
+}
+
+// postRaw POSTs body and returns the answer's bytes (status 200 expected).
+func (e *env) postRaw(t *testing.T, path, body string) string {
+	t.Helper()
+	resp, err := testClient.Post(e.url+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST %s: %d %.300s", path, resp.StatusCode, data)
+	}
+	return string(data)
+}
+
+// A claim's max_bytes counts the answer's bytes as encoded: binary
+// payloads a third larger in base64. (Counting stored bytes let a claim
+// answer 9.8 MB under a cap of 8 MiB.)
+func TestClaimMaxBytesCountsEncodedBytes(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	const n, size, cap = 8, 150 << 10, 500000
+	var batch []any
+	for i := 0; i < n; i++ {
+		batch = append(batch, map[string]any{"key": fmt.Sprint("bin-", i), "payload_base64": base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0xfe, byte(i)}, size/2))})
+	}
+	if st, _, body := e.post(t, "/v1/topics/binclaim/messages", map[string]any{"messages": batch}); st != 200 {
+		t.Fatalf("produce: %d %v", st, body)
+	}
+	got := 0
+	for got < n {
+		raw := e.postRaw(t, "/v1/topics/binclaim/subscriptions/default/claim", fmt.Sprintf(`{"max":%d,"max_bytes":%d,"wait_ms":1000}`, n, cap))
+		k := strings.Count(raw, `"receipt"`)
+		if k == 0 {
+			t.Fatalf("%d of %d claimed, then none", got, n)
+		}
+		if k > 1 && len(raw) > cap {
+			t.Fatalf("a claim of %d binary messages answered %d bytes under max_bytes %d", k, len(raw), cap)
+		}
+		got += k
 	}
 }

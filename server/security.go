@@ -108,6 +108,9 @@ func (r *Router) secure() error {
 		}
 		sec.certs = cf
 	}
+	if err := api.CheckOrigins(c.AllowedOrigins); err != nil {
+		return fmt.Errorf("config: -allowed-origins: %w", err)
+	}
 	gc := api.GuardConfig{AllowedOrigins: c.AllowedOrigins, AllowedHosts: c.AllowedHosts, Metrics: r.metrics, Log: r.cfg.Log, Now: r.cfg.Now}
 	if sec.tokens != nil {
 		gc.Tokens = sec.tokens
