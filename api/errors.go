@@ -16,7 +16,7 @@ const (
 	CodeRequestTooLarge     = "request_too_large"
 	// CodeRequestTimeout: the request's body did not arrive in time
 	// (-http-read-timeout).
-	CodeRequestTimeout = "request_timeout"
+	CodeRequestTimeout      = "request_timeout"
 	CodeBatchTooLarge       = "batch_too_large"
 	CodePayloadTooLarge     = "payload_too_large"
 	CodeNotFound            = "not_found"
