@@ -35,6 +35,7 @@ func TestREADMEResourceLimitsMatchTheCode(t *testing.T) {
 	}
 	want := []string{
 		fmt.Sprintf("| `-max-conns` | %d |", h.MaxConns),
+		fmt.Sprintf("| `-max-in-flight` | %d (three quarters of `-max-conns`) |", mustInFlight(t, h.MaxConns)),
 		fmt.Sprintf("| open client connections | %s ", thousands(h.MaxConns)),
 		fmt.Sprintf("| `-http-read-timeout`, `-http-write-timeout`, `-http-idle-timeout` | %s, %s, %s |", secs(h.ReadTimeout), secs(h.WriteTimeout), secs(h.IdleTimeout)),
 		fmt.Sprintf("| `-shutdown-timeout` | %s |", secs(h.ShutdownTimeout)),
@@ -54,4 +55,13 @@ func TestREADMEResourceLimitsMatchTheCode(t *testing.T) {
 			t.Errorf("README.md lacks %q", w)
 		}
 	}
+}
+
+func mustInFlight(t *testing.T, conns int) int {
+	t.Helper()
+	n, err := inFlightCap(0, conns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

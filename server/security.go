@@ -36,7 +36,9 @@ type SecurityConfig struct {
 	// reloaded when they change. Empty: plain HTTP.
 	TLSCert, TLSKey string
 	// MaxInFlight caps the requests served at once; beyond it the router
-	// answers 503 overloaded. Defaults to 4096; negative disables.
+	// answers 503 overloaded. It must stay below HTTP.MaxConns (a request
+	// holds a connection). Defaults to three quarters of HTTP.MaxConns
+	// (768), or 4096 without a connection cap; negative disables.
 	MaxInFlight int
 	// AWSCredentialsFile is the SQS API's access-key file (auth.AccessKeys):
 	// secrets in clear, readable by the router's user only, each key
@@ -115,10 +117,7 @@ func (r *Router) secure() error {
 	if sec.tokens != nil {
 		gc.Tokens = sec.tokens
 	}
-	max := c.MaxInFlight
-	if max == 0 {
-		max = 4096
-	}
+	max := c.MaxInFlight // filled by Config.withDefaults (inFlightCap)
 	h, err := r.withSQS(sec, r.api.Guard(gc))
 	if err != nil {
 		sec.stop()

@@ -32,7 +32,7 @@ func addSecurityFlags(fs *flag.FlagSet, c *server.SecurityConfig) *securityFlags
 	fs.StringVar(&c.TLSKey, "tls-key", "", "the -tls-cert's private key (PEM)")
 	fs.StringVar(&c.AWSCredentialsFile, "aws-credentials", "", "the SQS API's access-key file (secrets in clear, mode 0600, each key acting as a token of -tokens; reloaded on change; docs/sqs.md)")
 	fs.StringVar(&c.ReceiptKeyFile, "receipt-key-file", "", "file holding the key (at least 32 bytes) that signs receipts; every router of a fleet must read the same key (default: a random key of this router's own, for a router that serves alone)")
-	fs.IntVar(&c.MaxInFlight, "max-in-flight", 0, "requests served at once before the router answers 503 overloaded (default 4096; negative disables)")
+	fs.IntVar(&c.MaxInFlight, "max-in-flight", 0, "requests served at once before the router answers 503 overloaded; must be below -max-conns (default three quarters of -max-conns, 768; negative disables)")
 	fs.StringVar(&f.mysqlCA, "mysql-ca", "", "CA certificate (PEM) MySQL servers' certificates must chain to; DSNs with tls=shardmq use it")
 	fs.StringVar(&f.mysqlCert, "mysql-cert", "", "client certificate (PEM) for MySQL servers that require one (tls=shardmq)")
 	fs.StringVar(&f.mysqlKey, "mysql-key", "", "the -mysql-cert's private key (PEM)")
