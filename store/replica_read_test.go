@@ -33,6 +33,7 @@ func (f *fixture) replicaOf(t *testing.T) *Store {
 }
 
 func TestHeartbeatAndReplicationStatus(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -67,6 +68,7 @@ func TestHeartbeatAndReplicationStatus(t *testing.T) {
 }
 
 func TestTraceMergesDeliveriesAndEvents(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -130,6 +132,7 @@ func TestTraceMergesDeliveriesAndEvents(t *testing.T) {
 }
 
 func TestTransactionLookups(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -204,6 +207,7 @@ func TestTransactionLookups(t *testing.T) {
 }
 
 func TestReconcileFindsAndRepairs(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
