@@ -7,6 +7,7 @@ SANDBOX_DIR ?= $(VAR)/sandbox
 ROUTER_ADDR ?= 127.0.0.1:8080
 TOKEN_FILE  ?= $(VAR)/router.token
 TOKENS      ?= $(VAR)/tokens.yaml
+RECEIPT_KEY ?= $(VAR)/receipt.key
 AWS_KEYS    ?= $(VAR)/aws-keys.yaml
 AWS_CREDENTIALS ?= $(VAR)/aws-credentials
 CLUSTERS    ?= 2
@@ -29,6 +30,9 @@ build:
 	$(GO) build -o bin/sandbox ./cmd/sandbox
 	$(GO) build -o bin/shardmqctl ./cmd/shardmqctl
 
+# The key that signs receipts is made once, in $(RECEIPT_KEY) (mode 0600),
+# and kept: receipts handed out before a restart stay valid after it. A
+# fleet of routers must share it (docs/security.md, "Receipts").
 # Each router start makes a fresh admin token: the secret in
 # $(TOKEN_FILE) (mode 0600), its hash in the router's token file $(TOKENS)
 # (docs/security.md); and a fresh SQS access key acting as that token: in
@@ -75,10 +79,11 @@ stop:
 alive = { [ -r /proc/$(1)/stat ] && [ "$$(sed 's/.*) //' /proc/$(1)/stat | cut -c1)" != Z ]; }
 router_running = [ -f $(VAR)/router.pid ] && $(call alive,$$(cat $(VAR)/router.pid))
 start_router = mkdir -p $(VAR); \
+	if [ ! -s $(RECEIPT_KEY) ]; then (umask 077; head -c 48 /dev/urandom | base64 > $(RECEIPT_KEY)) || exit 1; fi; \
 	bin/shardmqctl token new -name sandbox-admin -admin '*' -tokens $(TOKENS) -out $(TOKEN_FILE) || exit 1; \
 	bin/shardmqctl aws-key new -token sandbox-admin -keys $(AWS_KEYS) -out $(AWS_CREDENTIALS) -replace || exit 1; \
 	if [ -f $(VAR)/router.log ]; then mv -f $(VAR)/router.log $(VAR)/router.log.1; fi; \
-	nohup bin/router -listen $(ROUTER_ADDR) -topology $(SANDBOX_DIR)/topology.yaml -tokens $(TOKENS) -aws-credentials $(AWS_KEYS) -disk-path $(SANDBOX_DIR) > $(VAR)/router.log 2>&1 & echo $$! > $(VAR)/router.pid; \
+	nohup bin/router -listen $(ROUTER_ADDR) -topology $(SANDBOX_DIR)/topology.yaml -tokens $(TOKENS) -aws-credentials $(AWS_KEYS) -receipt-key-file $(RECEIPT_KEY) -disk-path $(SANDBOX_DIR) > $(VAR)/router.log 2>&1 & echo $$! > $(VAR)/router.pid; \
 	for i in $$(seq 1 100); do \
 		if curl -fsS http://$(ROUTER_ADDR)/readyz >/dev/null 2>&1; then break; fi; \
 		if ! $(call alive,$$(cat $(VAR)/router.pid)); then echo "router exited:"; tail -20 $(VAR)/router.log; exit 1; fi; \

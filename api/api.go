@@ -31,6 +31,9 @@ type Broker interface {
 	AckHere(ctx context.Context, receipts []broker.Receipt) []broker.LeaseResult
 	NackHere(ctx context.Context, items []broker.NackItem) []broker.NackResult
 	ExtendHere(ctx context.Context, receipts []broker.Receipt, lease time.Duration) []broker.LeaseResult
+	// DecodeReceipt reads a receipt a router of the fleet signed
+	// (broker.Receipts); an altered one is an error.
+	DecodeReceipt(s string) (broker.Receipt, error)
 	Subscriptions
 	Operator
 }
@@ -141,9 +144,18 @@ func (s *Server) handleFunc(pattern string, h http.HandlerFunc) { s.Handle(patte
 // ServeHTTP implements http.Handler. Unknown paths and methods answer with
 // the JSON error shape too.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if clean, ok := canonicalPath(r); !ok {
+		w, r, done := s.begin(w, r, "")
+		defer done()
+		writeError(w, fail(CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.EscapedPath()+" is not a canonical path (routes are written like "+clean+")"))
+		return
+	}
 	h, pattern := s.mux.Handler(r)
 	w, r, done := s.begin(w, r, pattern) // request id, metrics, log line
 	defer done()
+	if s.tooLarge(w, r) {
+		return
+	}
 	if pattern == "" {
 		rec := &statusRecorder{header: http.Header{}}
 		h.ServeHTTP(rec, r)
@@ -219,10 +231,10 @@ func pathName(r *http.Request, param, code string) (string, *apiError) {
 	return v, nil
 }
 
-func decodeReceipts(list []string) ([]broker.Receipt, *apiError) {
+func (s *Server) decodeReceipts(list []string) ([]broker.Receipt, *apiError) {
 	out := make([]broker.Receipt, len(list))
-	for i, s := range list {
-		r, err := broker.DecodeReceipt(s)
+	for i, text := range list {
+		r, err := s.b.DecodeReceipt(text)
 		if err != nil {
 			return nil, fail(CodeInvalidReceipt, "receipts["+strconv.Itoa(i)+"] is not a receipt issued by shardmq")
 		}

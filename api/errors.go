@@ -14,13 +14,19 @@ const (
 	CodeInvalidSubscription = "invalid_subscription"
 	CodeInvalidReceipt      = "invalid_receipt"
 	CodeRequestTooLarge     = "request_too_large"
+	// CodeRequestTimeout: the request's body did not arrive in time
+	// (-http-read-timeout).
+	CodeRequestTimeout      = "request_timeout"
 	CodeBatchTooLarge       = "batch_too_large"
 	CodePayloadTooLarge     = "payload_too_large"
 	CodeNotFound            = "not_found"
 	CodeUnknownSubscription = "unknown_subscription"
 	CodeMethodNotAllowed    = "method_not_allowed"
 	CodeUnavailable         = "unavailable"
-	CodeInternal            = "internal"
+	// CodeOutcomeUnknown: an item's commit was under way when its cluster
+	// stopped answering; it may be stored (a retry with its key tells).
+	CodeOutcomeUnknown = "outcome_unknown"
+	CodeInternal       = "internal"
 
 	// Security (guard.go, docs/security.md).
 	CodeUnauthorized         = "unauthorized"
@@ -49,12 +55,14 @@ var statusOf = map[string]int{
 	CodeInvalidSubscription: http.StatusBadRequest,
 	CodeInvalidReceipt:      http.StatusBadRequest,
 	CodeRequestTooLarge:     http.StatusRequestEntityTooLarge,
+	CodeRequestTimeout:      http.StatusRequestTimeout,
 	CodeBatchTooLarge:       http.StatusRequestEntityTooLarge,
 	CodePayloadTooLarge:     http.StatusRequestEntityTooLarge,
 	CodeNotFound:            http.StatusNotFound,
 	CodeUnknownSubscription: http.StatusNotFound,
 	CodeMethodNotAllowed:    http.StatusMethodNotAllowed,
 	CodeUnavailable:         http.StatusServiceUnavailable,
+	CodeOutcomeUnknown:      http.StatusServiceUnavailable,
 	CodeInternal:            http.StatusInternalServerError,
 
 	CodeUnauthorized:         http.StatusUnauthorized,

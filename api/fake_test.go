@@ -34,6 +34,13 @@ type call struct {
 
 var _ Broker = (*recordingBroker)(nil)
 
+// testReceipts signs the receipts of the API's tests.
+var testReceipts, _ = broker.NewReceipts([]byte("api tests sign receipts with this key"))
+
+func (b *recordingBroker) DecodeReceipt(s string) (broker.Receipt, error) {
+	return testReceipts.Decode(s)
+}
+
 func (b *recordingBroker) record(op string, args ...any) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -117,7 +124,7 @@ func (b *recordingBroker) DeleteSubscription(_ context.Context, topic, name stri
 	return nil
 }
 
-func (b *recordingBroker) ListDead(_ context.Context, topic, sub, errorCode, cursor string, limit int) (broker.DeadPage, error) {
+func (b *recordingBroker) ListDead(_ context.Context, topic, sub, errorCode, cursor string, limit, _ int) (broker.DeadPage, error) {
 	b.record("list_dead", topic, sub, errorCode, cursor, limit)
 	return broker.DeadPage{}, nil
 }
@@ -156,7 +163,7 @@ func (b *recordingBroker) Trace(_ context.Context, topic, key, orderKey string) 
 	return nil, domain.ErrNotFound
 }
 
-func (b *recordingBroker) Transaction(_ context.Context, txID string) (*lookup.TransactionResult, error) {
+func (b *recordingBroker) Transaction(_ context.Context, txID string, _ lookup.TxPage) (*lookup.TransactionResult, error) {
 	b.record("transaction", txID)
 	return &lookup.TransactionResult{}, nil
 }

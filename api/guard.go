@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shardmq/shardmq/auth"
-	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/subscription"
 )
 
 // TokenSource authenticates a bearer token (auth.Store, or an auth.Set).
@@ -124,6 +125,23 @@ type Guard struct {
 	counts  *prometheus.CounterVec
 }
 
+// CheckOrigins refuses an allowed-origins list that would let pages the
+// operator did not mean drive the router: "null" (the origin of sandboxed
+// frames, file: pages and some redirects — any site can make one), "*",
+// and anything but scheme://host[:port] with scheme http or https.
+func CheckOrigins(origins []string) error {
+	for _, o := range origins {
+		if strings.EqualFold(o, "null") || o == "*" {
+			return fmt.Errorf("allowed origin %q: any site can send it; name the origins (https://ops.example.com)", o)
+		}
+		u, err := url.Parse(strings.TrimSuffix(o, "/"))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			return fmt.Errorf("allowed origin %q is not scheme://host[:port] with scheme http or https", o)
+		}
+	}
+	return nil
+}
+
 // Guard returns the API behind the checks of cfg.
 func (s *Server) Guard(cfg GuardConfig) *Guard {
 	if cfg.Now == nil {
@@ -175,6 +193,15 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r, _ = withRequestID(w, r)
 	if e := g.checkHost(r); e != nil {
 		g.refuse(w, e, "")
+		return
+	}
+	if g.api.tooLarge(w, r) {
+		return
+	}
+	if _, ok := canonicalPath(r); !ok {
+		// Not a route's form: a token first, as for any unknown path,
+		// then the API's JSON 404 (never the mux's HTML redirect).
+		g.check(w, r, policy{})
 		return
 	}
 	if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(r, origin) {
@@ -316,7 +343,13 @@ func (g *Guard) check(w http.ResponseWriter, r *http.Request, pol policy) {
 		}
 	}
 	g.counts.WithLabelValues("allowed", tok.Name).Inc()
-	g.api.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey, tok)))
+	ctx := context.WithValue(r.Context(), tokenKey, tok)
+	if !tok.Allows(auth.Admin, "") {
+		// Topics it creates count against its quota (-max-topics-per-token);
+		// an admin of every topic is the operator and has none.
+		ctx = subscription.WithCreator(ctx, tok.Name)
+	}
+	g.api.ServeHTTP(w, r.WithContext(ctx))
 }
 
 func forbidden(tok *auth.Token, scope auth.Scope, topic string) *apiError {
@@ -353,11 +386,7 @@ func (g *Guard) receiptTopics(w http.ResponseWriter, r *http.Request, tok *auth.
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.api.limits.MaxBody))
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return fail(CodeRequestTooLarge, "request body exceeds "+strconv.FormatInt(g.api.limits.MaxBody, 10)+" bytes")
-		}
-		return fail(CodeInvalidRequest, "request body could not be read")
+		return g.api.bodyError(err)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(data))
 	var body struct {
@@ -374,7 +403,7 @@ func (g *Guard) receiptTopics(w http.ResponseWriter, r *http.Request, tok *auth.
 		list = append(list, it.Receipt)
 	}
 	for _, s := range list {
-		rc, err := broker.DecodeReceipt(s)
+		rc, err := g.api.b.DecodeReceipt(s)
 		if err != nil {
 			continue // the API refuses the whole request
 		}

@@ -48,6 +48,9 @@ func (c *jsonErrorConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// NetConn returns the connection it wraps.
+func (c *jsonErrorConn) NetConn() net.Conn { return c.Conn }
+
 // CloseWrite keeps the half-close net/http does before closing a
 // connection it answered early (so the client reads the answer, not a reset).
 func (c *jsonErrorConn) CloseWrite() error {

@@ -84,6 +84,11 @@ func (s *Server) produce(w http.ResponseWriter, r *http.Request) {
 			if pr.Err != nil {
 				out[i].Error = hide(CodeUnavailable, pr.Err)
 			}
+		case domain.ProduceUnknown: // may be stored: a retry with the same key is safe and tells
+			w.Header().Set("Retry-After", retryAfterSeconds)
+			if pr.Err != nil {
+				out[i].Error = hide(CodeOutcomeUnknown, pr.Err)
+			}
 		case domain.ProduceRejected: // the database refused a value: no retry can succeed
 			if pr.Err != nil {
 				out[i].Error = fail(CodeInvalidRequest, pr.Err.Error())
@@ -299,7 +304,13 @@ func (s *Server) claimWith(w http.ResponseWriter, r *http.Request, dead bool) {
 	writeJSON(w, http.StatusOK, map[string]any{"messages": out})
 }
 
-type receiptsRequest struct {
+// ackRequest is an ack's body: receipts only (a visibility timeout there
+// is a misplaced field, refused as unknown).
+type ackRequest struct {
+	Receipts []string `json:"receipts"`
+}
+
+type extendRequest struct {
 	Receipts     []string `json:"receipts"`
 	VisibilityMS *int64   `json:"visibility_timeout_ms"`
 }
@@ -311,20 +322,22 @@ type leaseResult struct {
 	Error   *apiError          `json:"error,omitempty"`
 }
 
-func (s *Server) receipts(w http.ResponseWriter, r *http.Request, req *receiptsRequest) ([]broker.Receipt, bool) {
+// receipts decodes req, an ack's or extend's body whose receipts are
+// *list, and reads the receipts.
+func (s *Server) receipts(w http.ResponseWriter, r *http.Request, req any, list *[]string) ([]broker.Receipt, bool) {
 	if e := s.decode(w, r, req); e != nil {
 		writeError(w, e)
 		return nil, false
 	}
-	if len(req.Receipts) == 0 {
+	if len(*list) == 0 {
 		writeError(w, fail(CodeInvalidRequest, "receipts must hold at least one receipt"))
 		return nil, false
 	}
-	if len(req.Receipts) > s.limits.MaxBatch {
+	if len(*list) > s.limits.MaxBatch {
 		writeError(w, fail(CodeBatchTooLarge, fmt.Sprintf("at most %d receipts per request", s.limits.MaxBatch)))
 		return nil, false
 	}
-	rs, e := decodeReceipts(req.Receipts)
+	rs, e := s.decodeReceipts(*list)
 	if e != nil {
 		writeError(w, e)
 		return nil, false
@@ -348,8 +361,8 @@ func (s *Server) writeLeaseResults(w http.ResponseWriter, r *http.Request, recei
 }
 
 func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
-	var req receiptsRequest
-	rs, ok := s.receipts(w, r, &req)
+	var req ackRequest
+	rs, ok := s.receipts(w, r, &req, &req.Receipts)
 	if !ok {
 		return
 	}
@@ -362,8 +375,8 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) extend(w http.ResponseWriter, r *http.Request) {
-	var req receiptsRequest
-	rs, ok := s.receipts(w, r, &req)
+	var req extendRequest
+	rs, ok := s.receipts(w, r, &req, &req.Receipts)
 	if !ok {
 		return
 	}
@@ -415,7 +428,7 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
 	}
 	items := make([]broker.NackItem, len(req.Items))
 	for i, it := range req.Items {
-		rc, err := broker.DecodeReceipt(it.Receipt)
+		rc, err := s.b.DecodeReceipt(it.Receipt)
 		if err != nil {
 			writeError(w, fail(CodeInvalidReceipt, fmt.Sprintf("items[%d].receipt is not a receipt issued by shardmq", i)))
 			return

@@ -262,7 +262,7 @@ func TestOpenAPIEnumsAreTheCodesAndStatuses(t *testing.T) {
 	}
 	cases := map[string][]string{
 		"ErrorCode":     codes,
-		"ProduceStatus": words(domain.ProduceCreated, domain.ProduceDuplicate, domain.ProduceConflict, domain.ProduceUnavailable, domain.ProduceRejected),
+		"ProduceStatus": words(domain.ProduceCreated, domain.ProduceDuplicate, domain.ProduceConflict, domain.ProduceUnknown, domain.ProduceUnavailable, domain.ProduceRejected),
 		"LeaseStatus":   words(domain.LeaseOK, domain.LeaseLost, domain.LeaseNotFound, domain.LeaseUnavailable),
 		"NackStatus":    words(domain.NackRetryScheduled, domain.NackDead, domain.NackLeaseLost, domain.NackNotFound, domain.NackUnavailable),
 		"MessageStatus": words(domain.MessagePending, domain.MessageConsumed, domain.MessageDead),
@@ -309,8 +309,8 @@ var goTypes = map[string]struct {
 	"DeadLetterClaimRequest":     {types: typesOf(claimRequest{})},
 	"ClaimedMessage":             {types: typesOf(claimedMessage{})},
 	"Message":                    {types: typesOf(messageBody{})},
-	"AckRequest":                 {types: typesOf(receiptsRequest{}), extra: []string{"visibility_timeout_ms"}}, // ack shares extend's body and ignores it
-	"ExtendRequest":              {types: typesOf(receiptsRequest{})},
+	"AckRequest":                 {types: typesOf(ackRequest{})},
+	"ExtendRequest":              {types: typesOf(extendRequest{})},
 	"LeaseResult":                {types: typesOf(leaseResult{})},
 	"NackRequest":                {types: typesOf(nackRequest{})},
 	"NackItem":                   {types: []reflect.Type{reflect.TypeOf(nackRequest{}.Items).Elem()}},
@@ -624,7 +624,7 @@ func (b *richBroker) Extend(_ context.Context, rs []broker.Receipt, _ time.Durat
 	return []broker.LeaseResult{{Status: domain.LeaseOK, Expires: time.Unix(4, 0)}}
 }
 
-func (b *richBroker) ListDead(context.Context, string, string, string, string, int) (broker.DeadPage, error) {
+func (b *richBroker) ListDead(context.Context, string, string, string, string, int, int) (broker.DeadPage, error) {
 	d := broker.DeadLetter{Message: testMessage}
 	d.MessageID, d.Attempts, d.ErrorCode, d.LastError, d.DeadAt, d.InFlight = 7, 5, "E", "boom", time.Unix(5, 0), true
 	return broker.DeadPage{Items: []broker.DeadLetter{d}, NextCursor: "c", Missing: []string{"c2"}}, nil
@@ -664,7 +664,7 @@ func (b *richBroker) Stats(context.Context) broker.Stats {
 	return st
 }
 
-func (b *richBroker) Transaction(context.Context, string) (*lookup.TransactionResult, error) {
+func (b *richBroker) Transaction(context.Context, string, lookup.TxPage) (*lookup.TransactionResult, error) {
 	return &lookup.TransactionResult{Messages: []lookup.Found{{Message: testMessage, Cluster: "c1"}},
 		Sources:    []lookup.Source{{Cluster: "c1", ReadFrom: "primary", Endpoint: "e", Fallback: "no replica"}},
 		Unanswered: []lookup.ClusterError{{Cluster: "c2", Error: "timeout"}}}, nil

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -24,7 +25,7 @@ var queryParams = map[string][]string{
 	"PUT /v1/topics/{topic}/subscriptions/{sub}":                       nil,
 	"GET /v1/topics/{topic}/subscriptions/{sub}":                       nil,
 	"DELETE /v1/topics/{topic}/subscriptions/{sub}":                    nil,
-	"GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters":          {"error_code", "limit", "cursor"},
+	"GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters":          {"error_code", "limit", "cursor", "max_bytes"},
 	"DELETE /v1/topics/{topic}/subscriptions/{sub}/dead-letters":       {"error_code"},
 	"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/redrive": nil,
 	"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/claim":   nil,
@@ -37,7 +38,7 @@ var queryParams = map[string][]string{
 	"GET /ui/":                              nil,
 	"GET /v1/messages/{key}/trace":          {"topic", "order_key"},
 	"GET /v1/messages/trace":                {"key", "topic", "order_key"},
-	"GET /v1/transactions/{transaction_id}": nil,
+	"GET /v1/transactions/{transaction_id}": {"limit", "cursor", "max_bytes"},
 	"POST /v1/admin/reconcile":              nil,
 	"POST /v1/admin/reconcile/transactions": nil,
 	"GET /v1/admin/retention":               nil,
@@ -81,4 +82,18 @@ func checkQuery(r *http.Request, pattern string) *apiError {
 		}
 	}
 	return nil
+}
+
+// queryInt reads the integer query parameter name, 1-hi, or def when it
+// is absent.
+func queryInt(q url.Values, name string, hi, def int) (int, *apiError) {
+	if !q.Has(name) {
+		return def, nil
+	}
+	v := q.Get(name)
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > hi {
+		return 0, fail(CodeInvalidRequest, fmt.Sprintf("%s must be an integer 1-%d, got %q", name, hi, v))
+	}
+	return n, nil
 }

@@ -86,6 +86,10 @@ func (s *Server) RouteRetention(rt Retention) {
 				writeError(w, fail(CodeUnavailable, err.Error()))
 				return
 			}
+			if errors.Is(err, retention.ErrNotRestored) {
+				writeError(w, fail(CodeNotFound, "month "+m+" is not restored: nothing to release"))
+				return
+			}
 			writeError(w, s.hide(r, CodeInternal, err))
 			return
 		}

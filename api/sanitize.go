@@ -65,6 +65,8 @@ func publicMessage(code string, err error, id string) string {
 	switch {
 	case errors.As(err, &notRepl):
 		msg = notRepl.Public()
+	case code == CodeOutcomeUnknown:
+		msg = "the cluster stopped answering while this message was being committed: it may be stored; retry with the same key (safe: it answers created or duplicate)"
 	case errors.Is(err, circuit.ErrOpen):
 		msg = "a cluster this request needs is failing and refused for a while; retry later"
 	case errors.Is(err, context.DeadlineExceeded):

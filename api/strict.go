@@ -6,7 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"path"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +62,7 @@ type frame struct {
 	key       span                // object: the current member's key
 	hasKey    bool                // object: key is set
 	set       map[string]struct{} // object: its keys, once it has many
+	sch       *schema             // what the value decodes into; nil: not checked
 }
 
 // manyKeys is how many keys an object holds before its duplicate check
@@ -73,15 +78,24 @@ type jsonChecker struct {
 	stack []frame
 	keys  []span
 	arena []byte
+	root  *schema // the top-level value's schema; nil: names are not checked
 }
 
 var checkers = sync.Pool{New: func() any { return new(jsonChecker) }}
 
 // checkJSON reports the first invalid UTF-8 sequence, lone surrogate escape
 // or duplicate object key in b, or nil.
-func checkJSON(b []byte) *strictError {
+func checkJSON(b []byte) *strictError { return checkJSONFor(b, nil) }
+
+// checkJSONFor is checkJSON that also holds every object key of b to the
+// exact field names of what it decodes into (sch): encoding/json matches
+// names without regard to case (and folds the Kelvin sign K to k), so
+// {"KEY": …} would fill key, and {"key": "a", "KEY": "b"} would store "b".
+func checkJSONFor(b []byte, sch *schema) *strictError {
 	c := checkers.Get().(*jsonChecker)
+	c.root = sch
 	err := c.check(b)
+	c.root = nil
 	if cap(c.arena) <= 64<<10 && cap(c.stack) <= 1024 && cap(c.keys) <= 4096 {
 		clear(c.stack)
 		c.stack, c.keys, c.arena = c.stack[:0], c.keys[:0], c.arena[:0]
@@ -94,10 +108,10 @@ func (c *jsonChecker) check(b []byte) *strictError {
 	for i := 0; i < len(b); {
 		switch b[i] {
 		case '{':
-			c.stack = append(c.stack, frame{obj: true, expectKey: true, keyStart: len(c.keys)})
+			c.stack = append(c.stack, frame{obj: true, expectKey: true, keyStart: len(c.keys), sch: c.childSchema()})
 			i++
 		case '[':
-			c.stack = append(c.stack, frame{})
+			c.stack = append(c.stack, frame{sch: c.childSchema()})
 			i++
 		case '}', ']':
 			if len(c.stack) == 0 {
@@ -263,6 +277,109 @@ func (c *jsonChecker) addKey(raw []byte, escaped bool) *strictError {
 	}
 	c.keys = append(c.keys, k)
 	top.key, top.hasKey, top.expectKey = k, true, false
+	if top.sch != nil && top.sch.fields != nil {
+		if _, ok := top.sch.fields[string(key)]; !ok {
+			// Outside the member: the path names the object it is in.
+			top.hasKey, top.expectKey = false, true
+			err := c.errorf("unknown field %s (field names match exactly, case included)", strconv.Quote(string(key)))
+			top.hasKey, top.expectKey = true, false
+			return err
+		}
+	}
+	return nil
+}
+
+// childSchema is the schema of a value opening now: the member's field of
+// the object it is in, the element of the array, or the root.
+func (c *jsonChecker) childSchema() *schema {
+	if len(c.stack) == 0 {
+		return c.root
+	}
+	top := &c.stack[len(c.stack)-1]
+	switch {
+	case top.sch == nil:
+		return nil
+	case !top.obj:
+		return top.sch.elem
+	case top.sch.fields != nil:
+		if !top.hasKey {
+			return nil
+		}
+		return top.sch.fields[string(c.arena[top.key.off:top.key.off+top.key.n])]
+	default: // a map: every value is its element
+		return top.sch.elem
+	}
+}
+
+// schema is what the checker knows of a Go type a JSON value decodes
+// into: the exact field names of a struct (with their schemas), or the
+// element of a slice or map. A nil schema checks nothing below it
+// (json.RawMessage, any, scalars).
+type schema struct {
+	fields map[string]*schema // a struct's JSON names; nil for others
+	elem   *schema            // a slice's or map's element
+}
+
+var schemas sync.Map // reflect.Type → *schema
+
+// schemaOf returns the schema of t, built once per type.
+func schemaOf(t reflect.Type) *schema {
+	if v, ok := schemas.Load(t); ok {
+		return v.(*schema)
+	}
+	sch := buildSchema(t, map[reflect.Type]*schema{})
+	schemas.Store(t, sch)
+	return sch
+}
+
+func buildSchema(t reflect.Type, seen map[reflect.Type]*schema) *schema {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == reflect.TypeFor[json.RawMessage]() {
+		return nil
+	}
+	if s, ok := seen[t]; ok {
+		return s
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		s := &schema{fields: map[string]*schema{}}
+		seen[t] = s
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if !f.IsExported() && !f.Anonymous {
+				continue
+			}
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			switch {
+			case name == "-":
+				continue
+			case name == "" && f.Anonymous && ft.Kind() == reflect.Struct:
+				// Embedded: its fields are the outer struct's.
+				if inner := buildSchema(ft, seen); inner != nil {
+					for n, fs := range inner.fields {
+						if _, ok := s.fields[n]; !ok {
+							s.fields[n] = fs
+						}
+					}
+				}
+				continue
+			case name == "":
+				name = f.Name
+			}
+			s.fields[name] = buildSchema(f.Type, seen)
+		}
+		return s
+	case reflect.Slice, reflect.Array, reflect.Map:
+		if e := buildSchema(t.Elem(), seen); e != nil {
+			return &schema{elem: e}
+		}
+	}
 	return nil
 }
 
@@ -365,13 +482,53 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 		buf.Grow(int(r.ContentLength) + 1)
 	}
 	if _, err := buf.ReadFrom(body); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, fail(CodeRequestTooLarge, "request body exceeds "+strconv.FormatInt(s.limits.MaxBody, 10)+" bytes")
-		}
-		return nil, fail(CodeInvalidRequest, "request body could not be read: "+err.Error())
+		return nil, s.bodyError(err)
 	}
 	return buf.Bytes(), nil
+}
+
+// bodyError is the answer to a request whose body could not be read: 413
+// over MaxBody, 408 when it did not arrive in time (a slow or stalled
+// client), else 400. The text never carries the connection's addresses.
+func (s *Server) bodyError(err error) *apiError {
+	var tooBig *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case errors.As(err, &tooBig):
+		return fail(CodeRequestTooLarge, "request body exceeds "+strconv.FormatInt(s.limits.MaxBody, 10)+" bytes")
+	case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, os.ErrDeadlineExceeded):
+		return fail(CodeRequestTimeout, "the request body did not arrive in time")
+	}
+	return fail(CodeInvalidRequest, "the request body could not be read whole")
+}
+
+// tooLarge answers a request whose Content-Length already says its body is
+// over MaxBody, before anything reads it — so that a client sending
+// "Expect: 100-continue" gets 413 instead of "100 Continue".
+func (s *Server) tooLarge(w http.ResponseWriter, r *http.Request) bool {
+	if r.ContentLength <= s.limits.MaxBody {
+		return false
+	}
+	writeError(w, fail(CodeRequestTooLarge, "request body of "+strconv.FormatInt(r.ContentLength, 10)+" bytes exceeds "+
+		strconv.FormatInt(s.limits.MaxBody, 10)+" bytes"))
+	return true
+}
+
+// canonicalPath says whether r's path is in the form the routes are
+// written in: no empty, "." or ".." segments (compared escaped, as the
+// routes match, so an escaped "/" inside a key is fine). http.ServeMux
+// would answer other forms with an HTML redirect; the API answers them
+// 404 in its JSON shape instead.
+func canonicalPath(r *http.Request) (string, bool) {
+	p := r.URL.EscapedPath()
+	if p == "" || p[0] != '/' {
+		return "/" + p, false
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean, clean == p
 }
 
 // decodeStrict decodes one JSON value from body into v, refusing invalid
@@ -381,7 +538,7 @@ func decodeStrict(body []byte, v any) *apiError {
 	if len(bytes.TrimLeft(body, " \t\r\n")) == 0 {
 		return fail(CodeInvalidJSON, emptyBody)
 	}
-	if e := checkJSON(body); e != nil {
+	if e := checkJSONFor(body, schemaOf(reflect.TypeOf(v))); e != nil {
 		return fail(CodeInvalidRequest, "request body: "+e.Error())
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))

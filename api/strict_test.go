@@ -18,7 +18,7 @@ func testReceipt(t testing.TB) string {
 	t.Helper()
 	r := broker.Receipt{VShard: 7, Topic: "orders"}
 	r.MessageID, r.Token, r.Subscription = 42, 9, "default"
-	return r.Encode()
+	return testReceipts.Encode(r)
 }
 
 func TestBadRequestsAreRefusedBeforeTheBroker(t *testing.T) {

@@ -19,7 +19,7 @@ type Subscriptions interface {
 	GetSubscription(ctx context.Context, topic, name string) (subscription.Subscription, error)
 	PutSubscription(ctx context.Context, s subscription.Subscription) (subscription.Subscription, bool, error)
 	DeleteSubscription(ctx context.Context, topic, name string) error
-	ListDead(ctx context.Context, topic, sub, errorCode, cursor string, limit int) (broker.DeadPage, error)
+	ListDead(ctx context.Context, topic, sub, errorCode, cursor string, limit, maxBytes int) (broker.DeadPage, error)
 	Redrive(ctx context.Context, topic, sub string, ids []uint64, errorCode string) (int64, error)
 	DeadByCode(ctx context.Context, topic, sub string, ids []uint64, errorCode string) (map[string]int64, error)
 	PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error)
@@ -219,21 +219,21 @@ func (s *Server) listDead(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	limit := 100
-	if q.Has("limit") {
-		v := q.Get("limit")
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxDeadPage {
-			writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("limit must be an integer 1-%d, got %q", maxDeadPage, v)))
-			return
-		}
-		limit = n
+	limit, e := queryInt(q, "limit", maxDeadPage, 100)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	maxBytes, e := queryInt(q, "max_bytes", s.limits.MaxClaimBytes, s.limits.MaxClaimBytes)
+	if e != nil {
+		writeError(w, e)
+		return
 	}
 	if len(q.Get("error_code")) > maxErrorCode {
 		writeError(w, fail(CodeInvalidRequest, fmt.Sprintf("error_code is longer than %d bytes", maxErrorCode)))
 		return
 	}
-	page, err := s.subs.ListDead(r.Context(), topic, name, q.Get("error_code"), q.Get("cursor"), limit)
+	page, err := s.subs.ListDead(r.Context(), topic, name, q.Get("error_code"), q.Get("cursor"), limit, maxBytes)
 	if err != nil {
 		s.subscriptionError(w, r, topic, name, err)
 		return

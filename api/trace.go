@@ -16,7 +16,7 @@ import (
 // Tracer is what the trace and lookup endpoints need.
 type Tracer interface {
 	Trace(ctx context.Context, topic, key, orderKey string) (*lookup.Trace, error)
-	Transaction(ctx context.Context, txID string) (*lookup.TransactionResult, error)
+	Transaction(ctx context.Context, txID string, page lookup.TxPage) (*lookup.TransactionResult, error)
 }
 
 var _ Tracer = (*lookup.Service)(nil)
@@ -203,7 +203,26 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request, t Tracer) {
 		writeError(w, fail(CodeInvalidRequest, "transaction_id must be 1-"+strconv.Itoa(s.limits.MaxKey)+" bytes of UTF-8"))
 		return
 	}
-	res, err := t.Transaction(r.Context(), id)
+	q := r.URL.Query()
+	var page lookup.TxPage
+	var e *apiError
+	if page.Limit, e = queryInt(q, "limit", maxTransactionPage, defaultTransactionPage); e != nil {
+		writeError(w, e)
+		return
+	}
+	if page.MaxBytes, e = queryInt(q, "max_bytes", s.limits.MaxClaimBytes, s.limits.MaxClaimBytes); e != nil {
+		writeError(w, e)
+		return
+	}
+	if c := q.Get("cursor"); c != "" {
+		v, err := strconv.ParseUint(c, 10, 64)
+		if err != nil || v == 0 {
+			writeError(w, fail(CodeInvalidRequest, "cursor "+strconv.Quote(c)+" is not one this endpoint gave (next_cursor)"))
+			return
+		}
+		page.After = v
+	}
+	res, err := t.Transaction(r.Context(), id, page)
 	if err != nil {
 		writeError(w, s.lookupError(r, err, "transaction "+strconv.Quote(id)))
 		return
@@ -216,6 +235,18 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request, t Tracer) {
 	if len(unanswered) > 0 {
 		w.Header().Set("Retry-After", retryAfterSeconds)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "complete": len(unanswered) == 0,
-		"unanswered_clusters": unanswered, "sources": res.Sources})
+	next := ""
+	if res.NextCursor != 0 {
+		next = strconv.FormatUint(res.NextCursor, 10)
+	}
+	// complete: every cluster answered and no page is left.
+	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "complete": len(unanswered) == 0 && next == "",
+		"next_cursor": next, "unanswered_clusters": unanswered, "sources": res.Sources})
 }
+
+// Transaction lookup pages: at most maxTransactionPage messages, and
+// defaultTransactionPage when the request gives no limit.
+const (
+	maxTransactionPage     = 1000
+	defaultTransactionPage = 100
+)

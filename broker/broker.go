@@ -48,7 +48,7 @@ type Store interface {
 	Release(ctx context.Context, leases []store.Lease, countAttempt bool, now time.Time) (int64, error)
 
 	// Dead letters and subscription upkeep: rarer, per cluster.
-	ListDead(ctx context.Context, topic, sub, errorCode string, before uint64, limit int, now time.Time) ([]store.DeadLetter, map[uint64]*store.Message, error)
+	ListDead(ctx context.Context, topic, sub, errorCode string, before uint64, limit, maxBytes int, now time.Time) ([]store.DeadLetter, map[uint64]*store.Message, bool, error)
 	Redrive(ctx context.Context, req store.RedriveRequest) (int64, error)
 	PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error)
 	DeleteDead(ctx context.Context, topic, sub string, ids []uint64) (int64, error)
@@ -149,12 +149,19 @@ type Config struct {
 	// Peer forwards operations on units another router owns; nil: this
 	// router serves alone (Owners.Addr empty).
 	Peer Peer
+	// Receipts signs the receipts this router hands out and checks those
+	// it is given; every router of a fleet needs the same key. Defaults
+	// to a random key of this router's own (it then serves alone).
+	Receipts *Receipts
 }
 
 func (c Config) withDefaults() Config {
 	c.Commit = c.Commit.withDefaults()
 	if c.ReplicatedTimeout <= 0 {
 		c.ReplicatedTimeout = 5 * time.Second
+	}
+	if c.Receipts == nil {
+		c.Receipts = RandomReceipts()
 	}
 	if c.RecentKeys == 0 {
 		c.RecentKeys = 100000
@@ -244,6 +251,10 @@ func New(cfg Config, table *routing.Table, clusters map[string]Cluster, subs Sub
 	b.owners.Start(context.Background())
 	return b
 }
+
+// DecodeReceipt reads a receipt this router or another of its fleet made,
+// and refuses one whose signature does not hold (Receipts).
+func (b *Broker) DecodeReceipt(s string) (Receipt, error) { return b.cfg.Receipts.Decode(s) }
 
 // SetClusters swaps the cluster connections (after a topology change). A
 // cluster whose connection is unchanged keeps its committer; the committers
@@ -491,8 +502,13 @@ func (b *Broker) produceOn(ctx context.Context, cs *cluster, topic string, idx [
 	for j, i := range idx {
 		if err := resp.errs[j]; err != nil {
 			results[i].Status, results[i].Err = domain.ProduceUnavailable, err
-			if errors.Is(err, store.ErrInvalidData) {
+			switch {
+			case errors.Is(err, store.ErrInvalidData):
 				results[i].Status = domain.ProduceRejected // deterministic: a retry cannot succeed
+			case resp.pending != nil || errors.Is(err, store.ErrOutcomeUnknown):
+				// Queued or committing when the wait ended: it may be
+				// stored (or be stored yet). A retry with the key tells.
+				results[i].Status = domain.ProduceUnknown
 			}
 			continue
 		}
@@ -522,7 +538,9 @@ func (b *Broker) produceOn(ctx context.Context, cs *cluster, topic string, idx [
 }
 
 // confirmReplicated waits until a replica of cluster name has applied
-// gtid; the items idx that were stored become unavailable when none does.
+// gtid; the items idx that were stored become unknown when none does:
+// they are on the primary, not confirmed at the durability asked for (a
+// retry with the same key tells, and never stores them twice).
 func (b *Broker) confirmReplicated(ctx context.Context, name, gtid string, idx []int, results []ProduceResult) {
 	err := errors.New("no replica can confirm it")
 	if b.replicas != nil && gtid != "" {
@@ -534,7 +552,7 @@ func (b *Broker) confirmReplicated(ctx context.Context, name, gtid string, idx [
 	for _, i := range idx {
 		if results[i].Status == domain.ProduceCreated || results[i].Status == domain.ProduceDuplicate {
 			results[i].Err = &NotReplicatedError{Cluster: name, Err: err}
-			results[i].Status = domain.ProduceUnavailable
+			results[i].Status = domain.ProduceUnknown
 		}
 	}
 }
@@ -557,16 +575,16 @@ func (e *NotReplicatedError) Unwrap() error { return e.Err }
 // Public is the text a client may see.
 func (e *NotReplicatedError) Public() string { return notReplicatedText(e.Cluster) }
 
-// notReplicatedText is what an item answered unavailable under replicated
+// notReplicatedText is what an item answered unknown under replicated
 // durability says about its state and about a retry. A duplicate answer
 // under replicated durability claims, like created, that a replica has
 // the message, so a retry waits for a replica again: it answers duplicate
-// once one has applied the message, and unavailable until then. It never
+// once one has applied the message, and unknown until then. It never
 // stores the message twice.
 func notReplicatedText(cluster string) string {
 	return "committed on the primary of cluster " + cluster + " but no replica confirmed it in time; " +
 		"a retry with the same key and order_key never stores it twice: it answers duplicate once a replica has applied it, " +
-		"unavailable until then"
+		"unknown until then"
 }
 
 // ClaimRequest asks for up to Max deliveries of topic/sub.
@@ -690,7 +708,7 @@ func (b *Broker) release(req ClaimRequest, out []Delivery) {
 	defer cancel()
 	receipts := make([]Receipt, 0, len(out))
 	for _, d := range out {
-		r, err := DecodeReceipt(d.Receipt)
+		r, err := b.cfg.Receipts.Decode(d.Receipt)
 		if err == nil {
 			receipts = append(receipts, r)
 		}
@@ -777,8 +795,8 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 		for _, c := range got {
 			r := Receipt{VShard: shard.ID(c.Message.VShard), Topic: req.Topic,
 				Lease: store.Lease{MessageID: c.Message.ID, Subscription: req.Subscription, Token: c.Token, Ordered: ordered}}
-			out = append(out, Delivery{Claimed: c, Receipt: r.Encode()})
-			bytes += MessageBytes(c.Message)
+			out = append(out, Delivery{Claimed: c, Receipt: b.cfg.Receipts.Encode(r)})
+			bytes += EncodedSize(c.Message)
 		}
 	}
 	for _, name := range order {
@@ -920,12 +938,6 @@ func (b *Broker) planClaim(ctx context.Context, req ClaimRequest, order []string
 		}
 	}
 	return plan
-}
-
-// MessageBytes is what a message counts against a claim's byte cap: its
-// payload, headers and keys as stored.
-func MessageBytes(m *store.Message) int {
-	return len(m.Payload) + len(m.Headers) + len(m.Key) + len(m.OrderKey) + len(m.TransactionID)
 }
 
 // LeaseResult is one ack's or extend's outcome.

@@ -194,7 +194,7 @@ func TestConcurrentClaimsNeverShareADelivery(t *testing.T) {
 			t.Fatalf("a consumer got %d deliveries, want 2", len(ds))
 		}
 		for _, d := range ds {
-			r, err := DecodeReceipt(d.Receipt)
+			r, err := f.b.DecodeReceipt(d.Receipt)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -233,7 +233,7 @@ func TestAckAndNackGoToEachReceiptsCluster(t *testing.T) {
 	}
 	byCluster := map[*fakeCluster][]Receipt{}
 	for _, d := range ds {
-		r, err := DecodeReceipt(d.Receipt)
+		r, err := f.b.DecodeReceipt(d.Receipt)
 		if err != nil {
 			t.Fatal(err)
 		}

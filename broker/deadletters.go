@@ -28,10 +28,12 @@ type DeadPage struct {
 }
 
 // ListDead lists a subscription's dead letters newest first (by message
-// id) across all clusters: each cluster gives its newest limit before the
-// cursor, the merge keeps the newest limit, and the cursor is the last
-// id given, so paging is exact however the ids interleave.
-func (b *Broker) ListDead(ctx context.Context, topic, sub, errorCode, cursor string, limit int) (DeadPage, error) {
+// id) across all clusters, at most limit and at most maxBytes of encoded
+// answer (store.DeadLetter.Size; 0: no byte cap; the first whatever its
+// size). Each cluster gives its newest page before the cursor, sized
+// before any payload is read; the merge keeps the newest, and the cursor
+// is the last id given, so paging is exact however the ids interleave.
+func (b *Broker) ListDead(ctx context.Context, topic, sub, errorCode, cursor string, limit, maxBytes int) (DeadPage, error) {
 	if _, err := b.GetSubscription(ctx, topic, sub); err != nil {
 		return DeadPage{}, err
 	}
@@ -46,8 +48,11 @@ func (b *Broker) ListDead(ctx context.Context, topic, sub, errorCode, cursor str
 	var mu sync.Mutex
 	var all []DeadLetter
 	var page DeadPage
+	// bound: a cluster with more after its page could hide a dead letter
+	// newer than any below its page's last id; the page ends there.
+	var bound uint64
 	missing, err := b.eachClusterMissing(ctx, OpListDead, func(ctx context.Context, name string, sh Store) error {
-		dl, msgs, err := sh.ListDead(ctx, topic, sub, errorCode, before, limit+1, b.now().UTC())
+		dl, msgs, more, err := sh.ListDead(ctx, topic, sub, errorCode, before, limit, maxBytes, b.now().UTC())
 		if err != nil {
 			return err
 		}
@@ -56,6 +61,9 @@ func (b *Broker) ListDead(ctx context.Context, topic, sub, errorCode, cursor str
 		for _, d := range dl {
 			all = append(all, DeadLetter{DeadLetter: d, Message: msgs[d.MessageID]})
 		}
+		if more && len(dl) > 0 {
+			bound = max(bound, dl[len(dl)-1].MessageID)
+		}
 		return nil
 	})
 	page.Missing = missing
@@ -63,11 +71,19 @@ func (b *Broker) ListDead(ctx context.Context, topic, sub, errorCode, cursor str
 		return DeadPage{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].MessageID > all[j].MessageID })
-	if len(all) > limit {
-		all = all[:limit]
-		page.NextCursor = strconv.FormatUint(all[limit-1].MessageID, 10)
+	used, n := 0, 0
+	for n < len(all) {
+		d := all[n]
+		if d.MessageID < bound || n == limit || (maxBytes > 0 && n > 0 && used+d.Size > maxBytes) {
+			break
+		}
+		used += d.Size
+		n++
 	}
-	page.Items = all
+	if n > 0 && (n < len(all) || bound != 0) {
+		page.NextCursor = strconv.FormatUint(all[n-1].MessageID, 10)
+	}
+	page.Items = all[:n]
 	return page, nil
 }
 

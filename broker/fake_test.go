@@ -286,7 +286,7 @@ func (m *memStore) AppendEvents(ctx context.Context, evs []store.Event) error {
 
 // The rarer operations are not used by these tests; a call fails the test
 // loudly.
-func (m *memStore) ListDead(context.Context, string, string, string, uint64, int, time.Time) ([]store.DeadLetter, map[uint64]*store.Message, error) {
+func (m *memStore) ListDead(context.Context, string, string, string, uint64, int, int, time.Time) ([]store.DeadLetter, map[uint64]*store.Message, bool, error) {
 	panic("memStore.ListDead")
 }
 func (m *memStore) Redrive(context.Context, store.RedriveRequest) (int64, error) {

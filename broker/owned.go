@@ -7,7 +7,6 @@ import (
 	"sort"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/shardmq/shardmq/delivery"
 	"github.com/shardmq/shardmq/domain"
@@ -148,7 +147,7 @@ func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscript
 		for _, c := range got {
 			r := Receipt{VShard: shard.ID(c.Message.VShard), Topic: req.Topic, Epoch: epoch,
 				Lease: store.Lease{MessageID: c.Message.ID, Subscription: req.Subscription, Token: c.Token, Ordered: sub.Ordered}}
-			out = append(out, Delivery{Claimed: c.Claimed, Receipt: r.Encode()})
+			out = append(out, Delivery{Claimed: c.Claimed, Receipt: b.cfg.Receipts.Encode(r)})
 			bytes += EncodedSize(c.Message)
 		}
 	}
@@ -249,7 +248,7 @@ func (b *Broker) ClaimCluster(ctx context.Context, cluster string, req ClaimRequ
 	for _, c := range got {
 		r := Receipt{VShard: shard.ID(c.Message.VShard), Topic: req.Topic, Epoch: o.Epoch(),
 			Lease: store.Lease{MessageID: c.Message.ID, Subscription: req.Subscription, Token: c.Token, Ordered: sub.Ordered}}
-		out = append(out, Delivery{Claimed: c.Claimed, Receipt: r.Encode()})
+		out = append(out, Delivery{Claimed: c.Claimed, Receipt: b.cfg.Receipts.Encode(r)})
 	}
 	return out, nil
 }
@@ -381,48 +380,8 @@ func (b *Broker) releaseOwned(ctx context.Context, req ClaimRequest, receipts []
 }
 
 // EncodedSize is what a delivered message counts against a claim's
-// max_bytes: the size of its JSON in the claim's answer (payload as JSON
-// or base64, headers, keys escaped), plus the fields every delivery
-// carries (about 300 bytes with its receipt).
-func EncodedSize(m *store.Message) int {
-	n := 300 + len(m.Headers) + jsonStringLen(m.Key) + jsonStringLen(m.OrderKey) + jsonStringLen(m.TransactionID) + jsonStringLen(m.Topic)
-	if m.PayloadJSON {
-		return n + len(m.Payload)
-	}
-	return n + 2 + (len(m.Payload)+2)/3*4
-}
-
-// jsonStringLen is the length of s as a JSON string without HTML
-// escaping, quotes included.
-func jsonStringLen(s string) int {
-	n := 2
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
-				n += 2
-			case c < 0x20:
-				n += 6
-			default:
-				n++
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			n += 6 // \ufffd
-		case r == '\u2028' || r == '\u2029':
-			n += 6
-		default:
-			n += size
-		}
-		i += size
-	}
-	return n
-}
+// max_bytes (domain.EncodedSize).
+func EncodedSize(m *store.Message) int { return domain.EncodedSize(m) }
 
 // nackPolicy is the retry policy an owner applies to a nack (a deleted
 // subscription's deliveries are being dropped: the default policy serves

@@ -1,9 +1,14 @@
 package broker
 
 import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/shardmq/shardmq/shard"
@@ -28,20 +33,66 @@ type Receipt struct {
 const (
 	receiptV1   = 1 // vshard, message id, token, topic, subscription
 	receiptV2   = 2 // v1 with the owner's epoch after the token
+	receiptV3   = 3 // v2 followed by its signature (receiptSigBytes)
 	flagOrdered = 1 << 0
+	// receiptSigBytes is the length of a receipt's signature: HMAC-SHA256
+	// cut to 128 bits, as unguessable as the claim token twice over.
+	receiptSigBytes = 16
+	// MinReceiptKey is the shortest key that signs receipts.
+	MinReceiptKey = 32
 )
 
 // ErrBadReceipt: the receipt is not one this router made.
 var ErrBadReceipt = errors.New("malformed receipt")
 
-// Encode returns the opaque text form (URL-safe base64).
-func (r Receipt) Encode() string {
-	b := make([]byte, 0, 2+2+8+8+8+1+len(r.Topic)+len(r.Subscription))
+// Receipts makes and reads receipts, signed with a key that every router
+// of a fleet shares (a receipt made by one router is acked, forwarded or
+// not, at any other). A receipt whose bytes were altered — its topic
+// rewritten to one the caller's token covers, its message id, vshard or
+// subscription changed — fails the signature and is refused as malformed
+// before anything acts on it; the token scopes a receipt is checked
+// against (api/guard.go) are therefore those of the delivery it was made
+// for. Receipts of versions 1 and 2 carry no signature and are refused:
+// their leases run out and the deliveries come again. Safe for concurrent
+// use.
+type Receipts struct {
+	key []byte
+}
+
+// NewReceipts returns receipts signed with key (at least MinReceiptKey
+// bytes).
+func NewReceipts(key []byte) (*Receipts, error) {
+	if len(key) < MinReceiptKey {
+		return nil, fmt.Errorf("a receipt key needs at least %d bytes, got %d", MinReceiptKey, len(key))
+	}
+	return &Receipts{key: bytes.Clone(key)}, nil
+}
+
+// RandomReceipts returns receipts signed with a random key of their own:
+// for a router that serves alone (no other router can read them).
+func RandomReceipts() *Receipts {
+	key := make([]byte, MinReceiptKey)
+	if _, err := rand.Read(key); err != nil {
+		panic("crypto/rand: " + err.Error()) // never fails on supported systems
+	}
+	return &Receipts{key: key}
+}
+
+// sign returns the signature of a receipt's bytes.
+func (k *Receipts) sign(b []byte) []byte {
+	m := hmac.New(sha256.New, k.key)
+	m.Write(b)
+	return m.Sum(nil)[:receiptSigBytes]
+}
+
+// Encode returns r's opaque, signed text form (URL-safe base64).
+func (k *Receipts) Encode(r Receipt) string {
+	b := make([]byte, 0, 2+2+8+8+8+1+len(r.Topic)+len(r.Subscription)+receiptSigBytes)
 	var flags byte
 	if r.Ordered {
 		flags |= flagOrdered
 	}
-	b = append(b, receiptV2, flags)
+	b = append(b, receiptV3, flags)
 	b = binary.BigEndian.AppendUint16(b, uint16(r.VShard))
 	b = binary.BigEndian.AppendUint64(b, r.MessageID)
 	b = binary.BigEndian.AppendUint64(b, r.Token)
@@ -49,32 +100,31 @@ func (r Receipt) Encode() string {
 	b = append(b, byte(len(r.Topic)))
 	b = append(b, r.Topic...)
 	b = append(b, r.Subscription...)
+	b = append(b, k.sign(b)...)
 	return receiptEncoding.EncodeToString(b)
 }
 
-// DecodeReceipt parses a receipt's text form.
-func DecodeReceipt(s string) (Receipt, error) {
+// Decode parses a receipt's text form and checks its signature.
+func (k *Receipts) Decode(s string) (Receipt, error) {
 	// Go's base64 decoders skip CR and LF even when strict: refuse them, so
 	// that one receipt has exactly one text form.
 	if strings.ContainsAny(s, "\r\n") {
 		return Receipt{}, ErrBadReceipt
 	}
 	b, err := receiptEncoding.DecodeString(s)
-	if err != nil || len(b) < 22 || (b[0] != receiptV1 && b[0] != receiptV2) || b[1]&^flagOrdered != 0 {
+	if err != nil || len(b) < 31+receiptSigBytes || b[0] != receiptV3 || b[1]&^flagOrdered != 0 {
 		return Receipt{}, ErrBadReceipt
 	}
-	r := Receipt{VShard: shard.ID(binary.BigEndian.Uint16(b[2:4]))}
-	r.Ordered = b[1]&flagOrdered != 0
-	r.MessageID = binary.BigEndian.Uint64(b[4:12])
-	r.Token = binary.BigEndian.Uint64(b[12:20])
-	rest := b[20:]
-	if b[0] == receiptV2 {
-		if len(rest) < 9 {
-			return Receipt{}, ErrBadReceipt
-		}
-		r.Epoch = binary.BigEndian.Uint64(rest[:8])
-		rest = rest[8:]
+	body, sig := b[:len(b)-receiptSigBytes], b[len(b)-receiptSigBytes:]
+	if !hmac.Equal(sig, k.sign(body)) {
+		return Receipt{}, ErrBadReceipt
 	}
+	r := Receipt{VShard: shard.ID(binary.BigEndian.Uint16(body[2:4]))}
+	r.Ordered = body[1]&flagOrdered != 0
+	r.MessageID = binary.BigEndian.Uint64(body[4:12])
+	r.Token = binary.BigEndian.Uint64(body[12:20])
+	r.Epoch = binary.BigEndian.Uint64(body[20:28])
+	rest := body[28:]
 	n := int(rest[0])
 	if len(rest) < 1+n {
 		return Receipt{}, ErrBadReceipt

@@ -27,6 +27,12 @@ var (
 	// unavailable; the API's limits keep such values from reaching SQL in
 	// the first place.
 	ErrInvalidData = errors.New("value refused by the database")
+	// ErrOutcomeUnknown: a write was sent up to its COMMIT and no answer
+	// came (the connection broke, or the wait ran out while the server
+	// was stuck), so it may have been applied or not. It wraps
+	// ErrUnavailable: the cluster did not answer. For a produce, a retry
+	// with the same key is safe and tells which.
+	ErrOutcomeUnknown = errors.New("outcome unknown: the write may have been applied")
 )
 
 // Capacities: the most each value holds, in bytes. The schema's columns are
@@ -94,9 +100,17 @@ const (
 	// ProduceConflict: the key was registered with a different payload;
 	// nothing was written for this item.
 	ProduceConflict ProduceStatus = "conflict"
-	// ProduceUnavailable: the item's cluster did not answer (or, under
+	// ProduceUnavailable: the item's cluster could not take it (or, under
 	// replicated durability, no replica confirmed in time); a retry is safe.
+	// Nothing of it was stored unless replicated durability says
+	// otherwise (then it is on the primary, not yet confirmed).
 	ProduceUnavailable ProduceStatus = "unavailable"
+	// ProduceUnknown: the item's commit was under way when its cluster
+	// stopped answering (or the router stopped waiting): it may have been
+	// stored. A retry with the same key is safe and answers created or
+	// duplicate once the cluster answers again. Unlike unavailable, the
+	// message may be there already.
+	ProduceUnknown ProduceStatus = "unknown"
 	// ProduceRejected: the database refused a value of the item; a retry
 	// fails the same way.
 	ProduceRejected ProduceStatus = "rejected"

@@ -457,7 +457,7 @@ func (p *phase) retrier(ctx context.Context) {
 			p.booksProduce(topic, msgs, res, err, time.Now())
 			failed := err != nil
 			for _, r := range res {
-				failed = failed || r.Status == "unavailable"
+				failed = failed || r.Status == "unavailable" || r.Status == "unknown"
 			}
 			if failed || time.Now().After(deadline) {
 				pause = time.Second

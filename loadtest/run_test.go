@@ -18,6 +18,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
+	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/server"
 	"github.com/shardmq/shardmq/topology"
@@ -305,6 +306,9 @@ func TestKillPrimaryLosesNothing(t *testing.T) {
 	}
 }
 
+// testReceipts is the receipt key every router of the tests shares.
+var testReceipts, _ = broker.NewReceipts([]byte("loadtest tests sign receipts with this key"))
+
 // startRouter serves a router over the topology at path on an address of
 // its own, which it also gives other routers as its owners' address
 // (docs/consume.md, "Owners"): with two routers, each forwards a unit's
@@ -315,7 +319,9 @@ func startRouter(t *testing.T, path string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := server.New(context.Background(), server.Config{TopologyFile: path, Listen: ln.Addr().String()})
+	cfg := server.Config{TopologyFile: path, Listen: ln.Addr().String()}
+	cfg.Broker.Receipts = testReceipts // one fleet: a receipt of one router is acked at the other
+	r, err := server.New(context.Background(), cfg)
 	if err != nil {
 		ln.Close()
 		t.Fatal(err)

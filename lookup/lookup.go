@@ -28,7 +28,7 @@ import (
 // Reader is what the lookups need from one MySQL endpoint.
 type Reader interface {
 	Trace(ctx context.Context, topic, key string, now time.Time) (*store.MessageTrace, error)
-	MessagesByTransaction(ctx context.Context, txID string, limit int) ([]*store.Message, error)
+	MessagesByTransaction(ctx context.Context, txID string, after uint64, limit, maxBytes int) ([]*store.Message, bool, error)
 	FindTransactions(ctx context.Context, ids []string) (map[string]int, error)
 	// Events reads the trace events of messages: the hot events of a
 	// message whose own row is archived.
@@ -41,8 +41,8 @@ type Reader interface {
 type Archive interface {
 	ArchivedTrace(ctx context.Context, topic, key string, now time.Time) (*store.MessageTrace, error)
 	ColdByKey(ctx context.Context, topic, key string) (*store.ColdEntry, error)
-	ArchivedByTransaction(ctx context.Context, txID string, limit int) ([]*store.Message, error)
-	ColdByTransaction(ctx context.Context, txID string, limit int) ([]store.ColdEntry, error)
+	ArchivedByTransaction(ctx context.Context, txID string, after uint64, limit, maxBytes int) ([]*store.Message, bool, error)
+	ColdByTransaction(ctx context.Context, txID string, after uint64, limit int) ([]store.ColdEntry, error)
 }
 
 var _ Archive = (*store.Store)(nil)
@@ -115,8 +115,8 @@ type Config struct {
 	// ClusterTimeout bounds each cluster's part of a scatter. Defaults to
 	// 2s.
 	ClusterTimeout time.Duration
-	// MaxMessages caps the messages a transaction lookup returns per
-	// cluster. Defaults to 100.
+	// MaxMessages is a transaction lookup's page size when the request
+	// gives none. Defaults to 100.
 	MaxMessages int
 	// Now is the clock (lease states in traces). Defaults to time.Now.
 	Now func() time.Time
@@ -332,14 +332,84 @@ type Found struct {
 	File string
 }
 
-// TransactionResult is what every cluster holds for one transaction id.
+// TransactionResult is one page of what every cluster holds for one
+// transaction id.
 type TransactionResult struct {
+	// Messages are the page's messages, oldest (lowest id) first.
 	Messages []Found
+	// NextCursor is where the next page starts (TxPage.After); 0 when
+	// this page is the last.
+	NextCursor uint64
 	// Sources says where each answering cluster was read.
 	Sources []Source
 	// Unanswered lists the clusters that could not be read: the answer
 	// may lack their messages.
 	Unanswered []ClusterError
+}
+
+// TxPage selects one page of a transaction lookup: the messages with ids
+// above After, at most Limit (0: Config.MaxMessages) and at most MaxBytes
+// of encoded messages (domain.EncodedSize; 0: no byte cap). The first
+// message of a page is answered whatever its size.
+type TxPage struct {
+	After    uint64
+	Limit    int
+	MaxBytes int
+}
+
+// txPart is one source's page (a cluster, the warm or the cold tier):
+// its messages in id order and whether it has more after them.
+type txPart struct {
+	found []Found
+	last  uint64 // the last id the source read (some may be left out)
+	more  bool
+}
+
+// mergePages merges the sources' pages into one page of at most limit
+// messages and maxBytes. A source that has more after its page bounds
+// the merge: a message above its last id could hide one of its own, so
+// the page ends there and the cursor resumes from it. A message found in
+// two sources (moved while the lookup ran) is answered once, from the
+// first.
+func mergePages(parts []txPart, limit, maxBytes int) ([]Found, uint64) {
+	var bound uint64
+	cut := false
+	for _, p := range parts {
+		if p.more && (!cut || p.last < bound) {
+			bound, cut = p.last, true
+		}
+	}
+	var all []Found
+	seen := map[uint64]bool{}
+	for _, p := range parts {
+		for _, f := range p.found {
+			if seen[f.ID] {
+				continue
+			}
+			seen[f.ID] = true
+			all = append(all, f)
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].ID < all[j].ID })
+	out := all[:0:0]
+	used := 0
+	for _, f := range all {
+		size := domain.EncodedSize(f.Message)
+		if cut && f.ID > bound {
+			return out, bound
+		}
+		if len(out) == limit || (maxBytes > 0 && len(out) > 0 && used+size > maxBytes) {
+			return out, out[len(out)-1].ID
+		}
+		out = append(out, f)
+		used += size
+	}
+	if cut {
+		// Every message up to the bound is in the page; the bound's
+		// source has more after it.
+		return out, bound
+	}
+	return out, 0
 }
 
 // scatter runs fn for every cluster of the current map with bounded
@@ -366,17 +436,24 @@ func (s *Service) scatter(ctx context.Context, fn func(ctx context.Context, clus
 	return failed
 }
 
-// Transaction finds the messages that carry transaction id txID on every
-// cluster. A cluster whose replica has none is asked again on its primary
-// (the messages may be too new for the replica).
-func (s *Service) Transaction(ctx context.Context, txID string) (*TransactionResult, error) {
+// Transaction finds one page of the messages that carry transaction id
+// txID on every cluster and in the archive. A cluster whose replica has
+// none is asked again on its primary (the messages may be too new for the
+// replica). Each source reads at most the page's limit and bytes, so that
+// a lookup of a large transaction holds at most one page per source.
+func (s *Service) Transaction(ctx context.Context, txID string, page TxPage) (*TransactionResult, error) {
+	if page.Limit <= 0 {
+		page.Limit = s.cfg.MaxMessages
+	}
 	out := &TransactionResult{}
 	var mu sync.Mutex
+	var parts []txPart
 	errNone := errors.New("none")
 	out.Unanswered = s.scatter(ctx, func(ctx context.Context, cluster string) error {
 		var msgs []*store.Message
+		var more bool
 		src, err := s.read(ctx, cluster, func(ctx context.Context, r Reader) (err error) {
-			msgs, err = r.MessagesByTransaction(ctx, txID, s.cfg.MaxMessages)
+			msgs, more, err = r.MessagesByTransaction(ctx, txID, page.After, page.Limit, page.MaxBytes)
 			if err == nil && len(msgs) == 0 {
 				return errNone
 			}
@@ -385,64 +462,65 @@ func (s *Service) Transaction(ctx context.Context, txID string) (*TransactionRes
 		if err != nil && !errors.Is(err, errNone) {
 			return err
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		out.Sources = append(out.Sources, src)
+		part := txPart{more: more}
 		m := s.table.Load()
 		for _, msg := range msgs {
+			part.last = msg.ID
 			// A resharding job's rows (copied before the flip, left until
 			// the cleanup after it) are answered by the owner only.
 			if owner, _ := m.Lookup(shard.ID(msg.VShard)); owner != cluster {
 				continue
 			}
-			out.Messages = append(out.Messages, Found{Message: msg, Cluster: cluster, Tier: TierHot})
+			part.found = append(part.found, Found{Message: msg, Cluster: cluster, Tier: TierHot})
 		}
+		mu.Lock()
+		defer mu.Unlock()
+		out.Sources = append(out.Sources, src)
+		parts = append(parts, part)
 		return nil
 	})
 	if len(out.Sources) == 0 && len(out.Unanswered) > 0 {
 		return out, fmt.Errorf("%w: no cluster answered: %s", ErrUnavailable, out.Unanswered[0].Error)
 	}
-	s.archivedTransaction(ctx, txID, out)
+	// The hot tier first: a message being archived is answered from its
+	// cluster while it is still there.
+	parts = append(parts, s.archivedTransaction(ctx, txID, page, out)...)
 	sort.Slice(out.Sources, func(i, j int) bool { return out.Sources[i].Cluster < out.Sources[j].Cluster })
-	sort.Slice(out.Messages, func(i, j int) bool { return out.Messages[i].ID < out.Messages[j].ID })
+	out.Messages, out.NextCursor = mergePages(parts, page.Limit, page.MaxBytes)
 	return out, nil
 }
 
-// archivedTransaction adds the archived messages of txID: warm rows, then
-// cold index entries of messages not restored to the warm tier.
-func (s *Service) archivedTransaction(ctx context.Context, txID string, out *TransactionResult) {
+// archivedTransaction reads the page's archived messages of txID: warm
+// rows, then cold index entries of messages not restored to the warm
+// tier.
+func (s *Service) archivedTransaction(ctx context.Context, txID string, page TxPage, out *TransactionResult) []txPart {
 	a := s.cfg.Archive()
 	if a == nil {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ClusterTimeout)
 	defer cancel()
-	warm, err := a.ArchivedByTransaction(ctx, txID, s.cfg.MaxMessages)
+	warm, warmMore, err := a.ArchivedByTransaction(ctx, txID, page.After, page.Limit, page.MaxBytes)
 	var cold []store.ColdEntry
 	if err == nil {
-		cold, err = a.ColdByTransaction(ctx, txID, s.cfg.MaxMessages)
+		cold, err = a.ColdByTransaction(ctx, txID, page.After, page.Limit+1)
 	}
 	if err != nil {
 		out.Unanswered = append(out.Unanswered, ClusterError{Cluster: ArchiveCluster, Error: err.Error()})
-		return
+		return nil
 	}
 	out.Sources = append(out.Sources, Source{Cluster: ArchiveCluster, ReadFrom: FromPrimary})
-	seen := map[uint64]bool{}
-	for _, f := range out.Messages {
-		seen[f.ID] = true
-	}
+	w := txPart{more: warmMore}
 	for _, m := range warm {
-		if !seen[m.ID] {
-			seen[m.ID] = true
-			out.Messages = append(out.Messages, Found{Message: m, Cluster: ArchiveCluster, Tier: TierWarm})
-		}
+		w.found = append(w.found, Found{Message: m, Cluster: ArchiveCluster, Tier: TierWarm})
+		w.last = m.ID
 	}
-	for _, c := range cold {
-		if !seen[c.Message.ID] {
-			seen[c.Message.ID] = true
-			out.Messages = append(out.Messages, Found{Message: c.Message, Cluster: ArchiveCluster, Tier: TierCold, File: c.File})
-		}
+	c := txPart{more: len(cold) > page.Limit}
+	for _, e := range cold[:min(len(cold), page.Limit)] {
+		c.found = append(c.found, Found{Message: e.Message, Cluster: ArchiveCluster, Tier: TierCold, File: e.File})
+		c.last = e.Message.ID
 	}
+	return []txPart{w, c}
 }
 
 // MissingResult answers which transaction ids have no message.

@@ -77,7 +77,7 @@ func TestScatterNamesClustersThatDidNotAnswer(t *testing.T) {
 		}
 	}
 	s := New(Config{ClusterTimeout: time.Second}, ep, table)
-	res, err := s.Transaction(ctx, "tx-1")
+	res, err := s.Transaction(ctx, "tx-1", TxPage{})
 	if err != nil || len(res.Messages) != 2 || len(res.Unanswered) != 0 || res.Sources[0].Fallback != FallbackNoReplica {
 		t.Fatalf("healthy: %+v, %v", res, err)
 	}
@@ -89,7 +89,7 @@ func TestScatterNamesClustersThatDidNotAnswer(t *testing.T) {
 	if err := bed.Kill(bed.Clusters[1].Primary); err != nil {
 		t.Fatal(err)
 	}
-	res, err = s.Transaction(ctx, "tx-1")
+	res, err = s.Transaction(ctx, "tx-1", TxPage{})
 	if err != nil || len(res.Messages) != 1 || res.Messages[0].Cluster != "c1" || len(res.Unanswered) != 1 || res.Unanswered[0].Cluster != "c2" {
 		t.Fatalf("with c2 down: %+v, %v", res, err)
 	}

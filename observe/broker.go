@@ -27,7 +27,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []broker.Messag
 		b.m.Produced(topic, domain.ProduceUnavailable.String(), len(msgs))
 		return res, err
 	}
-	var created, dup, conflict, unavailable int
+	var created, dup, conflict, unknown, unavailable int
 	for _, r := range res {
 		switch r.Status {
 		case domain.ProduceCreated:
@@ -36,6 +36,8 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []broker.Messag
 			dup++
 		case domain.ProduceConflict:
 			conflict++
+		case domain.ProduceUnknown:
+			unknown++
 		default:
 			unavailable++
 		}
@@ -43,6 +45,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []broker.Messag
 	b.m.Produced(topic, domain.ProduceCreated.String(), created)
 	b.m.Produced(topic, domain.ProduceDuplicate.String(), dup)
 	b.m.Produced(topic, domain.ProduceConflict.String(), conflict)
+	b.m.Produced(topic, domain.ProduceUnknown.String(), unknown)
 	b.m.Produced(topic, domain.ProduceUnavailable.String(), unavailable)
 	return res, nil
 }

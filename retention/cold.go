@@ -392,6 +392,10 @@ func writeManifest(dir string, m *Manifest) error {
 // reached.
 var ErrNoArchive = errors.New("no archive cluster: the topology names none, or it cannot be reached")
 
+// ErrNotRestored: Release of a month that is not restored (never, or
+// released already).
+var ErrNotRestored = errors.New("month is not restored")
+
 // RestoreReport says what a restore put back.
 type RestoreReport struct {
 	Month    string `json:"month"`
@@ -479,7 +483,9 @@ func (j *Job) Restore(ctx context.Context, month time.Time) (*RestoreReport, err
 }
 
 // Release unpins a restored month: the next cold pass exports it again
-// (to the same files) and removes it from the archive cluster.
+// (to the same files) and removes it from the archive cluster. A month
+// that was never restored (or was released already) is ErrNotRestored:
+// there is nothing to release, and saying "released" would be a lie.
 func (j *Job) Release(ctx context.Context, month time.Time) error {
 	if !j.deps.Leading() {
 		return ErrNotLeading
@@ -491,6 +497,11 @@ func (j *Job) Release(ctx context.Context, month time.Time) error {
 		return ErrNoArchive
 	}
 	m := monthText(store.MonthOf(month))
+	if _, _, err := arch.DoneAt(ctx, jobRestored, m); errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %s", ErrNotRestored, m)
+	} else if err != nil {
+		return err
+	}
 	if err := arch.ForgetDone(ctx, jobRestored, m); err != nil {
 		return err
 	}

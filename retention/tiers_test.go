@@ -147,7 +147,7 @@ func TestHotWarmColdAndRestore(t *testing.T) {
 		}
 		wantEvents(t, "warm", tr)
 	}
-	txs, err := f.arch.ArchivedByTransaction(ctx, "tx-1", 100)
+	txs, _, err := f.arch.ArchivedByTransaction(ctx, "tx-1", 0, 100, 0)
 	if err != nil || len(txs) != 10 {
 		t.Fatalf("warm transaction tx-1: %d messages (%v), want 10", len(txs), err)
 	}
@@ -193,7 +193,7 @@ func TestHotWarmColdAndRestore(t *testing.T) {
 			t.Fatalf("cold file of %s: %v", p.key, err)
 		}
 	}
-	cold, err := f.arch.ColdByTransaction(ctx, "tx-2", 100)
+	cold, err := f.arch.ColdByTransaction(ctx, "tx-2", 0, 100)
 	if err != nil || len(cold) != 10 {
 		t.Fatalf("cold transaction tx-2: %d (%v), want 10", len(cold), err)
 	}

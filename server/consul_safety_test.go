@@ -55,6 +55,7 @@ func startConsulRouter(t *testing.T, addr, database, id string) (*consulRouter, 
 	}
 	ln := listen(t)
 	cfg.Broker.Owners.Addr = ln.Addr().String()
+	cfg.Broker.Receipts = testReceipts
 	r, err := New(ctx, cfg)
 	if err != nil {
 		reg.Stop()

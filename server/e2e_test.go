@@ -18,11 +18,16 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
+	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/shard"
 )
 
 var bed *testbed.Bed
+
+// testReceipts signs the receipts of every router of the tests, as one
+// fleet's routers share their key (a test may make receipts with it).
+var testReceipts, _ = broker.NewReceipts([]byte("server tests sign receipts with this key"))
 
 // testClient bounds every request a test makes, so that a hung router
 // fails the test with a message instead of stalling the suite.
@@ -102,6 +107,7 @@ func setupYAML(t *testing.T, bed *testbed.Bed, extra string, tune func(*Config))
 	ln := listen(t)
 	cfg := Config{TopologyFile: path}
 	cfg.Broker.Owners.Addr = ln.Addr().String()
+	cfg.Broker.Receipts = testReceipts
 	if tune != nil {
 		tune(&cfg)
 	}

@@ -258,6 +258,7 @@ func TestFleetOfRoutersStaticTopology(t *testing.T) {
 	ln := listen(t)
 	cfg := Config{TopologyFile: e.topology}
 	cfg.Broker.Owners.Addr = ln.Addr().String()
+	cfg.Broker.Receipts = testReceipts
 	b, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

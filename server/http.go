@@ -67,14 +67,24 @@ func (c HTTPConfig) withDefaults(limits api.Limits) (HTTPConfig, error) {
 // httpServer is the router's http.Server with its timeouts.
 func (r *Router) httpServer() *http.Server {
 	c := r.cfg.HTTP
-	return &http.Server{Handler: r.Handler(), ReadHeaderTimeout: c.ReadHeaderTimeout, ReadTimeout: c.ReadTimeout,
+	srv := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: c.ReadHeaderTimeout, ReadTimeout: c.ReadTimeout,
 		WriteTimeout: c.WriteTimeout, IdleTimeout: c.IdleTimeout}
+	if l := r.listener.Load(); l != nil {
+		srv.ConnState = l.connState
+	}
+	return srv
 }
 
 // connLimit wraps a listener so that at most max connections are open.
-// A connection over the cap is accepted and answered 503 with the JSON
-// error shape, then closed, so that its client sees at once why and when
-// to come back instead of hanging in the accept queue.
+// A connection over the cap takes the place of the connection that has
+// carried no request for longest (one accepted that has not sent a
+// request yet, or a keep-alive between requests), which is closed: idle
+// sockets, opened by anyone and authenticated or not, cannot lock others
+// out, and a health check always gets in. A connection in the middle of a
+// request is never closed; with every connection busy, one over the cap is
+// accepted and answered 503 with the JSON error shape, then closed, so
+// that its client sees at once why and when to come back instead of
+// hanging in the accept queue.
 type connLimit struct {
 	net.Listener
 	max  int64
@@ -82,10 +92,15 @@ type connLimit struct {
 	// rejecting bounds the goroutines that answer refused connections;
 	// past it a refused connection is closed without an answer.
 	rejecting chan struct{}
+
+	mu   sync.Mutex
+	idle map[*countedConn]time.Time // connections carrying no request, since when
+	// evicted counts idle connections closed to make room.
+	evicted atomic.Int64
 }
 
 func limitConns(ln net.Listener, max int) *connLimit {
-	return &connLimit{Listener: ln, max: int64(max), rejecting: make(chan struct{}, 64)}
+	return &connLimit{Listener: ln, max: int64(max), rejecting: make(chan struct{}, 64), idle: map[*countedConn]time.Time{}}
 }
 
 // Accept implements net.Listener.
@@ -95,20 +110,102 @@ func (l *connLimit) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l.open.Add(1) <= l.max {
-			return &countedConn{Conn: c, l: l}, nil
+		if l.open.Add(1) > l.max {
+			l.open.Add(-1)
+			if !l.evictIdle() {
+				select {
+				case l.rejecting <- struct{}{}:
+					go func() {
+						defer func() { <-l.rejecting }()
+						refuse(c, l.max)
+					}()
+				default:
+					c.Close()
+				}
+				continue
+			}
+			l.open.Add(1)
 		}
-		l.open.Add(-1)
-		select {
-		case l.rejecting <- struct{}{}:
-			go func() {
-				defer func() { <-l.rejecting }()
-				refuse(c, l.max)
-			}()
-		default:
-			c.Close()
+		cc := &countedConn{Conn: c, l: l}
+		l.setIdle(cc, true) // no request yet
+		return cc, nil
+	}
+}
+
+// idleCount is how many connections carry no request now.
+func (l *connLimit) idleCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.idle)
+}
+
+// evictIdle closes the connection idle longest, if any, and says whether
+// it did (its slot is then free).
+func (l *connLimit) evictIdle() bool {
+	l.mu.Lock()
+	var victim *countedConn
+	var since time.Time
+	for c, at := range l.idle {
+		if victim == nil || at.Before(since) {
+			victim, since = c, at
 		}
 	}
+	if victim != nil {
+		delete(l.idle, victim)
+	}
+	l.mu.Unlock()
+	if victim == nil {
+		return false
+	}
+	l.evicted.Add(1)
+	victim.Close()
+	return true
+}
+
+// setIdle records whether c carries no request now.
+func (l *connLimit) setIdle(c *countedConn, idle bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if idle && !c.closed {
+		l.idle[c] = time.Now()
+	} else {
+		delete(l.idle, c)
+	}
+	c.idle.Store(idle && !c.closed)
+}
+
+// connState follows the HTTP server's connections (http.Server.ConnState)
+// so that the limit knows which carry no request. The server says
+// "active" only once a request's headers are read whole, so a connection
+// also becomes busy at the first byte it reads (countedConn.Read): a
+// request under way is never closed to make room.
+func (l *connLimit) connState(c net.Conn, st http.ConnState) {
+	cc := countedOf(c)
+	if cc == nil {
+		return
+	}
+	switch st {
+	case http.StateNew, http.StateIdle:
+		l.setIdle(cc, true)
+	default: // active, hijacked, closed
+		l.setIdle(cc, false)
+	}
+}
+
+// countedOf finds the countedConn under the wrappers between it and the
+// HTTP server (the JSON error writer, TLS).
+func countedOf(c net.Conn) *countedConn {
+	for c != nil {
+		switch x := c.(type) {
+		case *countedConn:
+			return x
+		case interface{ NetConn() net.Conn }:
+			c = x.NetConn()
+		default:
+			return nil
+		}
+	}
+	return nil
 }
 
 // refuse answers a connection over the cap and closes it. It reads what
@@ -139,12 +236,30 @@ func (r *Router) OpenConns() int64 {
 // countedConn gives its slot back when closed.
 type countedConn struct {
 	net.Conn
-	l    *connLimit
-	once sync.Once
+	l      *connLimit
+	once   sync.Once
+	closed bool        // under l.mu
+	idle   atomic.Bool // in l.idle: carries no request
+}
+
+// Read implements net.Conn: the first bytes of a request make an idle
+// connection busy.
+func (c *countedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.idle.Load() {
+		c.l.setIdle(c, false)
+	}
+	return n, err
 }
 
 // Close implements net.Conn.
 func (c *countedConn) Close() error {
-	c.once.Do(func() { c.l.open.Add(-1) })
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		c.closed = true
+		delete(c.l.idle, c)
+		c.l.mu.Unlock()
+		c.l.open.Add(-1)
+	})
 	return c.Conn.Close()
 }

@@ -94,8 +94,9 @@ func TestSlowBodyIsCut(t *testing.T) {
 	}
 }
 
-// Over MaxConns a connection is answered 503 too_many_connections and
-// closed; a slot freed by a close is usable again.
+// Over MaxConns, with every connection in the middle of a request, a
+// connection is answered 503 too_many_connections and closed; a slot freed
+// by a close is usable again.
 func TestConnectionCap(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
@@ -107,11 +108,21 @@ func TestConnectionCap(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		if resp, _ := rawRequest(t, c, bufio.NewReader(c), "GET", "/healthz", ""); resp.StatusCode != 200 {
-			t.Fatalf("connection %d: %d", i, resp.StatusCode)
+		// Half a request: the connection is busy (never closed to make
+		// room) until the header timeout.
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n"); err != nil {
+			t.Fatal(err)
 		}
 		held = append(held, c)
 	}
+	waitUntil(t, 10*time.Second, "three busy connections", func() (bool, string) {
+		l := s.r.listener.Load()
+		if l == nil {
+			return false, "not serving yet"
+		}
+		n, idle := s.r.OpenConns(), l.idleCount()
+		return n == 3 && idle == 0, fmt.Sprint(n, " open, ", idle, " idle")
+	})
 	extra, err := net.Dial("tcp", s.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -120,9 +131,6 @@ func TestConnectionCap(t *testing.T) {
 	resp, body := rawRequest(t, extra, bufio.NewReader(extra), "GET", "/healthz", "")
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || body["error"].(map[string]any)["code"] != "too_many_connections" {
 		t.Fatalf("fourth connection: %d %v, want 503 too_many_connections with Retry-After", resp.StatusCode, body)
-	}
-	if n := s.r.OpenConns(); n != 3 {
-		t.Fatalf("%d connections counted, want 3", n)
 	}
 	held[0].Close()
 	waitUntil(t, 10*time.Second, "a slot freed by a close", func() (bool, string) {
@@ -136,6 +144,87 @@ func TestConnectionCap(t *testing.T) {
 	defer c.Close()
 	if resp, _ := rawRequest(t, c, bufio.NewReader(c), "GET", "/healthz", ""); resp.StatusCode != 200 {
 		t.Fatalf("after a close: %d, want 200", resp.StatusCode)
+	}
+}
+
+// Idle sockets cannot lock others out: with the cap taken by connections
+// that carry no request (opened and silent, or kept alive after one), a
+// new connection takes the place of the one idle longest and /healthz
+// answers; a connection in the middle of a request keeps its place.
+func TestIdleConnectionsCannotLockOthersOut(t *testing.T) {
+	t.Parallel()
+	s := serve(t, func(c *Config) { c.HTTP.MaxConns = 4 })
+	busy, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	if _, err := io.WriteString(busy, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	var idle []net.Conn
+	for i := 0; i < 3; i++ {
+		c, err := net.Dial("tcp", s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	waitUntil(t, 10*time.Second, "the cap taken", func() (bool, string) {
+		l := s.r.listener.Load()
+		if l == nil {
+			return false, "not serving yet"
+		}
+		n, idle := s.r.OpenConns(), l.idleCount()
+		return n == 4 && idle == 3, fmt.Sprint(n, " open, ", idle, " idle")
+	})
+	for i := 0; i < 5; i++ { // more than the idle ones: each new one takes an idle one's place
+		c, err := net.Dial("tcp", s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, body := rawRequest(t, c, bufio.NewReader(c), "GET", "/healthz", "")
+		c.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("healthz %d with the cap taken by idle sockets: %d %v", i, resp.StatusCode, body)
+		}
+	}
+	// The busy connection kept its place: its request completes.
+	io.WriteString(busy, "\r\n")
+	busy.SetReadDeadline(time.Now().Add(30 * time.Second)) // a guard, not an assertion
+	resp, err := http.ReadResponse(bufio.NewReader(busy), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the connection in the middle of a request: %v %v", resp, err)
+	}
+	// The first idle socket was closed to make room.
+	idle[0].SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := idle[0].Read(make([]byte, 1)); err == nil {
+		t.Fatal("the socket idle longest is still open")
+	}
+}
+
+// A cap on requests in flight at or above the cap on connections could
+// never shed (the connections run out first): the router refuses it, and
+// by default sheds at three quarters of the connections.
+func TestInFlightCapBelowConnections(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		inFlight, conns, want int
+		ok                    bool
+	}{
+		{0, 1024, 768, true},
+		{0, -1, 4096, true},
+		{1000, 1024, 1000, true},
+		{1024, 1024, 0, false},
+		{4096, 1024, 0, false},
+		{-1, 1024, -1, true},
+		{5000, -1, 5000, true},
+	} {
+		got, err := inFlightCap(c.inFlight, c.conns)
+		if (err == nil) != c.ok || (c.ok && got != c.want) {
+			t.Errorf("in flight %d, conns %d: %d, %v; want %d (ok %v)", c.inFlight, c.conns, got, err, c.want, c.ok)
+		}
 	}
 }
 

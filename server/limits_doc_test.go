@@ -35,6 +35,7 @@ func TestREADMEResourceLimitsMatchTheCode(t *testing.T) {
 	}
 	want := []string{
 		fmt.Sprintf("| `-max-conns` | %d |", h.MaxConns),
+		fmt.Sprintf("| `-max-in-flight` | %d (three quarters of `-max-conns`) |", mustInFlight(t, h.MaxConns)),
 		fmt.Sprintf("| open client connections | %s ", thousands(h.MaxConns)),
 		fmt.Sprintf("| `-http-read-timeout`, `-http-write-timeout`, `-http-idle-timeout` | %s, %s, %s |", secs(h.ReadTimeout), secs(h.WriteTimeout), secs(h.IdleTimeout)),
 		fmt.Sprintf("| `-shutdown-timeout` | %s |", secs(h.ShutdownTimeout)),
@@ -43,6 +44,8 @@ func TestREADMEResourceLimitsMatchTheCode(t *testing.T) {
 		fmt.Sprintf("| `-max-topics`, `-max-subscriptions-per-topic` | %d, %d |", s.MaxTopics, s.MaxPerTopic),
 		fmt.Sprintf("| subscriptions per topic | %d ", s.MaxPerTopic),
 		fmt.Sprintf("| topics (with a stored subscription) | %s ", thousands(s.MaxTopics)),
+		fmt.Sprintf("| `-max-topics-per-token` | %d |", s.MaxTopicsPerCreator),
+		fmt.Sprintf("| topics one token creates | %s ", thousands(s.MaxTopicsPerCreator)),
 		fmt.Sprintf("| reading a request (headers / whole request) | %d s / %d s", int(h.ReadHeaderTimeout.Seconds()), int(h.ReadTimeout.Seconds())),
 		fmt.Sprintf("| answering a request | %d s ", int(h.WriteTimeout.Seconds())),
 		fmt.Sprintf("| idle keep-alive connection | closed after %d s ", int(h.IdleTimeout.Seconds())),
@@ -52,4 +55,13 @@ func TestREADMEResourceLimitsMatchTheCode(t *testing.T) {
 			t.Errorf("README.md lacks %q", w)
 		}
 	}
+}
+
+func mustInFlight(t *testing.T, conns int) int {
+	t.Helper()
+	n, err := inFlightCap(0, conns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

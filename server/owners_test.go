@@ -27,6 +27,7 @@ func (e *env) another(t *testing.T, tune func(*Config)) *peer {
 	ln := listen(t)
 	cfg := Config{TopologyFile: e.topology}
 	cfg.Broker.Owners.Addr = ln.Addr().String()
+	cfg.Broker.Receipts = testReceipts
 	if tune != nil {
 		tune(&cfg)
 	}

@@ -50,7 +50,7 @@ func TestReplicatedDurabilityIsOnReplicaWhenAnswered(t *testing.T) {
 	}
 }
 
-// A stopped replica: replicated durability answers unavailable after the
+// A stopped replica: replicated durability answers unknown after the
 // timeout, the message is safe on the primary, a retry says duplicate.
 func TestReplicatedDurabilityWithReplicaStopped(t *testing.T) {
 	testbed.Need(t)
@@ -71,7 +71,7 @@ func TestReplicatedDurabilityWithReplicaStopped(t *testing.T) {
 	st, hdr, out := e.post(t, "/v1/topics/t/messages", body)
 	took := time.Since(began)
 	r := results(t, out)[0]
-	if st != 200 || r["status"] != "unavailable" || hdr.Get("Retry-After") == "" || r["error"] == nil {
+	if st != 200 || r["status"] != "unknown" || hdr.Get("Retry-After") == "" || r["error"] == nil {
 		t.Fatalf("got %d %v (Retry-After %q)", st, r, hdr.Get("Retry-After"))
 	}
 	if took < time.Second || took > 10*time.Second {

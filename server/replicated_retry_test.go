@@ -9,8 +9,8 @@ import (
 	"github.com/shardmq/shardmq/internal/testbed"
 )
 
-// A replicated produce whose replica is stopped answers unavailable; its
-// replicated retry answers unavailable again — a duplicate answer would
+// A replicated produce whose replica is stopped answers unknown (stored
+// on the primary, not confirmed); its replicated retry answers unknown again — a duplicate answer would
 // claim a replica has the message — and says so, without storing it
 // twice; once the replica applies it, the retry answers duplicate with the
 // original id.
@@ -34,8 +34,8 @@ func TestReplicatedRetryWaitsForTheReplicaAgain(t *testing.T) {
 	for attempt := 1; attempt <= 2; attempt++ {
 		st, hdr, out := e.post(t, "/v1/topics/payments/messages", body)
 		r := results(t, out)[0]
-		if st != 200 || r["status"] != "unavailable" || hdr.Get("Retry-After") == "" {
-			t.Fatalf("attempt %d with the replica stopped: %d %v, want unavailable with Retry-After", attempt, st, r)
+		if st != 200 || r["status"] != "unknown" || hdr.Get("Retry-After") == "" {
+			t.Fatalf("attempt %d with the replica stopped: %d %v, want unknown with Retry-After", attempt, st, r)
 		}
 		msgErr, _ := r["error"].(map[string]any)
 		if text, _ := msgErr["message"].(string); !strings.Contains(text, promise) || !strings.Contains(text, "committed on the primary") {

@@ -174,7 +174,15 @@ func TestRetentionTraceThroughTiers(t *testing.T) {
 		t.Fatalf("map version %d after the move, want 2", v)
 	}
 	check("after the vshards moved", "warm", "consumed", true)
+	// A month that is not restored has nothing to release: 404, not
+	// "released" (a month that does not exist, a restored one twice).
+	if st, body := e.do(t, "POST", "/v1/admin/retention/release", map[string]any{"month": "2999-01"}); st != 404 || body["error"].(map[string]any)["code"] != "not_found" {
+		t.Fatalf("release of month 2999-01: %d %v, want 404", st, body)
+	}
 	cli("archive", "release", "-month", "2024-03")
+	if st, body := e.do(t, "POST", "/v1/admin/retention/release", map[string]any{"month": "2024-03"}); st != 404 {
+		t.Fatalf("second release of 2024-03: %d %v, want 404", st, body)
+	}
 	run()
 	check("cold after the vshards moved", "cold", "archived", false)
 }

@@ -1,15 +1,18 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 
 	"github.com/shardmq/shardmq/api"
 	"github.com/shardmq/shardmq/auth"
+	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/internal/tlsconf"
 )
 
@@ -33,13 +36,38 @@ type SecurityConfig struct {
 	// reloaded when they change. Empty: plain HTTP.
 	TLSCert, TLSKey string
 	// MaxInFlight caps the requests served at once; beyond it the router
-	// answers 503 overloaded. Defaults to 4096; negative disables.
+	// answers 503 overloaded. It must stay below HTTP.MaxConns (a request
+	// holds a connection). Defaults to three quarters of HTTP.MaxConns
+	// (768), or 4096 without a connection cap; negative disables.
 	MaxInFlight int
 	// AWSCredentialsFile is the SQS API's access-key file (auth.AccessKeys):
 	// secrets in clear, readable by the router's user only, each key
 	// acting as a token of the token file; reloaded when it changes.
 	// Empty: no SQS call is served when the router has tokens.
 	AWSCredentialsFile string
+	// ReceiptKeyFile holds the key that signs receipts (at least 32
+	// bytes; surrounding whitespace is ignored): a receipt made by one
+	// router is acked at any other, so every router of a fleet must read
+	// the same key. Empty: a random key of this router's own, valid only
+	// while it runs and only on it (a router that serves alone).
+	ReceiptKeyFile string
+}
+
+// receipts returns the receipt signer of c: the key file's, or a random
+// key when there is none.
+func (c SecurityConfig) receipts() (*broker.Receipts, error) {
+	if c.ReceiptKeyFile == "" {
+		return broker.RandomReceipts(), nil
+	}
+	data, err := os.ReadFile(c.ReceiptKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("config: receipt key: %w", err)
+	}
+	k, err := broker.NewReceipts(bytes.TrimSpace(data))
+	if err != nil {
+		return nil, fmt.Errorf("config: receipt key %s: %w", c.ReceiptKeyFile, err)
+	}
+	return k, nil
 }
 
 // security is the router's part that checks requests and secures the
@@ -82,14 +110,14 @@ func (r *Router) secure() error {
 		}
 		sec.certs = cf
 	}
+	if err := api.CheckOrigins(c.AllowedOrigins); err != nil {
+		return fmt.Errorf("config: -allowed-origins: %w", err)
+	}
 	gc := api.GuardConfig{AllowedOrigins: c.AllowedOrigins, AllowedHosts: c.AllowedHosts, Metrics: r.metrics, Log: r.cfg.Log, Now: r.cfg.Now}
 	if sec.tokens != nil {
 		gc.Tokens = sec.tokens
 	}
-	max := c.MaxInFlight
-	if max == 0 {
-		max = 4096
-	}
+	max := c.MaxInFlight // filled by Config.withDefaults (inFlightCap)
 	h, err := r.withSQS(sec, r.api.Guard(gc))
 	if err != nil {
 		sec.stop()

@@ -122,7 +122,7 @@ func TestEndpointScopeTable(t *testing.T) {
 	}, nil, nil)
 	// A receipt of the topic (the guard reads the topic from it; the
 	// delivery does not exist, so an allowed ack answers not_found).
-	rc := broker.Receipt{VShard: 7, Topic: topic, Lease: store.Lease{MessageID: 1, Token: 1, Subscription: "default"}}.Encode()
+	rc := testReceipts.Encode(broker.Receipt{VShard: 7, Topic: topic, Lease: store.Lease{MessageID: 1, Token: 1, Subscription: "default"}})
 	sub := "/v1/topics/" + topic + "/subscriptions/"
 
 	// need: "" open, else scope and whether every topic must be covered.
@@ -215,7 +215,7 @@ func TestEndpointScopeTable(t *testing.T) {
 
 	// A receipt names its topic: a consumer of one topic cannot ack
 	// another's deliveries, even in a batch with its own.
-	other := broker.Receipt{VShard: 7, Topic: "payments", Lease: store.Lease{MessageID: 1, Token: 1, Subscription: "default"}}.Encode()
+	other := testReceipts.Encode(broker.Receipt{VShard: 7, Topic: "payments", Lease: store.Lease{MessageID: 1, Token: 1, Subscription: "default"}})
 	a := e.send(t, e.secrets["consumer"], "POST", "/v1/ack", `{"receipts":["`+rc+`","`+other+`"]}`, nil)
 	if a.status != http.StatusForbidden || !strings.Contains(a.raw, "payments") {
 		t.Fatalf("ack of another topic's receipt: %d %s, want 403 naming the topic", a.status, a.raw)

@@ -156,7 +156,29 @@ func (c Config) withDefaults() (Config, error) {
 	if c.HTTP, err = c.HTTP.withDefaults(c.Limits); err != nil {
 		return c, err
 	}
+	if c.Security.MaxInFlight, err = inFlightCap(c.Security.MaxInFlight, c.HTTP.MaxConns); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// inFlightCap fills and checks the cap on requests in flight against the
+// cap on connections. Over HTTP/1.1 every request in flight holds a
+// connection, so a cap on requests at or above the cap on connections
+// could never shed: the connections would run out first and refuse
+// everyone, health checks included. The default is three quarters of the
+// connections (768 of 1024), leaving a quarter for connections between
+// requests and for new ones, whose requests are shed or served at once.
+func inFlightCap(maxInFlight, maxConns int) (int, error) {
+	switch {
+	case maxInFlight == 0 && maxConns > 0:
+		return max(1, maxConns*3/4), nil
+	case maxInFlight == 0:
+		return 4096, nil
+	case maxInFlight > 0 && maxConns > 0 && maxInFlight >= maxConns:
+		return 0, fmt.Errorf("config: -max-in-flight %d must be below -max-conns %d: every request in flight holds a connection, so the connections would run out before any request is shed", maxInFlight, maxConns)
+	}
+	return maxInFlight, nil
 }
 
 // UIConfig tunes the operators' page (docs/ui.md).
@@ -499,12 +521,12 @@ func (r *Router) Close() {
 //     the broker (the group committers commit what is queued first) and
 //     closes the pools.
 func (r *Router) Run(ctx context.Context, ln net.Listener) error {
-	srv := r.httpServer()
 	if r.cfg.HTTP.MaxConns > 0 {
 		l := limitConns(ln, r.cfg.HTTP.MaxConns)
 		r.listener.Store(l)
 		ln = l
 	}
+	srv := r.httpServer()
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	r.reloads.run(wctx)
@@ -593,6 +615,16 @@ func leasesOf(b *broker.Broker) func(cluster, topic, sub string, id uint64) (loo
 // "Owners"): with an address for other routers (Broker.Owners.Addr), the
 // peer that forwards to theirs.
 func (r *Router) ownersConfig(bc broker.Config) (broker.Config, error) {
+	if bc.Receipts == nil {
+		k, err := r.cfg.Security.receipts()
+		if err != nil {
+			return bc, err
+		}
+		if r.cfg.Security.ReceiptKeyFile == "" && bc.Owners.Addr != "" {
+			r.cfg.Log.Warn("no receipt key file: receipts are signed with a key of this router's own, and other routers refuse them; give every router of a fleet the same -receipt-key-file")
+		}
+		bc.Receipts = k
+	}
 	if bc.Owners.Addr == "" || bc.Peer != nil {
 		return bc, nil
 	}
@@ -611,6 +643,6 @@ func (r *Router) ownersConfig(bc broker.Config) (broker.Config, error) {
 			tc.RootCAs = pool
 		}
 	}
-	bc.Peer = forward.New(tc, 30*time.Second)
+	bc.Peer = forward.New(tc, 30*time.Second, bc.Receipts)
 	return bc, nil
 }

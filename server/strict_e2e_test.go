@@ -22,7 +22,7 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 	e := setup(t)
 	r := broker.Receipt{VShard: 7, Topic: "orders"}
 	r.MessageID, r.Token, r.Subscription = 42, 9, "default"
-	rows := apitest.BadRequests(r.Encode())
+	rows := apitest.BadRequests(testReceipts.Encode(r))
 	for _, tc := range rows {
 		req, err := http.NewRequest(tc.Method, e.url+tc.Target, strings.NewReader(tc.Body))
 		if err != nil {

@@ -460,7 +460,7 @@ func (h *Handler) receipt(c *call, q *queue, handle string) (broker.Receipt, *ap
 	if handle == "" {
 		return broker.Receipt{}, errf(codeMissingParameter, "the request must contain the parameter ReceiptHandle")
 	}
-	r, err := broker.DecodeReceipt(handle)
+	r, err := h.b.DecodeReceipt(handle)
 	if err != nil {
 		return r, errf(codeReceiptHandleInvalid, "the input receipt handle %q is not a valid receipt handle", handle)
 	}

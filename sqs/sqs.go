@@ -35,6 +35,8 @@ type Broker interface {
 	Claim(ctx context.Context, req broker.ClaimRequest) ([]broker.Delivery, error)
 	Ack(ctx context.Context, receipts []broker.Receipt) []broker.LeaseResult
 	Extend(ctx context.Context, receipts []broker.Receipt, lease time.Duration) []broker.LeaseResult
+	// DecodeReceipt reads a receipt handle (a signed broker receipt).
+	DecodeReceipt(s string) (broker.Receipt, error)
 	GetSubscription(ctx context.Context, topic, name string) (subscription.Subscription, error)
 	PutSubscription(ctx context.Context, s subscription.Subscription) (subscription.Subscription, bool, error)
 	DeleteSubscription(ctx context.Context, topic, name string) error

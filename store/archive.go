@@ -413,14 +413,14 @@ func MergeEvents(tr *MessageTrace, evs []Event, now time.Time) *MessageTrace {
 	return buildTrace(tr.Message, nil, all, now)
 }
 
-// ArchivedByTransaction returns up to limit archived messages of
-// transaction id txID, oldest first.
-func (s *Store) ArchivedByTransaction(ctx context.Context, txID string, limit int) ([]*Message, error) {
-	msgs, err := scanMessageRows(ctx, s.db, selectArchivedByTransaction, txID, limit)
+// ArchivedByTransaction returns one page of the archived messages of
+// transaction id txID, as MessagesByTransaction does for hot ones.
+func (s *Store) ArchivedByTransaction(ctx context.Context, txID string, after uint64, limit, maxBytes int) ([]*Message, bool, error) {
+	msgs, more, err := sizedPage(ctx, s.db, "archive_message", txID, after, limit, maxBytes)
 	if err != nil {
-		return nil, fmt.Errorf("look up archived transaction %q: %w", txID, translate(err))
+		return nil, false, fmt.Errorf("look up archived transaction %q: %w", txID, translate(err))
 	}
-	return msgs, nil
+	return msgs, more, nil
 }
 
 func scanMessageRows(ctx context.Context, q queryer, query string, args ...any) ([]*Message, error) {

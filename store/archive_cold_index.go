@@ -84,7 +84,7 @@ func (s *Store) ColdByKey(ctx context.Context, topic, key string) (*ColdEntry, e
 }
 
 // ColdByTransaction returns up to limit messages of transaction id txID
-// exported to cold files, oldest first.
-func (s *Store) ColdByTransaction(ctx context.Context, txID string, limit int) ([]ColdEntry, error) {
-	return scanCold(ctx, s.db, selectColdCols+" WHERE transaction_id = ? ORDER BY message_id LIMIT ?", txID, limit)
+// exported to cold files, with ids above after, oldest first.
+func (s *Store) ColdByTransaction(ctx context.Context, txID string, after uint64, limit int) ([]ColdEntry, error) {
+	return scanCold(ctx, s.db, selectColdCols+" WHERE transaction_id = ? AND message_id > ? ORDER BY message_id LIMIT ?", txID, after, limit)
 }

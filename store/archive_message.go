@@ -55,6 +55,3 @@ var messageKinds = []byte("itissssibibit")
 
 // selectArchivedByKey reads the newest archived message with (topic, key).
 const selectArchivedByKey = `SELECT ` + messageBodyCols + ` FROM archive_message WHERE topic = ? AND msg_key = ? ORDER BY id DESC LIMIT 1`
-
-// selectArchivedByTransaction reads archived messages of a transaction id.
-const selectArchivedByTransaction = `SELECT ` + messageBodyCols + ` FROM archive_message WHERE transaction_id = ? ORDER BY id LIMIT ?`

@@ -25,8 +25,8 @@ type ClaimRequest struct {
 	// ErrorCode when it is set. Attempts are not counted there.
 	Dead      bool
 	ErrorCode string
-	// MaxBytes caps the message bytes (payload, headers and keys, as
-	// stored) leased to this request; 0: no cap. Candidates beyond it are
+	// MaxBytes caps the message bytes (as encoded in the answer:
+	// domain.EncodedSize) leased to this request; 0: no cap. Candidates beyond it are
 	// not leased (they stay ready for the next claim), except that with
 	// AllowOversize the request's first message is leased even when it
 	// alone exceeds the cap, so that a big message cannot get stuck.
@@ -112,7 +112,7 @@ func (s *Store) claimWith(ctx context.Context, reqs []ClaimRequest, pick func(tx
 		}
 		sizes := make(map[uint64]int, len(msgs))
 		for id, m := range msgs {
-			sizes[id] = len(m.Payload) + len(m.Headers) + len(m.Key) + len(m.OrderKey) + len(m.TransactionID)
+			sizes[id] = domain.EncodedSize(m)
 		}
 		used := make([]int, len(reqs))
 		// full says whether request i can take no more, or not d.

@@ -4,25 +4,52 @@ import (
 	"context"
 	"database/sql"
 	"time"
+
+	"github.com/shardmq/shardmq/domain"
 )
 
-// ListDead returns up to limit dead letters of a subscription, newest
-// first, those older than the message id before (0: from the newest), with
-// their messages (nil when the message is missing).
-func (s *Store) ListDead(ctx context.Context, topic, sub, errorCode string, before uint64, limit int, now time.Time) ([]DeadLetter, map[uint64]*Message, error) {
-	dl, err := listDead(ctx, s.db, topic, sub, errorCode, before, limit, now)
+// ListDead returns one page of a subscription's dead letters on this
+// server, newest first, those older than the message id before (0: from
+// the newest): at most limit, and at most maxBytes of encoded answer
+// (DeadLetter.Size; 0: no byte cap; the first whatever its size), with
+// their messages (nil when the message is missing). It sizes the page
+// before it reads any payload, so that it reads only what it answers.
+// more says whether dead letters are left after the page.
+func (s *Store) ListDead(ctx context.Context, topic, sub, errorCode string, before uint64, limit, maxBytes int, now time.Time) ([]DeadLetter, map[uint64]*Message, bool, error) {
+	dl, err := listDead(ctx, s.db, topic, sub, errorCode, before, limit+1, now)
 	if err != nil {
-		return nil, nil, translate(err)
+		return nil, nil, false, translate(err)
 	}
+	more := len(dl) > limit
+	dl = dl[:min(len(dl), limit)]
 	ids := make([]uint64, len(dl))
 	for i, d := range dl {
 		ids[i] = d.MessageID
 	}
+	sizes, err := selectMessageSizes(ctx, s.db, ids)
+	if err != nil {
+		return nil, nil, false, translate(err)
+	}
+	ns := make([]int, len(dl))
+	for i := range dl {
+		dl[i].Size = deadLetterSize(dl[i], sizes[dl[i].MessageID])
+		ns[i] = dl[i].Size
+	}
+	if n := fitBytes(ns, maxBytes); n < len(dl) {
+		dl, ids, more = dl[:n], ids[:n], true
+	}
 	msgs, err := selectMessages(ctx, s.db, ids)
 	if err != nil {
-		return nil, nil, translate(err)
+		return nil, nil, false, translate(err)
 	}
-	return dl, msgs, nil
+	return dl, msgs, more, nil
+}
+
+// deadLetterSize is a dead letter's share of a listing's answer: its
+// message's encoded size (a missing message's fields take about 300
+// bytes) and the dead letter's own fields.
+func deadLetterSize(d DeadLetter, message int) int {
+	return max(message, 300) + 120 + domain.JSONStringLen(d.ErrorCode) + domain.JSONStringLen(d.LastError)
 }
 
 // RedriveRequest selects dead letters to make ready again: the given ids,

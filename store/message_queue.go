@@ -376,6 +376,9 @@ type DeadLetter struct {
 	DeadAt       time.Time
 	OrderKey     string
 	InFlight     bool // leased on the dead-letter channel right now
+	// Size is what the dead letter takes in a listing's answer (set by
+	// ListDead; it counts against the listing's max_bytes).
+	Size int
 }
 
 // listDead reads a subscription's dead letters newest first (by message

@@ -146,13 +146,19 @@ func byID(msgs []*Message, err error) (map[uint64]*Message, error) {
 
 // selectMessages reads messages by id.
 func selectMessages(ctx context.Context, q queryer, ids []uint64) (map[uint64]*Message, error) {
+	return selectBodies(ctx, q, "message_store", ids)
+}
+
+// selectBodies reads messages by id from table (message_store or
+// archive_message, which share their columns).
+func selectBodies(ctx context.Context, q queryer, table string, ids []uint64) (map[uint64]*Message, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	var b strings.Builder
-	b.WriteString("SELECT " + messageBodyCols + " FROM message_store WHERE ")
+	b.WriteString("SELECT " + messageBodyCols + " FROM " + table + " WHERE ")
 	args := idList(&b, nil, ids)
-	return byID(queryRows(ctx, q, "select message_store", b.String(), args, scanMessage(true)))
+	return byID(queryRows(ctx, q, "select "+table, b.String(), args, scanMessage(true)))
 }
 
 // markConsumed sets consumed on those of ids that have no delivery left in
@@ -188,11 +194,40 @@ func markStatus(ctx context.Context, tx *sql.Tx, ids []uint64, to domain.Message
 	return nil
 }
 
-// selectMessagesByTransaction reads up to limit messages that carry
-// transaction id txID, oldest first, through idx_transaction.
-func selectMessagesByTransaction(ctx context.Context, q queryer, txID string, limit int) ([]*Message, error) {
-	return queryRows(ctx, q, "select message_store by transaction",
-		"SELECT "+messageBodyCols+" FROM message_store WHERE transaction_id = ? ORDER BY id LIMIT ?", []any{txID, limit}, scanMessage(true))
+// sizedPage reads one page of messages of table by transaction id txID:
+// those with ids above after, oldest first, at most limit and at most
+// maxBytes encoded (domain.EncodedSize; the first whatever its size). It
+// sizes the page before it reads any body, so that it reads only what it
+// answers. more says whether messages are left after the page.
+func sizedPage(ctx context.Context, q queryer, table, txID string, after uint64, limit, maxBytes int) ([]*Message, bool, error) {
+	sizes, err := selectTransactionSizes(ctx, q, table, txID, after, limit+1)
+	if err != nil {
+		return nil, false, err
+	}
+	more := len(sizes) > limit
+	sizes = sizes[:min(len(sizes), limit)]
+	ns := make([]int, len(sizes))
+	for i, s := range sizes {
+		ns[i] = s.size
+	}
+	if n := fitBytes(ns, maxBytes); n < len(sizes) {
+		sizes, more = sizes[:n], true
+	}
+	ids := make([]uint64, len(sizes))
+	for i, s := range sizes {
+		ids[i] = s.id
+	}
+	bodies, err := selectBodies(ctx, q, table, ids)
+	if err != nil {
+		return nil, false, err
+	}
+	out := make([]*Message, 0, len(ids))
+	for _, id := range ids {
+		if m, ok := bodies[id]; ok { // gone since it was sized: left out
+			out = append(out, m)
+		}
+	}
+	return out, more, nil
 }
 
 // countTransactions returns how many messages carry each of ids, for those
@@ -271,4 +306,68 @@ func (s *Store) VShardLoads(ctx context.Context, since time.Time) (map[uint16]VS
 		return nil, translate(err)
 	}
 	return out, nil
+}
+
+// messageSizeCols give what a message's encoded size needs (domain.
+// EncodedSizeOf) without its body: a listing with a byte cap sizes its
+// page first and reads only the bodies it answers, so that the router
+// never holds more than the cap of payloads for one answer.
+const messageSizeCols = `id, topic, msg_key, COALESCE(order_key, ''), COALESCE(transaction_id, ''), COALESCE(LENGTH(headers), 0),
+  LENGTH(payload), payload_json`
+
+// sizedMessage is a message id with its encoded size.
+type sizedMessage struct {
+	id   uint64
+	size int
+}
+
+func scanSize(rows *sql.Rows) (sizedMessage, error) {
+	var s sizedMessage
+	var topic, key, orderKey, txID string
+	var headers, payload int
+	var isJSON bool
+	err := rows.Scan(&s.id, &topic, &key, &orderKey, &txID, &headers, &payload, &isJSON)
+	s.size = domain.EncodedSizeOf(topic, key, orderKey, txID, headers, payload, isJSON)
+	return s, err
+}
+
+// selectMessageSizes reads the encoded sizes of messages by id.
+func selectMessageSizes(ctx context.Context, q queryer, ids []uint64) (map[uint64]int, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var b strings.Builder
+	b.WriteString("SELECT " + messageSizeCols + " FROM message_store WHERE ")
+	args := idList(&b, nil, ids)
+	got, err := queryRows(ctx, q, "size message_store", b.String(), args, scanSize)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[uint64]int, len(got))
+	for _, s := range got {
+		out[s.id] = s.size
+	}
+	return out, nil
+}
+
+// selectTransactionSizes reads the ids and encoded sizes of up to limit
+// messages of table (message_store or archive_message) that carry
+// transaction id txID, with ids above after, oldest first.
+func selectTransactionSizes(ctx context.Context, q queryer, table, txID string, after uint64, limit int) ([]sizedMessage, error) {
+	return queryRows(ctx, q, "size "+table+" by transaction",
+		"SELECT "+messageSizeCols+" FROM "+table+" WHERE transaction_id = ? AND id > ? ORDER BY id LIMIT ?",
+		[]any{txID, after, limit}, scanSize)
+}
+
+// fitBytes says how many of sizes, in order, fit in maxBytes (0: no cap);
+// the first always does, so that one large item cannot stop a listing.
+func fitBytes(sizes []int, maxBytes int) int {
+	used := 0
+	for i, n := range sizes {
+		if maxBytes > 0 && i > 0 && used+n > maxBytes {
+			return i
+		}
+		used += n
+	}
+	return len(sizes)
 }

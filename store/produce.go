@@ -277,6 +277,9 @@ func (s *Store) tryProduceFast(ctx context.Context, query string, args []any, ke
 			conn.Raw(func(any) error { return driver.ErrBadConn })
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		return "", false, err // nothing sent
+	}
 	affected, err := execMulti(ctx, conn, query, args)
 	if err != nil {
 		rollback()
@@ -287,7 +290,9 @@ func (s *Store) tryProduceFast(ctx context.Context, query string, args []any, ke
 			// general path finds out which and says so.
 			return "", false, nil
 		}
-		return "", false, err
+		// The statements ran up to their COMMIT in one round trip: an
+		// answer that never came may hide a commit.
+		return "", false, uncertain(err)
 	}
 	first := 1 // START TRANSACTION, then the fence probe when there is one
 	if _, ok := FenceFrom(ctx); ok {

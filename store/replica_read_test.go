@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -144,9 +145,33 @@ func TestTransactionLookups(t *testing.T) {
 	if _, err := f.st.Produce(ctx, items); err != nil {
 		t.Fatal(err)
 	}
-	msgs, err := f.st.MessagesByTransaction(ctx, "tx-1", 10)
-	if err != nil || len(msgs) != 2 || msgs[0].ID != items[0].Msg.ID || msgs[1].ID != items[1].Msg.ID {
-		t.Fatalf("tx-1 = %v, %v", msgs, err)
+	msgs, more, err := f.st.MessagesByTransaction(ctx, "tx-1", 0, 10, 0)
+	if err != nil || more || len(msgs) != 2 || msgs[0].ID != items[0].Msg.ID || msgs[1].ID != items[1].Msg.ID {
+		t.Fatalf("tx-1 = %v, %v, %v", msgs, more, err)
+	}
+	// Paged by bytes (the first always fits) and by count, on from a cursor.
+	for _, c := range []struct {
+		after           uint64
+		limit, maxBytes int
+		want            []uint64
+		more            bool
+	}{
+		{0, 10, 1, []uint64{items[0].Msg.ID}, true},
+		{0, 1, 0, []uint64{items[0].Msg.ID}, true},
+		{items[0].Msg.ID, 10, 1, []uint64{items[1].Msg.ID}, false},
+		{items[1].Msg.ID, 10, 0, nil, false},
+	} {
+		msgs, more, err := f.st.MessagesByTransaction(ctx, "tx-1", c.after, c.limit, c.maxBytes)
+		var got []uint64
+		for _, m := range msgs {
+			got = append(got, m.ID)
+			if len(m.Payload) == 0 {
+				t.Fatalf("page %+v: message %d without its payload", c, m.ID)
+			}
+		}
+		if err != nil || more != c.more || fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Fatalf("page after %d limit %d max_bytes %d: %v more %v (%v), want %v more %v", c.after, c.limit, c.maxBytes, got, more, err, c.want, c.more)
+		}
 	}
 	found, err := f.st.FindTransactions(ctx, []string{"tx-1", "tx-2", "tx-3"})
 	if err != nil || len(found) != 2 || found["tx-1"] != 2 || found["tx-2"] != 1 {

@@ -76,7 +76,7 @@ func TestClaimManyByteCap(t *testing.T) {
 		want int
 	}{
 		{"nothing fits and no oversize", mk(10, 500, false), 0},
-		{"two fit", mk(10, 2100, false), 2},
+		{"two fit (about 1,300 encoded bytes each)", mk(10, 3000, false), 2},
 		{"one oversize", mk(10, 10, true), 1},
 	}
 	for _, c := range cases {

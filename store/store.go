@@ -21,8 +21,9 @@ import (
 // Errors callers match with errors.Is; they are domain's, so a caller that
 // does not import store can match them too.
 var (
-	ErrNotFound    = domain.ErrNotFound
-	ErrUnavailable = domain.ErrUnavailable
+	ErrNotFound       = domain.ErrNotFound
+	ErrUnavailable    = domain.ErrUnavailable
+	ErrOutcomeUnknown = domain.ErrOutcomeUnknown
 )
 
 // Options configure a Store.
@@ -197,7 +198,7 @@ func translate(err error) error {
 	}
 	// Already translated (the query helpers answer ErrNotFound for no row):
 	// wrapping it again would turn a missing row into an outage.
-	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInvalidData) ||
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInvalidData) || errors.Is(err, ErrOutcomeUnknown) ||
 		errors.Is(err, ErrOwned) || errors.Is(err, ErrStaleOwner) || errors.Is(err, errFlushRecount) || errors.Is(err, ErrFenced) ||
 		errors.Is(err, ErrNotOwnerRecord) {
 		return err
@@ -292,12 +293,24 @@ func (s *Store) tryTx(ctx context.Context, wantGTID bool, fn func(tx *sql.Tx) er
 		return "", err
 	}
 	if err := tx.Commit(); err != nil {
-		return "", err
+		return "", uncertain(err)
 	}
 	if !wantGTID {
 		return "", nil
 	}
 	return s.committedGTID(ctx, conn)
+}
+
+// uncertain marks err, met while a COMMIT was sent or on its way,
+// ErrOutcomeUnknown unless the server answered it with an error of its
+// own (then nothing was applied): a broken connection or a wait that ran
+// out says nothing about whether the commit happened.
+func uncertain(err error) error {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, translate(err))
 }
 
 // committedGTID reads the server's GTID position on conn right after a

@@ -174,14 +174,16 @@ func eventRank(typ string) int {
 	return 3
 }
 
-// MessagesByTransaction returns up to limit messages that carry
-// transaction id txID on this server, oldest first.
-func (s *Store) MessagesByTransaction(ctx context.Context, txID string, limit int) ([]*Message, error) {
-	msgs, err := selectMessagesByTransaction(ctx, s.db, txID, limit)
+// MessagesByTransaction returns one page of the messages that carry
+// transaction id txID on this server: ids above after, oldest first, at
+// most limit and at most maxBytes encoded (0: no byte cap; the first is
+// returned whatever its size). more says whether any are left after it.
+func (s *Store) MessagesByTransaction(ctx context.Context, txID string, after uint64, limit, maxBytes int) ([]*Message, bool, error) {
+	msgs, more, err := sizedPage(ctx, s.db, "message_store", txID, after, limit, maxBytes)
 	if err != nil {
-		return nil, fmt.Errorf("look up transaction %q: %w", txID, translate(err))
+		return nil, false, fmt.Errorf("look up transaction %q: %w", txID, translate(err))
 	}
-	return msgs, nil
+	return msgs, more, nil
 }
 
 // FindTransactions returns how many messages on this server carry each of

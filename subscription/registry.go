@@ -35,13 +35,23 @@ type Registry struct {
 	done     chan struct{}
 
 	limits Limits
+	// pending are the new subscriptions being stored now (topic → name →
+	// how many requests store it), counted against the caps with the
+	// stored ones, so that concurrent creations through this router never
+	// pass a cap together; creators names who creates each pending topic.
+	pending  map[string]map[string]int
+	creators map[string]string
 }
 
 // Limits cap what the registry holds. Every subscription is a delivery row
 // per message produced to its topic, and every topic a set of rows and
-// metric series, so both are bounded. Each router checks its own view
-// (refreshed every second), so routers creating at the same instant may
-// overshoot a cap by the few they created together.
+// metric series, so all are bounded. A router admits a new subscription
+// only after reserving it under its lock, counting the stored ones and
+// those other requests are storing, so creations through one router never
+// pass a cap however many run at once. Routers check their own views
+// (refreshed every second): routers of a fleet creating at the same
+// instant may overshoot a cap by the few the others created in that
+// second.
 type Limits struct {
 	// MaxTopics caps the topics that have stored subscriptions (a topic
 	// gets its default one at its first produce). Defaults to 10,000; -1
@@ -51,6 +61,13 @@ type Limits struct {
 	// produce of 1,000 messages then writes at most 32,000 delivery rows);
 	// -1 removes the cap.
 	MaxPerTopic int
+	// MaxTopicsPerCreator caps the topics one token may create (by its
+	// first produce to a topic, or its first subscription of one), so
+	// that a producer scoped to some topics cannot use up MaxTopics for
+	// everyone. Tokens with admin on every topic, and requests without a
+	// token (an open router), are not counted. Defaults to 1,000; -1
+	// removes the quota.
+	MaxTopicsPerCreator int
 }
 
 // WithDefaults fills zero fields.
@@ -61,7 +78,25 @@ func (l Limits) WithDefaults() Limits {
 	if l.MaxPerTopic == 0 {
 		l.MaxPerTopic = 32
 	}
+	if l.MaxTopicsPerCreator == 0 {
+		l.MaxTopicsPerCreator = 1000
+	}
 	return l
+}
+
+type creatorKey struct{}
+
+// WithCreator says in ctx which token makes the subscriptions (and so the
+// topics) of a request, for the per-token topic quota
+// (Limits.MaxTopicsPerCreator). A request whose ctx names none is not
+// counted.
+func WithCreator(ctx context.Context, token string) context.Context {
+	return context.WithValue(ctx, creatorKey{}, token)
+}
+
+func creatorOf(ctx context.Context) string {
+	s, _ := ctx.Value(creatorKey{}).(string)
+	return s
 }
 
 // Errors of the caps, matched with errors.Is.
@@ -78,28 +113,106 @@ func (r *Registry) SetLimits(l Limits) {
 	r.limits = l.WithDefaults()
 }
 
-// checkCaps says whether a new subscription name on topic fits the caps;
-// r.mu is held.
-func (r *Registry) checkCaps(topic, name string) error {
-	l := r.limits.WithDefaults()
-	subs, known := r.topics[topic]
+// reserve admits a new subscription name on topic against the caps,
+// counting those other requests are storing, and holds its place until
+// the release it returns is called (after the store answered, whatever it
+// answered). A subscription already stored needs no place.
+func (r *Registry) reserve(topic, name, creator string) (release func(), err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	subs := r.topics[topic]
 	if _, exists := subs[name]; exists {
-		return nil
+		return func() {}, nil
 	}
-	if (!known || len(subs) == 0) && l.MaxTopics >= 0 && r.topicCount() >= l.MaxTopics {
-		return fmt.Errorf("%w: %d topics exist, the cap; topic %s would be one more", ErrTooManyTopics, r.topicCount(), topic)
+	l := r.limits.WithDefaults()
+	if r.pending[topic][name] == 0 { // a second request for the same name takes no more room
+		newTopic := len(subs) == 0 && len(r.pending[topic]) == 0
+		if newTopic && l.MaxTopics >= 0 && r.topicCount() >= l.MaxTopics {
+			return nil, fmt.Errorf("%w: %d topics exist, the cap; topic %s would be one more", ErrTooManyTopics, r.topicCount(), topic)
+		}
+		if newTopic && creator != "" && l.MaxTopicsPerCreator >= 0 {
+			if n := r.createdBy(creator); n >= l.MaxTopicsPerCreator {
+				return nil, fmt.Errorf("%w: token %s has created %d topics, its quota (-max-topics-per-token); topic %s would be one more",
+					ErrTooManyTopics, creator, n, topic)
+			}
+		}
+		if n := r.subCount(topic); l.MaxPerTopic >= 0 && n >= l.MaxPerTopic {
+			return nil, fmt.Errorf("%w: topic %s has %d subscriptions, the cap", ErrTooManySubscriptions, topic, n)
+		}
+		if newTopic && creator != "" {
+			if r.creators == nil {
+				r.creators = map[string]string{}
+			}
+			r.creators[topic] = creator
+		}
 	}
-	if l.MaxPerTopic >= 0 && len(subs) >= l.MaxPerTopic {
-		return fmt.Errorf("%w: topic %s has %d subscriptions, the cap", ErrTooManySubscriptions, topic, len(subs))
+	if r.pending == nil {
+		r.pending = map[string]map[string]int{}
 	}
-	return nil
+	if r.pending[topic] == nil {
+		r.pending[topic] = map[string]int{}
+	}
+	r.pending[topic][name]++
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.pending[topic][name]--; r.pending[topic][name] <= 0 {
+			delete(r.pending[topic], name)
+		}
+		if len(r.pending[topic]) == 0 {
+			delete(r.pending, topic)
+			delete(r.creators, topic)
+		}
+	}, nil
 }
 
-// topicCount counts topics with at least one subscription; r.mu is held.
+// subCount counts topic's subscriptions, stored or being stored (one a
+// refresh already read from the store while its request still holds its
+// place counts once); r.mu is held.
+func (r *Registry) subCount(topic string) int {
+	n := len(r.topics[topic])
+	for name := range r.pending[topic] {
+		if _, stored := r.topics[topic][name]; !stored {
+			n++
+		}
+	}
+	return n
+}
+
+// topicCount counts topics with at least one subscription, stored or
+// being stored; r.mu is held.
 func (r *Registry) topicCount() int {
 	n := 0
 	for _, subs := range r.topics {
 		if len(subs) > 0 {
+			n++
+		}
+	}
+	for t := range r.pending {
+		if len(r.topics[t]) == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// createdBy counts the topics token created: those with a subscription
+// it made, and those it is creating now; r.mu is held.
+func (r *Registry) createdBy(token string) int {
+	n := 0
+	for t, subs := range r.topics {
+		for _, s := range subs {
+			if s.CreatedBy == token {
+				n++
+				break
+			}
+		}
+		if c, ok := r.creators[t]; ok && c == token && len(subs) == 0 {
+			n++
+		}
+	}
+	for t, c := range r.creators {
+		if _, known := r.topics[t]; !known && c == token {
 			n++
 		}
 	}
@@ -260,13 +373,12 @@ func (r *Registry) ForProduce(ctx context.Context, topic string) ([]string, erro
 		}
 	}
 	def := r.implicitDefault(topic)
-	def.CreatedAt = r.now().UTC()
-	r.mu.RLock()
-	err := r.checkCaps(topic, Default)
-	r.mu.RUnlock()
+	def.CreatedAt, def.CreatedBy = r.now().UTC(), creatorOf(ctx)
+	release, err := r.reserve(topic, Default, def.CreatedBy)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	if err := r.st.Put(ctx, def); err != nil {
 		r.log.Warn("default subscription not stored yet", "topic", topic, "err", err)
 		return []string{Default}, nil
@@ -300,20 +412,19 @@ func (r *Registry) Put(ctx context.Context, s Subscription) (Subscription, bool,
 	_, stored := r.topics[s.Topic][s.Name]
 	r.mu.RUnlock()
 	if !stored {
-		r.mu.RLock()
-		err := r.checkCaps(s.Topic, s.Name)
-		r.mu.RUnlock()
+		release, err := r.reserve(s.Topic, s.Name, creatorOf(ctx))
 		if err != nil {
 			return s, false, err
 		}
+		defer release()
 	}
 	if existed && stored {
-		s.CreatedAt = old.CreatedAt
+		s.CreatedAt, s.CreatedBy = old.CreatedAt, old.CreatedBy
 		if s.Queue == nil {
 			s.Queue = old.Queue // a native PUT does not drop what SQS keeps
 		}
 	} else {
-		s.CreatedAt = r.now().UTC()
+		s.CreatedAt, s.CreatedBy = r.now().UTC(), creatorOf(ctx)
 	}
 	if err := r.st.Put(ctx, s); err != nil {
 		return s, false, err

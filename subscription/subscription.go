@@ -43,6 +43,10 @@ type Subscription struct {
 	Ordered         bool      `json:"ordered"`
 	DeadLetterAlarm Alarm     `json:"dead_letter_alarm"`
 	CreatedAt       time.Time `json:"created_at"`
+	// CreatedBy names the token that made the subscription (none on an
+	// open router, or for a global admin), for the per-token topic quota
+	// (Limits.MaxTopicsPerCreator).
+	CreatedBy string `json:"created_by,omitempty"`
 	// Queue is what the SQS API (package sqs) keeps of a subscription it
 	// serves as a queue — its attributes, tags and move tasks — in that
 	// package's own JSON, kept verbatim here so that every router sees it.

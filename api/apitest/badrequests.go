@@ -63,6 +63,17 @@ func BadRequests(receipt string) []BadRequest {
 		{"subscription unknown backoff field", "PUT", sub, `{"backoff":{"initial":5}}`, 400, "invalid_request", `unknown field "initial"`},
 		{"redrive unknown field", "POST", dead + "/redrive", `{"al":true}`, 400, "invalid_request", `unknown field "al"`},
 		{"dead claim unknown field", "POST", dead + "/claim", `{"errorcode":"E"}`, 400, "invalid_request", `unknown field "errorcode"`},
+		// field names match exactly: case and Unicode folding are not the same name
+		{"produce key in two cases", "POST", produce, one(`,"key":"a","KEY":"b"`), 400, "invalid_request", `messages[0]: unknown field "KEY"`},
+		{"produce Messages capitalised", "POST", produce, `{"Messages":[{"payload":1}]}`, 400, "invalid_request", `unknown field "Messages"`},
+		{"produce key with a Kelvin sign", "POST", produce, one(`,"\u212aey":"b"`), 400, "invalid_request", `unknown field "Key"`},
+		{"produce Payload capitalised", "POST", produce, `{"messages":[{"Payload":1}]}`, 400, "invalid_request", `unknown field "Payload"`},
+		{"claim Max capitalised", "POST", claim, `{"Max":5}`, 400, "invalid_request", `unknown field "Max"`},
+		{"nack item Receipt capitalised", "POST", "/v1/nack", `{"items":[{"Receipt":` + rc + `}]}`, 400, "invalid_request", `items[0]: unknown field "Receipt"`},
+		{"subscription backoff field in capitals", "PUT", sub, `{"backoff":{"INITIAL_MS":5}}`, 400, "invalid_request", `backoff: unknown field "INITIAL_MS"`},
+		// misplaced fields: known elsewhere, not here
+		{"ack with visibility_timeout_ms", "POST", "/v1/ack", `{"receipts":[` + rc + `],"visibility_timeout_ms":5000}`, 400, "invalid_request", `unknown field "visibility_timeout_ms"`},
+		{"produce with max", "POST", produce, `{"messages":[{"payload":1}],"max":5}`, 400, "invalid_request", `unknown field "max"`},
 		// duplicate keys, at every depth
 		{"produce duplicate top key", "POST", produce, `{"messages":[{"payload":1}],"messages":[{"payload":2}]}`, 400, "invalid_request", `duplicate object key "messages"`},
 		{"produce duplicate message key", "POST", produce, one(`,"key":"a","key":"b"`), 400, "invalid_request", `messages[0]: duplicate object key "key"`},

@@ -12,6 +12,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"flag"
 	"fmt"
 	"io"
@@ -194,6 +196,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail("%v", err)
 		}
+		// One receipt key for every router of the run: a receipt made by
+		// one is acked at another.
+		receiptKey, err := runReceiptKey(*out)
+		if err != nil {
+			return fail("%v", err)
+		}
 		if len(cfg.Routers) == 0 {
 			cfg.SQSAccessKey, cfg.SQSSecret = keyID, keySecret
 		}
@@ -204,7 +212,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				logPath = strings.TrimSuffix(logPath, ".log") + fmt.Sprintf("-%d.log", i+1)
 			}
 			rp := &loadtest.RouterProcess{Bin: *routerBin, Topology: *topoPath, LogPath: logPath,
-				Args: append([]string{"-tokens", tokens, "-aws-credentials", awsKeys}, strings.Fields(*routerArgs)...)}
+				Args: append([]string{"-tokens", tokens, "-aws-credentials", awsKeys, "-receipt-key-file", receiptKey}, strings.Fields(*routerArgs)...)}
 			if err := rp.Start(ctx); err != nil {
 				return fail("%v", err)
 			}
@@ -376,6 +384,16 @@ func runAccessKey(dir string) (path, id, secret string, err error) {
 	os.Remove(path)
 	err = auth.PutAccessKey(path, auth.AccessKey{ID: id, Secret: secret, Token: "loadtest"}, true)
 	return path, id, secret, err
+}
+
+// runReceiptKey writes a random receipt key for the run's routers in dir.
+func runReceiptKey(dir string) (string, error) {
+	key := make([]byte, 48)
+	if _, err := rand.Read(key); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "router-receipt.key")
+	return path, os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600)
 }
 
 // runToken makes an admin token for a child router: the token file (its

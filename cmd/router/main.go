@@ -47,6 +47,7 @@ func main() {
 	flag.IntVar(&cfg.Limits.MaxClaimBytes, "claim-max-bytes", 0, "message bytes in one claim answer, and the largest max_bytes a claim may ask (default 8 MiB)")
 	flag.IntVar(&cfg.SubscriptionLimits.MaxTopics, "max-topics", 0, "topics with subscriptions (default 10000; -1 no cap)")
 	flag.IntVar(&cfg.SubscriptionLimits.MaxPerTopic, "max-subscriptions-per-topic", 0, "subscriptions of one topic (default 32; -1 no cap)")
+	flag.IntVar(&cfg.SubscriptionLimits.MaxTopicsPerCreator, "max-topics-per-token", 0, "topics one token may create, by producing or by a subscription (default 1000; -1 no quota; tokens with admin on every topic have none)")
 	gcPercent := flag.Int("gc-percent", 400, "Go's GC target (debug.SetGCPercent); ignored when the GOGC environment variable is set")
 	debugAddr := flag.String("debug-addr", "", "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); off when empty")
 	flag.IntVar(&cfg.Observe.MaxLabelValues, "metrics-label-cap", 0, "topics, and topic/subscription pairs, with metric series of their own; the rest sum into _other (default 200)")

@@ -48,14 +48,17 @@ func WithRequest(ctx context.Context, r *http.Request) context.Context {
 
 // Peer forwards to other routers over HTTP(S).
 type Peer struct {
-	client *http.Client
-	scheme string
+	client   *http.Client
+	scheme   string
+	receipts *broker.Receipts // the fleet's key: receipts go as the client gave them
 }
 
 var _ broker.Peer = (*Peer)(nil)
 
-// New returns a peer; with tlsConfig set it speaks HTTPS.
-func New(tlsConfig *tls.Config, timeout time.Duration) *Peer {
+// New returns a peer; with tlsConfig set it speaks HTTPS. receipts signs
+// the receipts it forwards and reads those a peer answers: the key every
+// router of the fleet shares.
+func New(tlsConfig *tls.Config, timeout time.Duration, receipts *broker.Receipts) *Peer {
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute, TLSClientConfig: tlsConfig, ForceAttemptHTTP2: false}
 	scheme := "http"
 	if tlsConfig != nil {
@@ -64,7 +67,7 @@ func New(tlsConfig *tls.Config, timeout time.Duration) *Peer {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	return &Peer{client: &http.Client{Transport: tr, Timeout: timeout}, scheme: scheme}
+	return &Peer{client: &http.Client{Transport: tr, Timeout: timeout}, scheme: scheme, receipts: receipts}
 }
 
 // post sends body to addr's path with the forwarding header and decodes
@@ -146,7 +149,7 @@ func (p *Peer) Claim(ctx context.Context, addr, cluster string, req broker.Claim
 	}
 	ds := make([]broker.Delivery, 0, len(out.Messages))
 	for _, c := range out.Messages {
-		d, err := c.delivery()
+		d, err := c.delivery(p.receipts)
 		if err != nil {
 			return nil, fmt.Errorf("forward to %s: %w", addr, err)
 		}
@@ -155,12 +158,12 @@ func (p *Peer) Claim(ctx context.Context, addr, cluster string, req broker.Claim
 	return ds, nil
 }
 
-func (c claimed) delivery() (broker.Delivery, error) {
+func (c claimed) delivery(receipts *broker.Receipts) (broker.Delivery, error) {
 	id, err := strconv.ParseUint(c.ID, 10, 64)
 	if err != nil {
 		return broker.Delivery{}, fmt.Errorf("message id %q: %w", c.ID, err)
 	}
-	r, err := broker.DecodeReceipt(c.Receipt)
+	r, err := receipts.Decode(c.Receipt)
 	if err != nil {
 		return broker.Delivery{}, err
 	}
@@ -207,22 +210,22 @@ func (l leaseOut) result() broker.LeaseResult {
 	return r
 }
 
-func encodeAll(receipts []broker.Receipt) []string {
+func (p *Peer) encodeAll(receipts []broker.Receipt) []string {
 	out := make([]string, len(receipts))
 	for i, r := range receipts {
-		out[i] = r.Encode()
+		out[i] = p.receipts.Encode(r)
 	}
 	return out
 }
 
 // Ack forwards acks to the router at addr.
 func (p *Peer) Ack(ctx context.Context, addr string, receipts []broker.Receipt) ([]broker.LeaseResult, error) {
-	return p.leases(ctx, addr, "/v1/ack", map[string]any{"receipts": encodeAll(receipts)}, len(receipts))
+	return p.leases(ctx, addr, "/v1/ack", map[string]any{"receipts": p.encodeAll(receipts)}, len(receipts))
 }
 
 // Extend forwards extends to the router at addr.
 func (p *Peer) Extend(ctx context.Context, addr string, receipts []broker.Receipt, lease time.Duration) ([]broker.LeaseResult, error) {
-	return p.leases(ctx, addr, "/v1/extend", map[string]any{"receipts": encodeAll(receipts), "visibility_timeout_ms": lease.Milliseconds()}, len(receipts))
+	return p.leases(ctx, addr, "/v1/extend", map[string]any{"receipts": p.encodeAll(receipts), "visibility_timeout_ms": lease.Milliseconds()}, len(receipts))
 }
 
 func (p *Peer) leases(ctx context.Context, addr, path string, body any, n int) ([]broker.LeaseResult, error) {
@@ -252,7 +255,7 @@ func (p *Peer) Nack(ctx context.Context, addr string, items []broker.NackItem) (
 	}
 	in := make([]item, len(items))
 	for i, it := range items {
-		in[i] = item{Receipt: it.Receipt.Encode(), ErrorCode: it.ErrorCode, Error: it.Error}
+		in[i] = item{Receipt: p.receipts.Encode(it.Receipt), ErrorCode: it.ErrorCode, Error: it.Error}
 		if it.RetryAfter > 0 || it.RetryNow {
 			ms := it.RetryAfter.Milliseconds()
 			in[i].RetryAfterMS = &ms

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/auth"
+	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/server"
 	"github.com/shardmq/shardmq/shard"
@@ -81,6 +82,9 @@ func Start(t testing.TB, bed *testbed.Bed, o Options) *Router {
 		t.Fatal(err)
 	}
 	cfg := server.Config{TopologyFile: path}
+	// One key for the router's life, restarts included: receipts made
+	// before a Restart are acked after it, as with a key file.
+	cfg.Broker.Receipts = broker.RandomReceipts()
 	out := &Router{Database: name}
 	if o.Token {
 		secret, err := auth.NewToken()
