@@ -29,6 +29,9 @@ func (s *Server) hide(r *http.Request, code string, err error) *apiError {
 // which is a bug to look for in the log under the request id, not a
 // reason for every client to retry.
 func (s *Server) failure(r *http.Request, err error) *apiError {
+	if errors.Is(err, domain.ErrOutcomeUnknown) {
+		return s.hide(r, CodeOutcomeUnknown, err)
+	}
 	if outage(err) {
 		return s.hide(r, CodeUnavailable, err)
 	}

@@ -36,6 +36,11 @@ const (
 	CodeTooManyTopics        = "too_many_topics"
 	CodeReshardConflict      = "reshard_conflict"
 	CodeReshardState         = "reshard_state"
+	// CodeOutcomeUnknown: the commit may have happened (the primary did
+	// not answer in time); sending again with the same key is safe.
+	CodeOutcomeUnknown = "outcome_unknown"
+	// CodeRequestTimeout: the request's body did not arrive in time.
+	CodeRequestTimeout = "request_timeout"
 )
 
 // Error is an answer of the router that refused a request (or one item of
@@ -74,7 +79,7 @@ func (e *Error) Is(target error) bool {
 // cluster was unavailable, the router overloaded, the token over its rate.
 func (e *Error) Temporary() bool {
 	switch e.Code {
-	case CodeUnavailable, CodeOverloaded, CodeRateLimited, CodeTooManyConnections, CodeInternal:
+	case CodeUnavailable, CodeOverloaded, CodeRateLimited, CodeTooManyConnections, CodeInternal, CodeOutcomeUnknown, CodeRequestTimeout:
 		return true
 	}
 	return e.Status == http.StatusServiceUnavailable || e.Status == http.StatusTooManyRequests
@@ -107,6 +112,8 @@ var (
 	ErrTooManyTopics        = &Error{Code: CodeTooManyTopics}
 	ErrReshardConflict      = &Error{Code: CodeReshardConflict}
 	ErrReshardState         = &Error{Code: CodeReshardState}
+	ErrOutcomeUnknown       = &Error{Code: CodeOutcomeUnknown}
+	ErrRequestTimeout       = &Error{Code: CodeRequestTimeout}
 )
 
 // ErrConflict is what Send answers for an item whose key is already stored

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/shardmq/shardmq/auth"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/subscription"
 )
 
@@ -46,6 +47,7 @@ func tally(as []answer) map[string]int {
 // exactly 12; and a scoped producer's new topics stop at its quota while
 // the operator (admin on every topic) has none.
 func TestCapsHoldUnderConcurrency(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	const perTopic, maxTopics, quota = 32, 12, 3
 	e := setupSecure(t, map[string]map[auth.Scope][]string{

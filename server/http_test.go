@@ -152,6 +152,7 @@ func TestConnectionCap(t *testing.T) {
 // new connection takes the place of the one idle longest and /healthz
 // answers; a connection in the middle of a request keeps its place.
 func TestIdleConnectionsCannotLockOthersOut(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	s := serve(t, func(c *Config) { c.HTTP.MaxConns = 4 })
 	busy, err := net.Dial("tcp", s.addr)

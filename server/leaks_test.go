@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/auth"
+	"github.com/shardmq/shardmq/internal/testbed"
 )
 
 // A body trickled slower than the read timeout is answered 408
 // request_timeout in the JSON shape, naming no address.
 func TestSlowBodyAnswers408(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	s := serve(t, func(c *Config) { c.HTTP.ReadTimeout = 500 * time.Millisecond })
 	c, err := net.Dial("tcp", s.addr)
@@ -77,6 +79,7 @@ func rawAnswer(t *testing.T, addr, request string) (*http.Response, string) {
 // check, as any unknown path), never an HTML redirect; a body whose
 // Content-Length is over the limit is 413 before "100 Continue".
 func TestPathsAndSizesAnswerJSONFirst(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupSecure(t, map[string]map[auth.Scope][]string{"admin": {auth.Admin: {"*"}}}, nil, nil)
 	s := strings.TrimPrefix(e.url, "http://")
@@ -119,6 +122,7 @@ func TestPathsAndSizesAnswerJSONFirst(t *testing.T) {
 // its allowed origins: any site can send Origin: null (sandboxed frames,
 // file: pages), so allowing it would let any page drive the router.
 func TestNullOriginIsRefused(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	for _, origins := range [][]string{{"null"}, {"https://ops.example.com", "NULL"}, {"*"}, {"ops.example.com"}, {"https://ops.example.com/ui"}} {

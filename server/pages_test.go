@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"io"
 	"net/http"
 	"strings"
@@ -31,6 +32,7 @@ func (e *env) getRaw(t *testing.T, path string) (int, []byte, map[string]any) {
 // letters of 200 KiB (base64 in the answer) page by max_bytes with a
 // cursor, every answer within its cap, every dead letter listed once.
 func TestDeadLetterListIsCappedInBytes(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	const capBytes = 1 << 20
 	e := setupOn(t, bed, func(c *Config) { c.Limits.MaxClaimBytes = capBytes })
@@ -115,6 +117,7 @@ func TestDeadLetterListIsCappedInBytes(t *testing.T) {
 // complete false with a cursor until the last, which says complete true;
 // pages are capped in count and in bytes.
 func TestTransactionLookupPages(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	const n = 250
@@ -203,6 +206,7 @@ func (e *env) postRaw(t *testing.T, path, body string) string {
 // payloads a third larger in base64. (Counting stored bytes let a claim
 // answer 9.8 MB under a cap of 8 MiB.)
 func TestClaimMaxBytesCountsEncodedBytes(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	const n, size, cap = 8, 150 << 10, 500000

@@ -16,6 +16,7 @@ import (
 // happened and never stores it twice. A produce to a primary that is down
 // is answered unavailable, and nothing of it is stored.
 func TestStuckPrimaryAnswersUnknown(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	own, err := testbed.Start(ctx, testbed.Spec{Clusters: 1, NoReplicas: true})
