@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // served is a router serving through Run on its own listener, so that
@@ -122,7 +123,7 @@ func TestConnectionCap(t *testing.T) {
 		t.Fatalf("%d connections counted, want 3", n)
 	}
 	held[0].Close()
-	waitUntil(t, 10*time.Second, "a slot freed by a close", func() (bool, string) {
+	testtime.UntilState(t, "a slot freed by a close", func() (bool, string) {
 		n := s.r.OpenConns()
 		return n == 2, fmt.Sprint(n, " open")
 	})
@@ -216,7 +217,7 @@ func shutdownDuringProduceBurst(t *testing.T, viaRun bool) {
 		longPoll <- err
 	}()
 	e := s.env
-	waitUntil(t, 10*time.Second, "long-poll waiting", func() (bool, string) {
+	testtime.UntilState(t, "long-poll waiting", func() (bool, string) {
 		topics, _ := e.r.Broker().Waiting()
 		return topics == 1, fmt.Sprint(topics, " topics waited on")
 	})
@@ -254,7 +255,7 @@ func shutdownDuringProduceBurst(t *testing.T, viaRun bool) {
 			}
 		}()
 	}
-	waitUntil(t, 30*time.Second, "produce burst under way", func() (bool, string) {
+	testtime.UntilState(t, "produce burst under way", func() (bool, string) {
 		return answered.Load() >= 50, fmt.Sprint(answered.Load(), " answered")
 	})
 	if viaRun {

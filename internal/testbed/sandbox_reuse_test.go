@@ -7,9 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // SandboxEnsure starts a sandbox where there is none, reuses a running one
@@ -17,7 +17,7 @@ import (
 // kept, replication resumed — where SandboxUp refuses or clears.
 func TestSandboxEnsureReusesAndRestartsOnlyWhatIsDown(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	dir := filepath.Join(t.TempDir(), "sandbox")
 	t.Cleanup(func() { testbed.SandboxDown(context.Background(), dir) })
 	spec := testbed.Spec{Clusters: 1, Replicas: 1}
@@ -77,5 +77,5 @@ func TestSandboxEnsureReusesAndRestartsOnlyWhatIsDown(t *testing.T) {
 	if err := testbed.SandboxDown(ctx, dir); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "restarted primary stops", func() bool { return !alive(np.PID) })
+	testtime.Until(t, "restarted primary stops", func() bool { return !alive(np.PID) })
 }

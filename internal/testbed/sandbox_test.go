@@ -9,9 +9,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/topology"
 )
 
@@ -59,7 +59,7 @@ shard_map:
 
 func TestSandboxUpDown(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	dir := filepath.Join(t.TempDir(), "sandbox")
 	t.Cleanup(func() { testbed.SandboxDown(context.Background(), dir) })
 	spec := testbed.Spec{Clusters: 1, NoReplicas: true}
@@ -90,7 +90,7 @@ func TestSandboxUpDown(t *testing.T) {
 	if err := testbed.SandboxDown(ctx, dir); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "server stops", func() bool { return !alive(p.PID) })
+	testtime.Until(t, "server stops", func() bool { return !alive(p.PID) })
 	if _, err := os.Stat(p.DataDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("data dir after sandbox down: %v", err)
 	}
@@ -102,7 +102,7 @@ func TestSandboxUpDown(t *testing.T) {
 func TestSandboxExec(t *testing.T) {
 	t.Parallel()
 	note := filepath.Join(t.TempDir(), "env")
-	code, err := testbed.SandboxExec(testContext(t), testbed.Spec{Clusters: 1, NoReplicas: true},
+	code, err := testbed.SandboxExec(testtime.Context(t), testbed.Spec{Clusters: 1, NoReplicas: true},
 		"sh", "-c", `test -s "$SHARDMQ_TESTBED" && echo "$SHARDMQ_TESTBED" > "$0" && exit 3`, note)
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ func TestSandboxExec(t *testing.T) {
 // with the others.
 func TestSandboxAddCluster(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	dir := filepath.Join(t.TempDir(), "sandbox")
 	t.Cleanup(func() { testbed.SandboxDown(context.Background(), dir) })
 	spec := testbed.Spec{Clusters: 1, NoReplicas: true}
@@ -156,5 +156,5 @@ func TestSandboxAddCluster(t *testing.T) {
 	if err := testbed.SandboxDown(ctx, dir); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "added cluster's server stops", func() bool { return !alive(c.Primary.PID) })
+	testtime.Until(t, "added cluster's server stops", func() bool { return !alive(c.Primary.PID) })
 }
