@@ -217,5 +217,5 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request, t Tracer) {
 		w.Header().Set("Retry-After", retryAfterSeconds)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "complete": len(unanswered) == 0,
-		"unanswered_clusters": unanswered, "sources": res.Sources})
+		"unanswered_clusters": unanswered, "missing_clusters": clusterNames(res.Unanswered), "sources": res.Sources})
 }

@@ -258,3 +258,28 @@ func TestRouterAndTokenResolution(t *testing.T) {
 		t.Fatalf("nothing set: %q, want %q", got, DefaultRouter)
 	}
 }
+
+// An answer gathered from several clusters that lacks some says so on
+// standard error (the table on standard output stays as it is); a
+// complete one says nothing.
+func TestTablesNameMissingClusters(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		answer, want string
+	}{
+		{`{"subscriptions":[],"missing_clusters":["c1","c3"],"clusters":[]}`, "MISSING: c1, c3 did not answer"},
+		{`{"subscriptions":[],"missing_clusters":[],"clusters":[]}`, ""},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(tc.answer)) }))
+		for _, cmd := range []string{"stats", "topology"} {
+			var out, errw bytes.Buffer
+			if code := Run([]string{cmd}, srv.URL, &out, &errw, nil); code != 0 {
+				t.Fatalf("%s: exit %d: %s", cmd, code, errw.String())
+			}
+			if got := errw.String(); (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Errorf("%s over %s: stderr %q, want %q", cmd, tc.answer, got, tc.want)
+			}
+		}
+		srv.Close()
+	}
+}
