@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // secondRouter starts another router over e's topology: the same
@@ -63,7 +65,7 @@ func TestFleetMergedVerification(t *testing.T) {
 			if tc.lose {
 				cfg.Drain = 8 * time.Second // the lost message never settles the fleet
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			ctx, cancel := context.WithCancel(testtime.Context(t))
 			defer cancel()
 			var lost *loseOne
 			var wg sync.WaitGroup

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // setupFloor is a Floor on its own database on the bed's first primary.
@@ -31,7 +32,7 @@ func setupFloor(t *testing.T) *Floor {
 // every one consumed exactly once with its acked event and its status.
 func TestFloorWritesTheBudget(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithCancel(testtime.Context(t))
 	defer cancel()
 	f := setupFloor(t)
 	batched, err := f.ProduceBatched(ctx, "t", 2, 20, 600*time.Millisecond, 100*time.Millisecond)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/internal/testtime"
@@ -92,7 +91,7 @@ func TestOnePoolPerReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithCancel(testtime.Context(t))
 	defer cancel()
 	e.r.apply(ctx, top)
 	if _, open := reg.Peek(gone.Replicas[0].DSN(e.name)); open {
