@@ -107,6 +107,12 @@ test: deps browser-deps sqs-deps vet promtool-test
 	bin/sandbox exec -clusters 2 -replicas 1 -- sh -c '$(GO) test -race -count=1 -timeout 15m ./...; a=$$?; ($(test_sqs)); b=$$?; [ $$a -eq 0 ] && [ $$b -eq 0 ]'
 	@$(MAKE) --no-print-directory fuzz
 
+# test-fast runs every test that needs no database, with no MariaDB
+# started (internal/testbed: Need skips the others, Start refuses).
+.PHONY: test-fast
+test-fast:
+	SHARDMQ_TEST_FAST=1 $(GO) test -count=1 ./...
+
 # test-sqs drives the router's SQS API (docs/sqs.md) through real clients
 # over a fresh test bed: the AWS SDK for Go v2 (JSON protocol) and Debian's
 # AWS CLI and boto3 (query protocol, sqs/sdktest/testdata). sqs/sdktest is

@@ -46,11 +46,15 @@ type claimPart struct {
 
 // claimOwned serves one poll of a claim on live deliveries (see Claim).
 func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscription.Subscription) ([]Delivery, error) {
+	if b.selfFenced.Load() {
+		return nil, errSelfFenced
+	}
 	if b.claims.closed() {
 		return nil, errClaimersStopped
 	}
 	m, release := b.pin()
 	defer release()
+	ctx = store.WithFence(ctx, store.Fence{MapVersion: m.Version()}) // durable claims write
 	spec := delivery.ClaimSpec{Consumer: req.Consumer, Lease: req.Lease, Ordered: sub.Ordered, MaxAttempts: sub.Policy().MaxAttempts,
 		Exclude: m.FrozenVShards()}
 	names := m.Clusters()
@@ -178,7 +182,7 @@ func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscript
 		if errors.Is(lastErr, ErrUnavailable) {
 			return nil, lastErr
 		}
-		return nil, fmt.Errorf("%w: no cluster answered the claim: %v", ErrUnavailable, lastErr)
+		return nil, fmt.Errorf("%w: no cluster answered the claim: %w", ErrUnavailable, lastErr)
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		a, c := out[i].Message, out[j].Message
@@ -226,20 +230,20 @@ func (b *Broker) ClaimCluster(ctx context.Context, cluster string, req ClaimRequ
 	u := delivery.Unit{Cluster: cluster, Topic: req.Topic, Subscription: req.Subscription}
 	o, addr, err := b.owners.Route(ctx, u, true, 0)
 	if err != nil {
-		return nil, err
+		return nil, ownership(err)
 	}
 	if o == nil {
-		return nil, fmt.Errorf("%w: %s is owned by the router at %s", delivery.ErrNotOwner, u, addr)
+		return nil, fmt.Errorf("%w: %w: %s is owned by the router at %s", ErrUnavailable, delivery.ErrNotOwner, u, addr)
 	}
 	spec := delivery.ClaimSpec{Consumer: req.Consumer, Lease: req.Lease, Ordered: sub.Ordered, MaxAttempts: sub.Policy().MaxAttempts,
 		Exclude: m.FrozenVShards()}
 	cands, err := o.Reserve(ctx, req.Max, spec)
 	if err != nil {
-		return nil, err
+		return nil, ownership(err)
 	}
 	got, err := o.Take(ctx, cands, spec, req.MaxBytes, true, EncodedSize)
 	if err != nil {
-		return nil, err
+		return nil, ownership(err)
 	}
 	out := make([]Delivery, 0, len(got))
 	for _, c := range got {
@@ -248,6 +252,17 @@ func (b *Broker) ClaimCluster(ctx context.Context, cluster string, req ClaimRequ
 		out = append(out, Delivery{Claimed: c.Claimed, Receipt: r.Encode()})
 	}
 	return out, nil
+}
+
+// ownership marks a unit that changed hands under a request (this router
+// no longer owns it, or its epoch moved on) as unavailable: the caller
+// retries and finds the new owner. Not a cluster failure: only the
+// answer's status changes, no breaker counts it.
+func ownership(err error) error {
+	if !errors.Is(err, ErrUnavailable) && (errors.Is(err, delivery.ErrNotOwner) || errors.Is(err, store.ErrStaleOwner)) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
 }
 
 // Peer is what forwarding needs: the router at addr runs one cluster's
@@ -310,7 +325,7 @@ func (b *Broker) ownedOps(ctx context.Context, name string, receipts []Receipt, 
 			fail(ids, fmt.Errorf("%w: %s is owned by the router at %s", ErrUnavailable, u, addr))
 		default:
 			if err := forward(addr, ids); err != nil {
-				fail(ids, fmt.Errorf("%w: forwarded to the owner of %s at %s: %v", ErrUnavailable, u, addr, err))
+				fail(ids, fmt.Errorf("%w: forwarded to the owner of %s at %s: %w", ErrUnavailable, u, addr, err))
 			}
 		}
 	}
@@ -352,7 +367,7 @@ func (b *Broker) releaseOwned(ctx context.Context, req ClaimRequest, receipts []
 		durable = append(durable, r)
 		mu.Unlock()
 	}
-	b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
+	b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *cluster, idx []int, _ func() func()) {
 		for k, ids := range unitGroups(receipts, idx) {
 			u := delivery.Unit{Cluster: name, Topic: k[0], Subscription: k[1]}
 			o, _, err := b.owners.Route(ctx, u, false, 0)

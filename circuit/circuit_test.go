@@ -64,6 +64,7 @@ func item(ids *idgen.Gen, key string) store.ProduceItem {
 }
 
 func TestAnswersThatAreNotOutagesKeepTheBreakerClosed(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ids := idgen.New(nil)
 	st, _ := openDB(t, bed, bed.Clusters[0].Primary, ids)
@@ -94,6 +95,7 @@ func TestAnswersThatAreNotOutagesKeepTheBreakerClosed(t *testing.T) {
 // A killed endpoint opens its breaker; calls then fail at once with
 // ErrUnavailable; after OpenFor a probe finds it back and it closes.
 func TestBreakerOpensOnDeadEndpointAndRecovers(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	own, err := testbed.Start(ctx, testbed.Spec{Clusters: 1, NoReplicas: true})

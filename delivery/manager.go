@@ -93,6 +93,12 @@ type Config struct {
 	// Flush tunes each cluster's flushes (batch.Config; MaxBytes counts
 	// outcomes). Defaults to 2000 outcomes per flush, one in flight.
 	Flush batch.Config
+	// MapVersion is the version of the shard map in use. A flush is
+	// fenced (store.WithFence) with the oldest map among its items: a
+	// request's outcomes carry the map the request was routed with (its
+	// context's fence), the rest (expiries, parking, write-outs) this.
+	// Nil: those are not fenced.
+	MapVersion func() int64
 }
 
 func (c Config) withDefaults() Config {
@@ -437,7 +443,10 @@ func (m *Manager) Route(ctx context.Context, u Unit, take bool, epoch uint64) (o
 		if o != nil {
 			return o, "", nil
 		}
-		if known && rec.Live && rec.Owner != m.cfg.Router && (epoch == 0 || rec.Epoch >= epoch) {
+		// A record naming this router's own address under another name is
+		// an earlier process here, dead: it is taken, not forwarded to.
+		mine := m.cfg.Addr != "" && rec.Addr == m.cfg.Addr
+		if known && rec.Live && rec.Owner != m.cfg.Router && !mine && (epoch == 0 || rec.Epoch >= epoch) {
 			if rec.Addr == "" {
 				// Its leases are in a memory no other router reaches: the
 				// table does not know them, so "lease lost" would be false.
@@ -547,6 +556,9 @@ func (cl *clusterState) choose(u Unit, stable bool) *store.Member {
 	var bestW uint64
 	for i := range cl.members {
 		mb := &cl.members[i]
+		if mb.Router != cl.m.cfg.Router && mb.Addr == cl.m.cfg.Addr {
+			continue // an earlier process at this router's address: dead
+		}
 		if stable && mb.Router != cl.m.cfg.Router && now.Sub(cl.memberSince[mb.Router]) < cl.m.cfg.HandOverAfter {
 			continue
 		}

@@ -2,13 +2,13 @@ package loadtest
 
 import (
 	"context"
+	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"regexp"
 	"slices"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // secondRouter starts another router over e's topology: the same
@@ -48,6 +48,7 @@ func (l *loseOne) Produce(ctx context.Context, topic string, msgs []Message) ([]
 // lost on one worker's share, the merged verification names it; without,
 // everything acknowledged by either worker is consumed once, by either.
 func TestFleetMergedVerification(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	for _, tc := range []struct {
 		name    string

@@ -31,6 +31,7 @@ func setupFloor(t *testing.T) *Floor {
 // the rows are what the budget says: every produced message stored once,
 // every one consumed exactly once with its acked event and its status.
 func TestFloorWritesTheBudget(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx, cancel := context.WithCancel(testtime.Context(t))
 	defer cancel()
@@ -72,6 +73,7 @@ func TestFloorWritesTheBudget(t *testing.T) {
 
 // TestFloorAcks checks what each kind of ack writes.
 func TestFloorAcks(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	for _, tc := range []struct {
 		ack                  FloorAck
@@ -117,6 +119,7 @@ func TestFloorAcks(t *testing.T) {
 // TestFloorAckNeedsTheLease refuses an ack whose token no longer holds the
 // deliveries, and writes nothing for it.
 func TestFloorAckNeedsTheLease(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	f := setupFloor(t)

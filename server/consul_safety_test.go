@@ -52,7 +52,7 @@ func startConsulRouter(t *testing.T, addr, database, id string) (*consulRouter, 
 			}
 			return c.r.ShardMap()
 		}),
-		Subscriptions: src.Subscriptions(), MirrorSubscriptions: true, CheckMapRecords: true,
+		Subscriptions: src.Subscriptions(), MirrorSubscriptions: true,
 	}
 	ln := listen(t)
 	cfg.Broker.Owners.Addr = ln.Addr().String()
@@ -128,6 +128,7 @@ func getReady(t *testing.T, base string) (int, readiness) {
 // on it with the subscriptions kept on the clusters; /readyz lists every
 // cluster of the map with its state.
 func TestConsulRecoveryAfterAgentDataLoss(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	database := testbed.TestDatabase(t, bed, "t_csafe_")
@@ -267,6 +268,7 @@ func TestConsulRecoveryAfterAgentDataLoss(t *testing.T) {
 // lost its data a live router writes them back, a deleted one stays
 // deleted, and one that only Consul had is copied to the clusters.
 func TestConsulSubscriptionsSurviveAgentDataLoss(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	database := testbed.TestDatabase(t, bed, "t_csubs_")

@@ -19,6 +19,7 @@ import (
 // names c1 in missing_clusters instead of answering smaller numbers as
 // if they were whole. Before the kill each carries missing_clusters: [].
 func TestKilledPrimaryIsNamedMissing(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	own, err := testbed.Start(ctx, testbed.Spec{Clusters: 2, NoReplicas: true})

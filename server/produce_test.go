@@ -15,6 +15,7 @@ import (
 )
 
 func TestReplicatedDurabilityIsOnReplicaWhenAnswered(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	var batch []any
@@ -53,6 +54,7 @@ func TestReplicatedDurabilityIsOnReplicaWhenAnswered(t *testing.T) {
 // A stopped replica: replicated durability answers unavailable after the
 // timeout, the message is safe on the primary, a retry says duplicate.
 func TestReplicatedDurabilityWithReplicaStopped(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	own, err := testbed.Start(ctx, testbed.Spec{Clusters: 1, Replicas: 1})
@@ -93,6 +95,7 @@ func TestReplicatedDurabilityWithReplicaStopped(t *testing.T) {
 }
 
 func TestGroupCommitCoalescesConcurrentRequests(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupOn(t, bed, func(c *Config) {
 		c.Broker.Commit.Committers = 1
@@ -129,6 +132,7 @@ func TestGroupCommitCoalescesConcurrentRequests(t *testing.T) {
 // Kill one cluster's primary in the middle of a produce load: every message
 // answered created is stored, and the other cluster's items never fail.
 func TestKillPrimaryDuringProduce(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	own, err := testbed.Start(ctx, testbed.Spec{Clusters: 2, NoReplicas: true})

@@ -129,7 +129,11 @@ VALUES (?, ?, ?, ? + INTERVAL ? MICROSECOND, ?)`, topic, sub, owner, now, micros
 			return fmt.Errorf("lock delivery_owner: %w", err)
 		}
 		cur.Topic, cur.Subscription = topic, sub
-		if cur.Live && cur.Owner != owner {
+		// A live record naming this caller's own address belongs to an
+		// earlier process at that address, which cannot still serve it:
+		// the address is the caller's now. It is taken like a lapsed one
+		// (its horizon still holds back redelivery).
+		if cur.Live && cur.Owner != owner && (addr == "" || cur.Addr != addr) {
 			rec = cur
 			return ErrOwned
 		}
@@ -182,8 +186,10 @@ WHERE owner = ?`, now, micros(ttl), now, micros(horizon), owner); err != nil {
 			return fmt.Errorf("renew delivery_lease: %w", err)
 		}
 		var err error
-		out, err = queryRows(ctx, tx, "read renewed delivery_owner", "SELECT topic, subscription, epoch FROM delivery_owner WHERE owner = ?",
-			[]any{owner}, func(rows *sql.Rows) (OwnedUnit, error) {
+		out, err = queryRows(ctx, tx, "read renewed delivery_owner", `SELECT o.topic, o.subscription, o.epoch
+FROM delivery_owner o JOIN delivery_lease l ON l.topic = o.topic AND l.subscription = o.subscription
+WHERE o.owner = ? AND l.owner = ?`,
+			[]any{owner, owner}, func(rows *sql.Rows) (OwnedUnit, error) {
 				var u OwnedUnit
 				err := rows.Scan(&u.Topic, &u.Subscription, &u.Epoch)
 				return u, err
@@ -196,13 +202,15 @@ WHERE owner = ?`, now, micros(ttl), now, micros(horizon), owner); err != nil {
 	return out, now, nil
 }
 
-// ReleaseOwner gives up owner's unit of epoch: its lease ends now, and so
+// ReleaseOwner gives up owner's unit of epoch: its lease ends now and no
+// longer names owner (so that the owner's next renewal, which renews every
+// lease naming it, cannot bring it back to life), and so
 // does its horizon when every lease it handed out is in the table
 // (durable: they fence themselves), so the next owner starts at once.
 // With leasesInTable false the horizon stays (a crash-like release).
 func (s *Store) ReleaseOwner(ctx context.Context, topic, sub, owner string, epoch uint64, leasesInTable bool) error {
 	q := `UPDATE delivery_lease l JOIN delivery_owner o ON o.topic = l.topic AND o.subscription = l.subscription
-SET l.lease_until = NOW(6)`
+SET l.lease_until = NOW(6), l.owner = ''`
 	if leasesInTable {
 		q += `, l.horizon = NOW(6)`
 	}

@@ -35,6 +35,7 @@ var migrations = []migration{
 	{13, "retention job state", func(time.Time) []string { return []string{createRetentionState} }},
 	{14, "delivery owners and router members", func(time.Time) []string { return []string{createDeliveryOwner, createRouterMember} }},
 	{15, "delivery owners' leases apart", func(time.Time) []string { return []string{createDeliveryLease, copyOwnerLeases, dropOwnerLeaseColumns} }},
+	{16, "shard fence", func(time.Time) []string { return []string{createShardFence, seedShardFence} }},
 }
 
 // SchemaVersion is the newest migration this build knows.
@@ -58,7 +59,7 @@ func (s *Store) Migrate(ctx context.Context, now time.Time) error {
 	defer conn.Close()
 	var got sql.NullInt64
 	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK('shardmq_migrate', 60)").Scan(&got); err != nil || got.Int64 != 1 {
-		return fmt.Errorf("migrate: take lock: %v", translate(err))
+		return fmt.Errorf("migrate: take lock: %w", translate(err))
 	}
 	defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK('shardmq_migrate')")
 	if _, err := conn.ExecContext(ctx, createSchemaMigrations); err != nil {

@@ -198,17 +198,19 @@ func translate(err error) error {
 	// Already translated (the query helpers answer ErrNotFound for no row):
 	// wrapping it again would turn a missing row into an outage.
 	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInvalidData) ||
-		errors.Is(err, ErrOwned) || errors.Is(err, ErrStaleOwner) || errors.Is(err, errFlushRecount) {
+		errors.Is(err, ErrOwned) || errors.Is(err, ErrStaleOwner) || errors.Is(err, errFlushRecount) || errors.Is(err, ErrFenced) ||
+		errors.Is(err, ErrNotOwnerRecord) {
 		return err
 	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		switch me.Number {
-		case errReadOnly, errReadOnlyTx, errTooManyConns, errServerShutdow:
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		case errReadOnly, errReadOnlyTx, errTooManyConns, errServerShutdow,
+			errDeadlock, errLockWait: // a lock still contended after the retries: try later
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		if invalidData(me.Number) {
-			return fmt.Errorf("%w: %v", ErrInvalidData, err)
+			return fmt.Errorf("%w: %w", ErrInvalidData, err)
 		}
 		return err
 	}
@@ -216,7 +218,7 @@ func translate(err error) error {
 		return err
 	}
 	// Anything else from the driver is a broken or refused connection.
-	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 // retryable reports a deadlock or lock wait timeout: the transaction was
@@ -252,6 +254,9 @@ func retry[T any](attempts int, onRetry func(), try func() (T, error)) (T, error
 
 // inTx runs fn in a transaction, retrying the whole of it on deadlock or lock
 // wait timeout up to attempts times. onRetry counts retries for metrics.
+// When ctx carries a Fence, the transaction first checks it
+// (shard_fence.go) and fails with a FenceError, having written nothing,
+// when the cluster's fence is newer.
 func (s *Store) inTx(ctx context.Context, attempts int, onRetry func(), fn func(tx *sql.Tx) error) error {
 	_, err := s.inTxGTID(ctx, attempts, onRetry, false, fn)
 	return err
@@ -272,6 +277,14 @@ func (s *Store) tryTx(ctx context.Context, wantGTID bool, fn func(tx *sql.Tx) er
 	defer conn.Close()
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
+		return "", err
+	}
+	if err := checkFence(ctx, tx); err != nil {
+		tx.Rollback()
+		return "", err
+	}
+	if err := checkOwnerRecord(ctx, tx); err != nil {
+		tx.Rollback()
 		return "", err
 	}
 	if err := fn(tx); err != nil {
@@ -298,7 +311,7 @@ func (s *Store) committedGTID(ctx context.Context, conn *sql.Conn) (string, erro
 	}
 	var gtid string
 	if err := conn.QueryRowContext(ctx, q).Scan(&gtid); err != nil {
-		return "", fmt.Errorf("%w: committed, but reading its GTID failed: %v", errCommittedNoGTID, err)
+		return "", fmt.Errorf("%w: committed, but reading its GTID failed: %w", errCommittedNoGTID, err)
 	}
 	return gtid, nil
 }

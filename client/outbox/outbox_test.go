@@ -70,6 +70,7 @@ func enqueue(t *testing.T, db *sql.DB, topic string, msgs ...client.Message) []s
 // row ends published with the id the router gave its key, and the router
 // holds each key once.
 func TestRelaysShareTheOutbox(t *testing.T) {
+	testbed.Need(t)
 	r := routertest.Start(t, bed, routertest.Options{})
 	db := serviceDB(t)
 	ctx := context.Background()
@@ -160,6 +161,7 @@ func (f failing) SendMany(_ context.Context, _ string, msgs []client.Message) []
 // and dead after MaxAttempts with its last error; a conflict is dead at
 // once; a lease that a crashed relay left is taken over once expired.
 func TestRelayRetriesThenBuries(t *testing.T) {
+	testbed.Need(t)
 	db := serviceDB(t)
 	ctx := context.Background()
 	enqueue(t, db, "ob-fail", client.Message{Key: "a", Payload: json.RawMessage(`1`)})
@@ -235,6 +237,7 @@ func (accepting) SendMany(_ context.Context, _ string, msgs []client.Message) []
 // next-key locks on the gap Enqueue inserts into ("make example-orders":
 // enqueue "order-158-points": Error 1213) — see beginReadCommitted.
 func TestEnqueueNeverDeadlocksWithRelays(t *testing.T) {
+	testbed.Need(t)
 	db := serviceDB(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

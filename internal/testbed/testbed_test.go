@@ -101,6 +101,7 @@ func hasRow(t *testing.T, inst *testbed.Instance, database string, id int) bool 
 }
 
 func TestReplicates(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := testtime.Context(t)
 	if len(bed.Clusters) < 2 {
@@ -139,6 +140,7 @@ func TestReplicates(t *testing.T) {
 }
 
 func TestReplicaRefusesWrites(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	r := bed.Clusters[0].Replicas[0]
 	_, err := open(t, r, "").ExecContext(testtime.Context(t), "CREATE DATABASE tb_must_not_exist")
@@ -149,6 +151,7 @@ func TestReplicaRefusesWrites(t *testing.T) {
 }
 
 func TestStopStartReplication(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	b, c := setupOwn(t)
 	ctx := testtime.Context(t)
@@ -219,6 +222,7 @@ func gtidIOPos(t *testing.T, r *testbed.Instance) string {
 }
 
 func TestKillRestart(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	b, c := setupOwn(t)
 	ctx := testtime.Context(t)
@@ -280,6 +284,7 @@ func TestKillRestart(t *testing.T) {
 }
 
 func TestPromote(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	b, c := setupOwn(t)
 	ctx := testtime.Context(t)
@@ -311,6 +316,7 @@ func TestPromote(t *testing.T) {
 }
 
 func TestSaveAttach(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := testtime.Context(t)
 	path := filepath.Join(t.TempDir(), "bed.json")
@@ -349,6 +355,7 @@ func TestSaveAttach(t *testing.T) {
 }
 
 func TestSpecErrors(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	for _, spec := range []testbed.Spec{
 		{Replicas: -1},
@@ -366,6 +373,7 @@ func TestSpecErrors(t *testing.T) {
 // TestServersDieWithTheirOwner kills a process that started a bed with
 // SIGKILL (no chance to stop anything) and expects its servers to go too.
 func TestServersDieWithTheirOwner(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperStartAndBlock$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1")
@@ -420,6 +428,7 @@ func alive(pid int) bool {
 }
 
 func TestHelperStartAndBlock(t *testing.T) {
+	testbed.Need(t)
 	if os.Getenv(helperEnv) == "" {
 		t.Skip("helper for TestServersDieWithTheirOwner")
 	}
