@@ -83,6 +83,7 @@ start_router = mkdir -p $(VAR); \
 	bin/shardmqctl token new -name sandbox-admin -admin '*' -tokens $(TOKENS) -out $(TOKEN_FILE) || exit 1; \
 	bin/shardmqctl aws-key new -token sandbox-admin -keys $(AWS_KEYS) -out $(AWS_CREDENTIALS) -replace || exit 1; \
 	if [ -f $(VAR)/router.log ]; then mv -f $(VAR)/router.log $(VAR)/router.log.1; fi; \
+	echo "http://$(ROUTER_ADDR)" > $(VAR)/router.url; \
 	nohup bin/router -listen $(ROUTER_ADDR) -topology $(SANDBOX_DIR)/topology.yaml -tokens $(TOKENS) -aws-credentials $(AWS_KEYS) -receipt-key-file $(RECEIPT_KEY) -disk-path $(SANDBOX_DIR) > $(VAR)/router.log 2>&1 & echo $$! > $(VAR)/router.pid; \
 	for i in $$(seq 1 100); do \
 		if curl -fsS http://$(ROUTER_ADDR)/readyz >/dev/null 2>&1; then break; fi; \

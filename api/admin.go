@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"sort"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -193,7 +195,8 @@ func viewReport(rep *reconcile.Report) map[string]any {
 	}
 	return map[string]any{"started_at": formatTime(rep.StartedAt), "finished_at": formatTime(rep.FinishedAt),
 		"since": formatTime(rep.Since), "until": formatTime(rep.Until), "dry_run": rep.DryRun, "scanned": rep.Scanned,
-		"found": rep.Found, "repaired": rep.Repaired, "clusters": clusters, "failed_clusters": failed}
+		"found": rep.Found, "repaired": rep.Repaired, "clusters": clusters, "failed_clusters": failed,
+		"missing_clusters": missingList(slices.Sorted(slices.Values(rep.Failed())))}
 }
 
 func viewFinding(f domain.Finding) findingView {
@@ -213,5 +216,16 @@ func viewMissing(w http.ResponseWriter, res *lookup.MissingResult) map[string]an
 		w.Header().Set("Retry-After", retryAfterSeconds)
 	}
 	return map[string]any{"missing": missing, "found": res.Found, "complete": len(unanswered) == 0,
-		"unanswered_clusters": unanswered, "sources": res.Sources}
+		"unanswered_clusters": unanswered, "missing_clusters": clusterNames(unanswered), "sources": res.Sources}
+}
+
+// clusterNames is missing_clusters of an answer whose parts failed on
+// the clusters errs names: the names, sorted, [] when none.
+func clusterNames(errs []lookup.ClusterError) []string {
+	names := []string{}
+	for _, e := range errs {
+		names = append(names, e.Cluster)
+	}
+	sort.Strings(names)
+	return names
 }

@@ -93,8 +93,27 @@ func (l Limits) WithDefaults() Limits {
 	return l
 }
 
-// Health reports readiness; nil means ready.
-type Health func(ctx context.Context) (detail any, err error)
+// Health reports readiness: an error means not ready (no cluster can
+// be served). Readiness.Missing names the clusters that cannot be served
+// now while others can: the router is then ready but degraded.
+type Health func(ctx context.Context) (Readiness, error)
+
+// Readiness is what a Health check found.
+type Readiness struct {
+	Detail  any      // shown as the answer's detail (every cluster's state)
+	Missing []string // clusters that cannot be served now, sorted
+}
+
+// missingList is names as every answer gathered from several clusters
+// carries it in missing_clusters: an empty array, never null, when the
+// answer is complete, so that a client can tell "complete" from "field
+// not supported".
+func missingList(names []string) []string {
+	if names == nil {
+		return []string{}
+	}
+	return names
+}
 
 // Server serves the HTTP API.
 type Server struct {
@@ -186,16 +205,25 @@ func (r *statusRecorder) WriteHeader(st int)          { r.status = st }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.ready == nil {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "missing_clusters": []string{}})
 		return
 	}
-	detail, err := s.ready(r.Context())
+	rd, err := s.ready(r.Context())
+	missing := missingList(rd.Missing)
 	if err != nil {
 		w.Header().Set("Retry-After", retryAfterSeconds)
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not_ready", "reason": err.Error(), "detail": detail})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not_ready", "reason": err.Error(),
+			"missing_clusters": missing, "detail": rd.Detail})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "detail": detail})
+	// Degraded stays 200: the router still serves every other cluster's
+	// vshards, and a load balancer that took every router out over one
+	// dead cluster would stop them all.
+	status := "ready"
+	if len(missing) > 0 {
+		status = "degraded"
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": status, "missing_clusters": missing, "detail": rd.Detail})
 }
 
 const emptyBody = "request body is empty"

@@ -149,9 +149,9 @@ func (b *recordingBroker) Consumers(_ context.Context, topic, sub string) ([]bro
 	return nil, nil, nil
 }
 
-func (b *recordingBroker) DeadByCode(_ context.Context, topic, sub string, ids []uint64, errorCode string) (map[string]int64, error) {
+func (b *recordingBroker) DeadByCode(_ context.Context, topic, sub string, ids []uint64, errorCode string) (broker.DeadCounts, error) {
 	b.record("dead_by_code", topic, sub, ids, errorCode)
-	return map[string]int64{}, nil
+	return broker.DeadCounts{ByCode: map[string]int64{}}, nil
 }
 
 func (b *recordingBroker) ShardMap() *routing.Map { return nil }

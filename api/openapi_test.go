@@ -482,6 +482,7 @@ func TestOpenAPIAnswersMatchTheDocument(t *testing.T) {
 		{"GET /v1/messages/{key}/trace", "/v1/messages/k/trace?topic=orders", "", 404},
 		{"GET /v1/transactions/{transaction_id}", "/v1/transactions/tx-1", "", 200},
 		{"GET /v1/admin/shardmap", "/v1/admin/shardmap", "", 200},
+		{"GET /v1/admin/topology", "/v1/admin/topology", "", 200},
 		{"GET /v1/admin/stats", "/v1/admin/stats", "", 200},
 		{"POST /v1/admin/reconcile", "/v1/admin/reconcile", `{"dry_run":true,"transaction_ids":["tx-1"]}`, 200},
 		{"GET /v1/admin/reconcile", "/v1/admin/reconcile", "", 200},
@@ -634,8 +635,8 @@ func (b *richBroker) Redrive(context.Context, string, string, []uint64, string) 
 	return 2, nil
 }
 
-func (b *richBroker) DeadByCode(context.Context, string, string, []uint64, string) (map[string]int64, error) {
-	return map[string]int64{"E": 2, "F": 1}, nil
+func (b *richBroker) DeadByCode(context.Context, string, string, []uint64, string) (broker.DeadCounts, error) {
+	return broker.DeadCounts{ByCode: map[string]int64{"E": 2, "F": 1}}, nil
 }
 
 func (b *richBroker) PurgeDead(context.Context, string, string, string) (int64, error) { return 3, nil }
@@ -675,7 +676,10 @@ func oneOf[T any](_ []T) []T { return make([]T, 1) }
 
 type stubAdmin struct{}
 
-func (stubAdmin) Topology(context.Context) (any, error) { return map[string]any{}, nil }
+func (stubAdmin) Topology(context.Context) (any, error) {
+	return map[string]any{"shard_map_version": 1, "max_replica_lag_ms": 5000, "missing_clusters": []string{"c2"},
+		"clusters": []any{map[string]any{"name": "c1", "vshards": 512, "state": "serving", "endpoints": []any{}}}}, nil
+}
 
 func (stubAdmin) Reconcile(context.Context, reconcile.Request) (*reconcile.Report, error) {
 	return testReport(), nil

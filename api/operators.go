@@ -70,7 +70,7 @@ type consumerJSON struct {
 
 // consumers answers who holds the subscription's leases now:
 // {"consumers": [{"consumer", "in_flight", "oldest_lease_at"}]}, most in
-// flight first, with missing_clusters when some did not answer.
+// flight first, with missing_clusters naming those that did not answer.
 func (s *Server) consumers(w http.ResponseWriter, r *http.Request) {
 	topic, name, ok := topicAndSub(w, r)
 	if !ok {
@@ -85,9 +85,5 @@ func (s *Server) consumers(w http.ResponseWriter, r *http.Request) {
 	for i, c := range list {
 		out[i] = consumerJSON{Consumer: c.Consumer, InFlight: c.InFlight, OldestLeaseAt: formatTime(c.OldestLeaseAt)}
 	}
-	ans := map[string]any{"consumers": out}
-	if len(missing) > 0 {
-		ans["missing_clusters"] = missing
-	}
-	writeJSON(w, http.StatusOK, ans)
+	writeJSON(w, http.StatusOK, map[string]any{"consumers": out, "missing_clusters": missingList(missing)})
 }

@@ -56,10 +56,7 @@ func (s *Server) routeOperator(o Operator) {
 			subs = append(subs, subscriptionStats{Topic: q.Topic, Subscription: q.Subscription, Depth: q.Ready + q.Delayed + q.Parked,
 				Ready: q.Ready, Delayed: q.Delayed, InFlight: q.InFlight, Parked: q.Parked, Dead: q.Dead})
 		}
-		out := map[string]any{"subscriptions": subs}
-		if len(st.Missing) > 0 {
-			out["missing_clusters"] = st.Missing
-		}
+		out := map[string]any{"subscriptions": subs, "missing_clusters": missingList(st.Missing)}
 		if s.retention != nil {
 			out["retention"] = s.retention.Status()
 		}

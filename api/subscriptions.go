@@ -21,7 +21,7 @@ type Subscriptions interface {
 	DeleteSubscription(ctx context.Context, topic, name string) error
 	ListDead(ctx context.Context, topic, sub, errorCode, cursor string, limit, maxBytes int) (broker.DeadPage, error)
 	Redrive(ctx context.Context, topic, sub string, ids []uint64, errorCode string) (int64, error)
-	DeadByCode(ctx context.Context, topic, sub string, ids []uint64, errorCode string) (map[string]int64, error)
+	DeadByCode(ctx context.Context, topic, sub string, ids []uint64, errorCode string) (broker.DeadCounts, error)
 	PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error)
 	DeleteDead(ctx context.Context, topic, sub string, ids []uint64) (int64, error)
 	Consumers(ctx context.Context, topic, sub string) ([]broker.Consumer, []string, error)
@@ -251,10 +251,7 @@ func (s *Server) listDead(w http.ResponseWriter, r *http.Request) {
 		}
 		items[i] = j
 	}
-	out := map[string]any{"dead_letters": items, "next_cursor": page.NextCursor}
-	if len(page.Missing) > 0 {
-		out["missing_clusters"] = page.Missing
-	}
+	out := map[string]any{"dead_letters": items, "next_cursor": page.NextCursor, "missing_clusters": missingList(page.Missing)}
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -319,16 +316,17 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if body.DryRun {
-		codes, err := s.subs.DeadByCode(r.Context(), topic, name, ids, body.ErrorCode)
+		counts, err := s.subs.DeadByCode(r.Context(), topic, name, ids, body.ErrorCode)
 		if err != nil {
 			s.subscriptionError(w, r, topic, name, err)
 			return
 		}
 		var n int64
-		for _, c := range codes {
+		for _, c := range counts.ByCode {
 			n += c
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "redriven": 0, "would_redrive": n, "by_error_code": codeCounts(codes)})
+		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "redriven": 0, "would_redrive": n, "by_error_code": codeCounts(counts.ByCode),
+			"missing_clusters": missingList(counts.Missing)})
 		return
 	}
 	n, err := s.subs.Redrive(r.Context(), topic, name, ids, body.ErrorCode)
@@ -347,16 +345,16 @@ func (s *Server) deadCodes(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	codes, err := s.subs.DeadByCode(r.Context(), topic, name, nil, "")
+	counts, err := s.subs.DeadByCode(r.Context(), topic, name, nil, "")
 	if err != nil {
 		s.subscriptionError(w, r, topic, name, err)
 		return
 	}
 	var total int64
-	for _, n := range codes {
+	for _, n := range counts.ByCode {
 		total += n
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"total": total, "codes": codeCounts(codes)})
+	writeJSON(w, http.StatusOK, map[string]any{"total": total, "codes": codeCounts(counts.ByCode), "missing_clusters": missingList(counts.Missing)})
 }
 
 type codeCount struct {

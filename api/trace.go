@@ -241,7 +241,7 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request, t Tracer) {
 	}
 	// complete: every cluster answered and no page is left.
 	writeJSON(w, http.StatusOK, map[string]any{"messages": msgs, "complete": len(unanswered) == 0 && next == "",
-		"next_cursor": next, "unanswered_clusters": unanswered, "sources": res.Sources})
+		"next_cursor": next, "unanswered_clusters": unanswered, "missing_clusters": clusterNames(res.Unanswered), "sources": res.Sources})
 }
 
 // Transaction lookup pages: at most maxTransactionPage messages, and

@@ -168,9 +168,8 @@ func (s *Server) queues(w http.ResponseWriter, r *http.Request, src UISources) {
 	}
 	out := map[string]any{"counted_at": formatTime(p.At), "live": live, "partial": partial, "step_seconds": int(step / time.Second),
 		"times": times, "total": p.Total, "offset": q.Offset, "limit": q.Limit, "subscriptions": rows, "alarms": alarms,
-		"answered_at": formatTime(now)}
+		"answered_at": formatTime(now), "missing_clusters": missingList(p.Missing)}
 	if len(p.Missing) > 0 {
-		out["missing_clusters"] = p.Missing
 		out["missing_at"] = formatTime(p.MissingAt)
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardmq/shardmq/delivery"
 	"github.com/shardmq/shardmq/domain"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
 	"github.com/shardmq/shardmq/store"
@@ -130,7 +131,7 @@ func TestProduceGroupCommitsConcurrentRequests(t *testing.T) {
 		produce(k)
 	}
 	// All 8 wait in the committer's queue.
-	waitUntil(t, func() bool { return f.b.CommitStats()["c1"].Transactions == 0 && queued(f.b, "c1") == 8 })
+	testtime.Until(t, "eight requests queued, none committed", func() bool { return f.b.CommitStats()["c1"].Transactions == 0 && queued(f.b, "c1") == 8 })
 	close(hold)
 	wg.Wait()
 	f.c1.st.mu.Lock()
@@ -327,7 +328,7 @@ func TestProduceToFrozenVShardIsHeldUntilTheMove(t *testing.T) {
 		res, _ := f.b.Produce(context.Background(), "t", msgs(on1[0]), DurabilityPrimary)
 		done <- res
 	}()
-	waitUntil(t, func() bool { return f.b.FrozenStats().Held == 1 })
+	testtime.Until(t, "the frozen item held", func() bool { return f.b.FrozenStats().Held == 1 })
 	if f.c1.calls(OpProduce)+f.c2.calls(OpProduce) != 0 {
 		t.Fatal("a held item reached a cluster")
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/idgen"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/store"
 )
 
@@ -89,7 +90,7 @@ func TestCommitterStopAnswersEveryone(t *testing.T) {
 	<-held
 	queued := make(chan produceResp, 1)
 	go func() { queued <- c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "z")}) }()
-	waitUntil(t, func() bool { return len(c.in) == 1 })
+	testtime.Until(t, "one request queued", func() bool { return len(c.in) == 1 })
 	stopped := make(chan struct{})
 	go func() { c.Stop(); close(stopped) }()
 	close(hold)
@@ -206,11 +207,15 @@ func (g *gateStore) Produce(ctx context.Context, items []store.ProduceItem) ([]s
 // A batch that begins with LingerAfter requests queued, and the batch
 // after it, wait up to Linger for more, so requests that arrive meanwhile
 // share their transaction; on a quiet cluster a lone request does not
-// wait.
+// wait. The linger is a minute and a batch is full at 8 messages: a
+// lingering batch is filled to start it, so no step of the test depends
+// on how fast a busy machine runs the goroutines that join it, and a
+// lone request that waited for the linger would take a minute, not the
+// 30 s allowed.
 func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 	t.Parallel()
 	g := &gateStore{started: make(chan int, 16), release: make(chan struct{}), quit: make(chan struct{})}
-	c := newCommitter("c1", direct{g}, CommitConfig{Committers: 1, Linger: time.Second, LingerAfter: 4}.withDefaults())
+	c := newCommitter("c1", direct{g}, CommitConfig{Committers: 1, Linger: time.Minute, LingerAfter: 4, MaxMessages: 8}.withDefaults())
 	// Cleanups run last-in first-out: the gate opens before stop waits.
 	t.Cleanup(c.Stop)
 	t.Cleanup(func() { close(g.quit) })
@@ -224,14 +229,6 @@ func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 			}()
 		}
 	}
-	until := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting until %s", what)
-			}
-		}
-	}
 	startsAtOnce := func(want int) {
 		t.Helper()
 		select {
@@ -239,7 +236,7 @@ func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 			if n != want {
 				t.Fatalf("batch of %d items, want %d", n, want)
 			}
-		case <-time.After(500 * time.Millisecond): // half the linger
+		case <-time.After(30 * time.Second): // half the linger
 			t.Fatal("a lone request on a quiet cluster waited for the linger")
 		}
 	}
@@ -255,10 +252,11 @@ func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 	startsAtOnce(1)
 	// While it runs, 5 requests queue up (≥ LingerAfter).
 	submit(5)
-	until("5 requests are queued", func() bool { return len(c.in) == 5 })
+	testtime.Until(t, "5 requests are queued", func() bool { return len(c.in) == 5 })
 	finish(1)
 	// The next batch begins with those 5 and lingers: 3 more requests
-	// sent now join it instead of waiting for a transaction of their own.
+	// sent now join it instead of waiting for a transaction of their own
+	// (and fill it: it starts).
 	submit(3)
 	if n := <-g.started; n != 8 {
 		t.Fatalf("busy batch: %d items, want the 5 queued and the 3 sent while it lingered", n)
@@ -269,17 +267,17 @@ func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 	first := &produceReq{items: []store.ProduceItem{item(100, "k")}, done: make(chan produceResp, 1)}
 	c.queued.Add(1) // as submit does
 	c.in <- first
-	until("the request is taken", func() bool { return len(c.in) == 0 })
+	testtime.Until(t, "the request is taken", func() bool { return len(c.in) == 0 })
 	select {
 	case n := <-g.started:
 		t.Fatalf("the batch after the busy one started at once with %d items: it did not linger", n)
-	case <-time.After(300 * time.Millisecond): // lingering (for 1 s)
+	case <-time.After(300 * time.Millisecond): // lingering (for a minute)
 	}
-	submit(1)
-	if n := <-g.started; n != 2 {
-		t.Fatalf("batch after the busy one: %d items, want 2 (it lingered)", n)
+	submit(7)
+	if n := <-g.started; n != 8 {
+		t.Fatalf("batch after the busy one: %d items, want 8 (it lingered for the 7 sent after it began)", n)
 	}
-	finish(1)
+	finish(7)
 	<-first.done
 	// That batch began without a backlog: quiet again.
 	submit(1)

@@ -110,24 +110,40 @@ func (b *Broker) Redrive(ctx context.Context, topic, sub string, ids []uint64, e
 // DeadByCode counts, by error code and summed over every cluster, the dead
 // letters that Redrive with the same arguments would make ready now,
 // changing nothing: a redrive's dry run, and the page's dead letters by
-// error code (no ids, no code). An error names clusters that did not
-// answer; the counts of the others are returned with it.
-func (b *Broker) DeadByCode(ctx context.Context, topic, sub string, ids []uint64, errorCode string) (map[string]int64, error) {
+// error code (no ids, no code). Clusters that did not answer are named
+// in Missing, the others counted; it fails (unavailable) only when no
+// cluster answered.
+func (b *Broker) DeadByCode(ctx context.Context, topic, sub string, ids []uint64, errorCode string) (DeadCounts, error) {
 	if _, err := b.GetSubscription(ctx, topic, sub); err != nil {
-		return nil, err
+		return DeadCounts{}, err
 	}
-	out := map[string]int64{}
+	out := DeadCounts{ByCode: map[string]int64{}}
 	var mu sync.Mutex
-	err := b.eachCluster(ctx, OpDeadByCode, func(ctx context.Context, _ string, sh Store) error {
+	missing, err := b.eachClusterMissing(ctx, OpDeadByCode, func(ctx context.Context, _ string, sh Store) error {
 		m, err := sh.DeadByCode(ctx, store.RedriveRequest{Topic: topic, Subscription: sub, IDs: ids, ErrorCode: errorCode, Now: b.now().UTC()})
+		if err != nil {
+			return err // a cluster's part is all or nothing: no half-counted cluster
+		}
 		mu.Lock()
 		for code, n := range m {
-			out[code] += n
+			out.ByCode[code] += n
 		}
 		mu.Unlock()
-		return err
+		return nil
 	})
-	return out, err
+	out.Missing = missing
+	if err != nil && len(missing) == len(b.table.Load().Clusters()) {
+		return DeadCounts{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return out, nil
+}
+
+// DeadCounts are dead letters counted by error code over the clusters
+// that answered; Missing names, sorted, those that did not (their dead
+// letters are not counted: the sums are smaller than the truth).
+type DeadCounts struct {
+	ByCode  map[string]int64
+	Missing []string
 }
 
 // PurgeDead deletes dead letters (of one error code, or all) everywhere.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/idgen"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
 )
@@ -32,17 +33,6 @@ func frozenBroker(t *testing.T, cfg Config) (*Broker, *routing.Table) {
 	return b, table
 }
 
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // An item of a frozen vshard is held without a pin until the map changes,
 // then served; items of serving vshards go at once.
 func TestDispatchHoldsFrozenUntilTheMapChanges(t *testing.T) {
@@ -55,7 +45,7 @@ func TestDispatchHoldsFrozenUntilTheMapChanges(t *testing.T) {
 			ran.Add(int32(len(idx)))
 		})
 	}()
-	waitUntil(t, func() bool { return b.FrozenStats().Held == 1 && ran.Load() == 1 })
+	testtime.Until(t, "the frozen item held and the serving one run", func() bool { return b.FrozenStats().Held == 1 && ran.Load() == 1 })
 	if v := b.Applied(); v != 1 {
 		t.Fatalf("Applied while a request is held: %d, want 1 (held requests pin nothing)", v)
 	}
@@ -79,7 +69,7 @@ func TestDispatchTimesOutAndCapsHeldRequests(t *testing.T) {
 	}
 	first := make(chan []error, 1)
 	go func() { first <- b.dispatch(context.Background(), []shard.ID{1}, nil, never) }()
-	waitUntil(t, func() bool { return b.FrozenStats().Held == 1 })
+	testtime.Until(t, "the frozen item held", func() bool { return b.FrozenStats().Held == 1 })
 	errs := b.dispatch(context.Background(), []shard.ID{2}, nil, never)
 	if !errors.Is(errs[0], ErrUnavailable) || b.FrozenStats().Overflow != 1 {
 		t.Fatalf("over the cap: %v, stats %+v", errs, b.FrozenStats())

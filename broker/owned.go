@@ -358,20 +358,27 @@ func pick(receipts []Receipt, idx []int) []Receipt {
 // over: leases in memory are forgotten (ready again, the attempt not
 // counted); durable ones are released in the table.
 func (b *Broker) releaseOwned(ctx context.Context, req ClaimRequest, receipts []Receipt) []Receipt {
+	// dispatch runs fn for each cluster at once: durable is shared.
+	var mu sync.Mutex
 	var durable []Receipt
+	keep := func(r Receipt) {
+		mu.Lock()
+		durable = append(durable, r)
+		mu.Unlock()
+	}
 	b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *cluster, idx []int, _ func() func()) {
 		for k, ids := range unitGroups(receipts, idx) {
 			u := delivery.Unit{Cluster: name, Topic: k[0], Subscription: k[1]}
 			o, _, err := b.owners.Route(ctx, u, false, 0)
 			if err != nil || o == nil {
 				for _, i := range ids {
-					durable = append(durable, receipts[i])
+					keep(receipts[i])
 				}
 				continue
 			}
 			for j, held := range o.Unlease(ops(receipts, ids, "", nil)) {
 				if !held {
-					durable = append(durable, receipts[ids[j]])
+					keep(receipts[ids[j]])
 				}
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/store"
 )
 
@@ -60,15 +61,6 @@ func item(ids *idgen.Gen, key string) store.ProduceItem {
 		AvailableAt:   time.Now().UTC(),
 		Subscriptions: []string{"default"},
 	}
-}
-
-func count(t *testing.T, db *sql.DB, key string) int {
-	t.Helper()
-	var n int
-	if err := db.QueryRow("SELECT COUNT(*) FROM message_store WHERE msg_key = ?", key).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
 
 func TestAnswersThatAreNotOutagesKeepTheBreakerClosed(t *testing.T) {
@@ -132,10 +124,11 @@ func TestBreakerOpensOnDeadEndpointAndRecovers(t *testing.T) {
 			t.Fatal("breaker did not open")
 		}
 	}
-	start := time.Now()
+	// Refused by the open breaker, without reaching the store (no wall
+	// time asserted: the machine may be busy; ErrOpen says who answered).
 	_, err = produce(ctx, sh, []store.ProduceItem{item(ids, "c")})
-	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, ErrOpen) || time.Since(start) > 10*time.Millisecond {
-		t.Fatalf("open breaker: %v after %v", err, time.Since(start))
+	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, ErrOpen) {
+		t.Fatalf("open breaker: %v", err)
 	}
 	if s := set.States(); len(s) != 1 || s[0].State != "open" {
 		t.Fatalf("states = %+v", s)
@@ -143,17 +136,10 @@ func TestBreakerOpensOnDeadEndpointAndRecovers(t *testing.T) {
 	if err := own.Restart(ctx, own.Clusters[0].Primary); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testtime.Until(t, "a produce on the restarted primary", func() bool {
 		_, err := produce(ctx, sh, []store.ProduceItem{item(ids, "d")})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not recovered: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil
+	})
 	if sh.Breaker().State() != "closed" {
 		t.Fatalf("breaker %s after a successful probe", sh.Breaker().State())
 	}
@@ -163,75 +149,6 @@ func TestBreakerOpensOnDeadEndpointAndRecovers(t *testing.T) {
 		t.Fatalf("observer saw %d produce calls, %d failed", calls, failed)
 	}
 	t.Logf("transitions: %v", changes)
-}
-
-// Retire hands an endpoint over: a call blocked on the old endpoint is
-// cancelled and runs once on the successor, later calls go there directly.
-func TestRetireRetriesInFlightCallOnSuccessor(t *testing.T) {
-	testbed.Need(t)
-	t.Parallel()
-	ctx := context.Background()
-	ids := idgen.New(nil)
-	oldSt, oldDB := openDB(t, bed, bed.Clusters[0].Primary, ids)
-	newSt, newDB := openDB(t, bed, bed.Clusters[1].Primary, ids)
-	set := NewSet(Config{})
-	oldSh, newSh := NewCluster(oldSt, set.For("old"), nil), NewCluster(newSt, set.For("new"), nil)
-
-	// Hold the dedup row of "k" on the old endpoint so the produce blocks.
-	tx, err := oldDB.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.Exec("INSERT INTO message_key (topic, msg_key, vshard, message_id, payload_hash, created_at) VALUES ('t', 'k', 1, 1, ?, NOW())", make([]byte, 16)); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		res, err := produce(ctx, oldSh, []store.ProduceItem{item(ids, "k")})
-		if err == nil && res[0].Status != store.Created {
-			err = errors.New("not created: " + res[0].Status.String())
-		}
-		done <- err
-	}()
-	// Wait until the produce is blocked on the row lock.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var n int
-		err := oldDB.QueryRow(`SELECT COUNT(*) FROM information_schema.INNODB_TRX x JOIN information_schema.PROCESSLIST p ON p.ID = x.trx_mysql_thread_id
-WHERE x.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()`).Scan(&n)
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("produce never blocked (last check: %v)", err)
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("produce finished while the key's row was held: %v", err)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	oldSh.Retire(newSh)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("in-flight produce after retire: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("in-flight produce not handed over")
-	}
-	if count(t, newDB, "k") != 1 {
-		t.Fatal("the retried produce is not on the successor")
-	}
-	if _, err := produce(ctx, oldSh, []store.ProduceItem{item(ids, "later")}); err != nil || count(t, newDB, "later") != 1 || count(t, oldDB, "later") != 0 {
-		t.Fatalf("a call on the retired endpoint did not go to the successor: %v", err)
-	}
-	gone := NewCluster(oldSt, set.For("gone"), nil)
-	gone.Retire(nil)
-	if _, err := produce(ctx, gone, []store.ProduceItem{item(ids, "x")}); !errors.Is(err, store.ErrUnavailable) {
-		t.Fatalf("retired without successor: %v", err)
-	}
 }
 
 // produce runs a produce through c's call point.

@@ -102,3 +102,87 @@ type named struct {
 	broker.Store
 	name string
 }
+
+// Retire hands an endpoint over (the failover's hand-over logic, with
+// stores that are fakes): a call in flight on the old endpoint is
+// cancelled and, when its error says the endpoint went away, runs once
+// more on the successor; one that failed for another reason, whose
+// caller gave up, or that has no successor is answered as it ended and
+// never run again. A call waits on the signals of its fake, never on the
+// clock.
+func TestRetireHandsInFlightCallsToTheSuccessor(t *testing.T) {
+	t.Parallel()
+	outage := fmt.Errorf("%w: invalid connection", store.ErrUnavailable)
+	tests := []struct {
+		name string
+		// The in-flight call on the old endpoint: held until its context
+		// ends (a statement in a lock wait), then answering that; or
+		// answering answer once the endpoint is retired.
+		held          bool
+		answer        error
+		successor     bool
+		callerGivesUp bool
+		wantOn        []string // endpoints the call ran on, in order
+		wantErr       error
+	}{
+		{name: "cancelled by the hand-over", held: true, successor: true, wantOn: []string{"old", "new"}},
+		{name: "the connection went away", answer: outage, successor: true, wantOn: []string{"old", "new"}},
+		{name: "an answer that is not an outage", answer: store.ErrNotFound, successor: true, wantOn: []string{"old"}, wantErr: store.ErrNotFound},
+		{name: "done before the hand-over took effect", successor: true, wantOn: []string{"old"}},
+		{name: "the caller gave up", held: true, callerGivesUp: true, successor: true, wantOn: []string{"old"}, wantErr: context.Canceled},
+		{name: "no successor", held: true, wantOn: []string{"old"}, wantErr: context.Canceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			set := NewSet(Config{CallTimeout: time.Hour})
+			old, next := NewCluster(named{name: "old"}, set.For("old"), nil), NewCluster(named{name: "new"}, set.For("new"), nil)
+			ctx, giveUp := context.WithCancel(context.Background())
+			defer giveUp()
+			started, retired := make(chan struct{}), make(chan struct{})
+			var on []string // written by the call's goroutine only, read after done
+			done := make(chan error, 1)
+			go func() {
+				done <- old.Do(ctx, broker.OpProduce, func(ctx context.Context, s broker.Store) error {
+					on = append(on, s.(named).name)
+					if s.(named).name == "new" {
+						return nil
+					}
+					close(started)
+					<-retired
+					if tt.held {
+						<-ctx.Done()
+						return ctx.Err()
+					}
+					return tt.answer
+				})
+			}()
+			<-started
+			if tt.callerGivesUp {
+				giveUp()
+			}
+			if tt.successor {
+				old.Retire(next)
+			} else {
+				old.Retire(nil)
+			}
+			close(retired)
+			err := <-done
+			if fmt.Sprint(on) != fmt.Sprint(tt.wantOn) {
+				t.Fatalf("ran on %v, want %v (err %v)", on, tt.wantOn, err)
+			}
+			if (tt.wantErr == nil) != (err == nil) || (tt.wantErr != nil && !errors.Is(err, tt.wantErr)) {
+				t.Fatalf("err %v, want %v", err, tt.wantErr)
+			}
+			// Later calls go to the successor, or fail unavailable without one.
+			later := ""
+			err = old.Do(context.Background(), broker.OpAck, func(_ context.Context, s broker.Store) error { later = s.(named).name; return nil })
+			switch {
+			case tt.successor && (err != nil || later != "new"):
+				t.Fatalf("a later call ran on %q: %v", later, err)
+			case !tt.successor && (!errors.Is(err, store.ErrUnavailable) || later != ""):
+				t.Fatalf("a later call without successor ran on %q: %v", later, err)
+			}
+		})
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/shardmq/shardmq/client"
 	"github.com/shardmq/shardmq/internal/routertest"
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 var bed *testbed.Bed
@@ -232,17 +233,6 @@ func (c *consumed) count() int {
 	return len(c.attempts)
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func produceN(t *testing.T, c *client.Client, topic string, n int) {
 	t.Helper()
 	msgs := make([]client.Message, n)
@@ -297,7 +287,7 @@ func TestConsumerAcksNacksWithCodes(t *testing.T) {
 	if err := cn.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "every message handled and m007 retried", func() bool {
+	testtime.Until(t, "every message handled and m007 retried", func() bool {
 		seen.mu.Lock()
 		defer seen.mu.Unlock()
 		return len(seen.attempts) == 40 && len(seen.attempts["m007"]) == 2

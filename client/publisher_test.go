@@ -19,6 +19,7 @@ import (
 	"github.com/shardmq/shardmq/client"
 	"github.com/shardmq/shardmq/internal/routertest"
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // produceFaults sits between a client and a router and breaks produce
@@ -214,19 +215,6 @@ func (f *produceFaults) RoundTrip(r *http.Request) (*http.Response, error) {
 	return jsonResponse(r, http.StatusOK, out, nil), nil
 }
 
-// budget is a context ending a little before the test's deadline.
-func budget(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.Background(), context.CancelFunc(func() {})
-	if d, ok := t.Deadline(); ok {
-		ctx, cancel = context.WithDeadline(ctx, d.Add(-time.Until(d)/10))
-	} else {
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Minute)
-	}
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func newPublisher(t *testing.T, c *client.Client, cfg client.PublisherConfig) *client.Publisher {
 	t.Helper()
 	p, err := c.NewPublisher(cfg)
@@ -326,7 +314,7 @@ func TestPublisherKeepsOrderPerKeyThroughRetries(t *testing.T) {
 	}{{"one per key", 1, false}, {"runs of four", 4, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := budget(t)
+			ctx := testtime.Context(t)
 			r := routertest.Start(t, bed, routertest.Options{})
 			f := newFaults(uint64(tc.maxPerKey))
 			f.refuse, f.drop, f.unknown, f.lose, f.byKey = 0.05, 0.15, 0.05, 0.05, tc.byKey
@@ -417,7 +405,7 @@ func TestPublisherKeepsOrderPerKeyThroughRetries(t *testing.T) {
 func TestPublisherRetriesAcrossRouterRestart(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
-	ctx := budget(t)
+	ctx := testtime.Context(t)
 	r := routertest.Start(t, bed, routertest.Options{})
 	f := newFaults(1)
 	c := newClient(t, r, f)
@@ -503,7 +491,7 @@ func TestPublisherBackPressure(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				ctx := budget(t)
+				ctx := testtime.Context(t)
 				f := newFaults(3)
 				f.closeGate()
 				c := newClient(t, r, f)
@@ -555,7 +543,7 @@ func TestPublisherBackPressure(t *testing.T) {
 						pub, err := p.Publish(ctx, topic, msg(tc.holds))
 						back <- answer{pub, err}
 					}()
-					waitFor(t, time.Until(deadlineOf(ctx)), "the publish to wait for room", func() bool { return p.Stats().Waiting == 1 })
+					testtime.Until(t, "the publish to wait for room", func() bool { return p.Stats().Waiting == 1 })
 					select {
 					case a := <-back:
 						t.Fatalf("publish past the limit returned while nothing was answered: %v", a.err)
@@ -603,7 +591,7 @@ func TestPublisherCloseLosesNothing(t *testing.T) {
 	r := routertest.Start(t, bed, routertest.Options{})
 	t.Run("everything answered", func(t *testing.T) {
 		t.Parallel()
-		ctx := budget(t)
+		ctx := testtime.Context(t)
 		f := newFaults(11)
 		f.refuse, f.drop, f.lose = 0.05, 0.1, 0.05
 		f.force = []string{"", "lose"}
@@ -679,7 +667,7 @@ func TestPublisherCloseLosesNothing(t *testing.T) {
 	})
 	t.Run("ctx ends first", func(t *testing.T) {
 		t.Parallel()
-		ctx := budget(t)
+		ctx := testtime.Context(t)
 		f := newFaults(12)
 		f.closeGate() // requests hang until the publisher cancels them
 		c := newClient(t, r, f)
@@ -708,7 +696,7 @@ func TestPublisherCloseLosesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		waitFor(t, time.Until(deadlineOf(ctx)), "a request in flight", func() bool { return f.requests.Load() > 0 })
+		testtime.Until(t, "a request in flight", func() bool { return f.requests.Load() > 0 })
 		short, cancel := context.WithCancel(ctx)
 		cancel()
 		if err := p.Close(short); !errors.Is(err, context.Canceled) {
@@ -743,7 +731,7 @@ func TestPublisherCloseLosesNothing(t *testing.T) {
 func TestPublisherAnswersEachMessage(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
-	ctx := budget(t)
+	ctx := testtime.Context(t)
 	r := routertest.Start(t, bed, routertest.Options{})
 	tr := &itemStatusTransport{base: http.DefaultTransport, status: map[string]string{"gone": client.StatusUnavailable}}
 	c := newClient(t, r, tr)
@@ -857,7 +845,7 @@ func (s *itemStatusTransport) RoundTrip(r *http.Request) (*http.Response, error)
 func TestPublisherPausesAFailedOrderKey(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
-	ctx := budget(t)
+	ctx := testtime.Context(t)
 	r := routertest.Start(t, bed, routertest.Options{})
 	tr := &itemStatusTransport{base: http.DefaultTransport, status: map[string]string{"a-0": client.StatusUnknown}}
 	c := newClient(t, r, tr)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/domain"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/store"
 )
 
@@ -210,7 +211,7 @@ func TestExtendAndExpiry(t *testing.T) {
 	}
 	b.tick(15 * time.Second) // c's lease (30s) ran out; a's was extended
 	o.expire(b.clock.now())
-	waitFor(t, func() bool { return o.InFlight() == 1 })
+	testtime.Until(t, "one delivery in flight", func() bool { return o.InFlight() == 1 })
 	r := b.table.get(c, "s")
 	if r.token != got[1].Token || r.attempts != 1 || r.lockedBy != "w" {
 		t.Fatalf("lapsed lease written as %+v", r)
@@ -242,7 +243,7 @@ func TestOrderedOneInFlightPerKey(t *testing.T) {
 	if !slices.Equal(ids(got), []uint64{a1, b1}) {
 		t.Fatalf("claimed %v, want %v", ids(got), []uint64{a1, b1})
 	}
-	waitFor(t, func() bool { r := b.table.get(a2, "s"); return r.parked })
+	testtime.Until(t, "the subscription parked", func() bool { r := b.table.get(a2, "s"); return r.parked })
 	if again := b.claim(t, 10, sp); len(again) != 0 {
 		t.Fatalf("second of a key handed out while its head is in flight: %v", ids(again))
 	}
@@ -339,20 +340,6 @@ func TestHandOverWritesLeasesOut(t *testing.T) {
 	next := b.claim(t, 5, spec("w2"))
 	if !slices.Equal(ids(next), []uint64{other}) {
 		t.Fatalf("next owner claimed %v, want only %d at once", ids(next), other)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	if d, ok := t.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in time")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // setupFloor is a Floor on its own database on the bed's first primary.
@@ -32,7 +33,7 @@ func setupFloor(t *testing.T) *Floor {
 func TestFloorWritesTheBudget(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithCancel(testtime.Context(t))
 	defer cancel()
 	f := setupFloor(t)
 	batched, err := f.ProduceBatched(ctx, "t", 2, 20, 600*time.Millisecond, 100*time.Millisecond)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardmq/shardmq/internal/cdp"
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // routerProxy is a TCP forwarder in front of the test's router, and the
@@ -177,7 +178,7 @@ func TestReportHTMLInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithCancel(testtime.Context(t))
 	defer cancel()
 	pg, err := b.NewPage(ctx)
 	if err != nil {

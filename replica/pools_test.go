@@ -6,6 +6,8 @@ import (
 	"github.com/shardmq/shardmq/internal/testbed"
 	"testing"
 	"time"
+
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // The registry opens one pool per listed replica DSN and hands out that
@@ -54,7 +56,7 @@ func TestPoolsOnePerReplica(t *testing.T) {
 	m.Update([]Cluster{{Name: "c1", Primary: Direct{primary}, Replicas: []string{dsn}}})
 	m.Start(ctx)
 	var rep Replica
-	waitFor(t, 10*time.Second, "replica offered", func() (ok bool) { rep, ok = m.Pick("c1"); return ok })
+	testtime.Until(t, "replica offered", func() (ok bool) { rep, ok = m.Pick("c1"); return ok })
 	if rep.Store != a || len(reg.DBs()) != 1 {
 		t.Fatalf("monitor reads through %p, registry pool %p (%d pools)", rep.Store, a, len(reg.DBs()))
 	}
@@ -68,7 +70,7 @@ func TestPoolsOnePerReplica(t *testing.T) {
 	if _, open := reg.Peek(dsn); open {
 		t.Fatal("pool of a replica that left still listed")
 	}
-	waitFor(t, 5*time.Second, "pool of a replica that left closed", func() bool { return a.Ping(ctx) != nil })
+	testtime.Until(t, "pool of a replica that left closed", func() bool { return a.Ping(ctx) != nil })
 	if _, err := reg.Get(ctx, dsn); !errors.Is(err, ErrNotListed) {
 		t.Fatalf("Get after the replica left: %v", err)
 	}

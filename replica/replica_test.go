@@ -6,19 +6,9 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/store"
 )
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // setup starts a test bed of one cluster with one replica and returns it,
 // that cluster, the test's own database on it and its migrated primary.
@@ -57,7 +47,7 @@ func TestMonitorFollowsReplicaLag(t *testing.T) {
 	defer m.Stop()
 
 	var rep Replica
-	waitFor(t, 10*time.Second, "replica offered", func() (ok bool) { rep, ok = m.Pick("c1"); return ok })
+	testtime.Until(t, "replica offered", func() (ok bool) { rep, ok = m.Pick("c1"); return ok })
 	if rep.Endpoint != c.Replicas[0].Addr() || rep.Lag < 0 || rep.Lag > 300*time.Millisecond {
 		t.Fatalf("picked %+v", rep)
 	}
@@ -68,8 +58,8 @@ func TestMonitorFollowsReplicaLag(t *testing.T) {
 	if err := bed.StopReplication(ctx, c.Replicas[0]); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "stopped replica withdrawn", func() bool { _, ok := m.Pick("c1"); return !ok })
-	waitFor(t, 5*time.Second, "lag over the limit", func() bool {
+	testtime.Until(t, "stopped replica withdrawn", func() bool { _, ok := m.Pick("c1"); return !ok })
+	testtime.Until(t, "lag over the limit", func() bool {
 		st := m.Status()[0].Replicas[0]
 		return !st.SQLRunning && st.LagMS > 300 && !st.Eligible && st.Error == ""
 	})
@@ -80,7 +70,7 @@ func TestMonitorFollowsReplicaLag(t *testing.T) {
 	if err := bed.StartReplication(ctx, c.Replicas[0]); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "caught-up replica offered again", func() bool { _, ok := m.Pick("c1"); return ok })
+	testtime.Until(t, "caught-up replica offered again", func() bool { _, ok := m.Pick("c1"); return ok })
 
 	m.Update([]Cluster{{Name: "c1", Primary: Direct{primary}}})
 	if _, ok := m.Pick("c1"); ok {

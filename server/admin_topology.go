@@ -22,6 +22,7 @@ type adminOps struct {
 	stores  func() map[string]*store.Store
 	recon   *reconcile.Runner
 	lookups *lookup.Service
+	ready   readyCheck // asks each cluster whether it answers now
 }
 
 // EndpointView is one endpoint in GET /v1/admin/topology.
@@ -53,9 +54,20 @@ type ClusterView struct {
 }
 
 // Topology is GET /v1/admin/topology: every cluster with its state and
-// endpoints (health, breaker, heartbeat, replica lag).
-func (a adminOps) Topology(context.Context) (any, error) {
+// endpoints (health, breaker, heartbeat, replica lag), and
+// missing_clusters: those whose primary does not answer now, asked
+// live as /readyz asks (the heartbeat and the breaker only notice a dead
+// primary after their next write or enough failed requests).
+func (a adminOps) Topology(ctx context.Context) (any, error) {
 	m := a.table.Load()
+	answers := map[string]bool{}
+	missing := []string{}
+	for _, h := range a.ready.clusters(ctx) {
+		answers[h.Cluster] = h.OK
+		if !h.OK {
+			missing = append(missing, h.Cluster)
+		}
+	}
 	states := map[string]string{}
 	for _, s := range a.eps.breakers.States() {
 		states[s.Endpoint] = s.State
@@ -91,7 +103,7 @@ func (a adminOps) Topology(context.Context) (any, error) {
 		if !st.LastHeartbeat.IsZero() {
 			pv.LastHeartbeat = st.LastHeartbeat.Format(time.RFC3339Nano)
 		}
-		if pv.Error != "" || pv.Breaker == "open" {
+		if pv.Error != "" || pv.Breaker == "open" || !answers[n] {
 			pv.Health = "unreachable"
 		}
 		cv.Endpoints = append(cv.Endpoints, pv)
@@ -114,7 +126,7 @@ func (a adminOps) Topology(context.Context) (any, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	res := map[string]any{"shard_map_version": m.Version(), "max_replica_lag_ms": a.eps.monitor.Config().MaxLag.Milliseconds(),
-		"clusters": out}
+		"clusters": out, "missing_clusters": missing}
 	return a.view.withStatus(res), nil
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/shardmq/shardmq/internal/consuldouble"
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/topology/consul"
 )
@@ -67,7 +68,7 @@ func consulHas(t *testing.T, db *sql.DB, key string) bool {
 func TestConsulPrimarySwapMovesWrites(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithCancel(testtime.Context(t))
 	defer cancel()
 	own, err := testbed.Start(ctx, testbed.Spec{Clusters: 1, Replicas: 1})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/shardmq/shardmq/internal/consuldouble"
 	"github.com/shardmq/shardmq/internal/recovery"
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/subscription"
 	"github.com/shardmq/shardmq/topology"
@@ -180,7 +181,7 @@ func TestConsulRecoveryAfterAgentDataLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() bool { return a.r.ShardMapVersion() == moved.Version() })
+	testtime.Until(t, "the router on the moved map", func() bool { return a.r.ShardMapVersion() == moved.Version() })
 	if v, err := a.r.RecordedMapVersion(ctx); err != nil || v != moved.Version() {
 		t.Fatalf("RecordedMapVersion = %d, %v; want %d", v, err, moved.Version())
 	}
@@ -242,7 +243,7 @@ func TestConsulRecoveryAfterAgentDataLoss(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("subscription after the agent lost its data: %d, want 200 (kept on the clusters)", resp.StatusCode)
 	}
-	waitFor(t, 10*time.Second, func() bool {
+	testtime.Until(t, "the subscription written back to Consul", func() bool {
 		p, _, err := capi.KV().Get("shardmq/subscriptions/orders/billing", nil)
 		return err == nil && p != nil && bytes.Contains(p.Value, []byte(`"max_attempts":3`))
 	})
@@ -254,7 +255,7 @@ func TestConsulRecoveryAfterAgentDataLoss(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() bool {
+	testtime.Until(t, "readiness with the clusters' states", func() bool {
 		code, ready := getReady(t, b.base)
 		states := map[string]string{}
 		for _, c := range ready.Detail.Clusters {
@@ -322,7 +323,7 @@ func TestConsulSubscriptionsSurviveAgentDataLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer primary.Close()
-	waitFor(t, 10*time.Second, func() bool {
+	testtime.Until(t, "the legacy subscription on the primary", func() bool {
 		var n int
 		primary.QueryRow("SELECT COUNT(*) FROM subscription WHERE topic = 'orders' AND name = 'legacy' AND deleted = 0").Scan(&n)
 		return n == 1
@@ -332,7 +333,7 @@ func TestConsulSubscriptionsSurviveAgentDataLoss(t *testing.T) {
 	for _, c := range bed.Clusters {
 		consulRegister(t, capi, c.Primary, consul.RolePrimary)
 	}
-	waitFor(t, 10*time.Second, func() bool {
+	testtime.Until(t, "both subscriptions in Consul", func() bool {
 		kept, _, err1 := capi.KV().Get("shardmq/subscriptions/orders/kept", nil)
 		leg, _, err2 := capi.KV().Get("shardmq/subscriptions/orders/legacy", nil)
 		return err1 == nil && err2 == nil && kept != nil && leg != nil

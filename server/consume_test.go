@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/subscription"
 )
 
@@ -231,7 +232,7 @@ func TestPriorityDelayAndLongPoll(t *testing.T) {
 		ch <- claimed{msgs, time.Now()}
 	}()
 	// Produce once the claim waits (its first re-poll is a second away).
-	waitFor(t, 10*time.Second, func() bool { topics, _ := e.r.Broker().Waiting(); return topics == 1 })
+	testtime.Until(t, "one topic with a waiting claim", func() bool { topics, _ := e.r.Broker().Waiting(); return topics == 1 })
 	produced := time.Now()
 	e.post(t, "/v1/topics/lp/messages", map[string]any{"messages": []any{msg("wake", 1)}})
 	c := <-ch

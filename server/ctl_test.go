@@ -52,6 +52,21 @@ func TestOperatorCLI(t *testing.T) {
 	if code, _, _ := run("dlq", "redrive", "cli", "default"); code != 2 {
 		t.Fatalf("dlq redrive without a selector exited %d, want 2", code)
 	}
+	// --help on a destructive command prints its help and deletes
+	// nothing; without -yes a script is refused; with it, it deletes.
+	subExists := func() bool {
+		code, _, _ := run("sub", "get", "cli", "audit")
+		return code == 0
+	}
+	if code, _, _ := run("sub", "delete", "cli", "audit", "--help"); code != 0 || !subExists() {
+		t.Fatalf("sub delete --help: exit %d, subscription still there: %v", code, subExists())
+	}
+	if code, _, stderr := run("sub", "delete", "cli", "audit"); code != 2 || !subExists() || !strings.Contains(stderr, "-yes") {
+		t.Fatalf("sub delete without -yes: exit %d (%s), subscription still there: %v", code, stderr, subExists())
+	}
+	if code, _, stderr := run("sub", "delete", "cli", "audit", "-yes"); code != 0 || subExists() {
+		t.Fatalf("sub delete -yes: exit %d (%s), subscription still there: %v", code, stderr, subExists())
+	}
 }
 
 func mustJSON(v any) string {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/shard"
 )
 
@@ -148,7 +149,7 @@ func TestKillPrimaryFailsFastThenFailsOver(t *testing.T) {
 			return o.cluster == cluster && o.op == "produce" && o.status == "created" && !o.start.Before(after)
 		})
 	}
-	waitFor(t, 30*time.Second, func() bool { return created(other.Name, time.Time{}) > 100 && created(victim.Name, time.Time{}) > 100 })
+	testtime.Until(t, "over 100 messages created on each cluster", func() bool { return created(other.Name, time.Time{}) > 100 && created(victim.Name, time.Time{}) > 100 })
 
 	// A victim message to trace while its primary is dead.
 	var traced string
@@ -171,11 +172,11 @@ func TestKillPrimaryFailsFastThenFailsOver(t *testing.T) {
 			return o.cluster == victim.Name && o.op == "produce" && o.status == "unavailable" && !o.start.Before(after)
 		})
 	}
-	waitFor(t, 20*time.Second, func() bool { return failed(killed) > 50 && time.Since(killed) > 1500*time.Millisecond })
+	testtime.Until(t, "over 50 of the dead cluster's produces failed, 1.5 s after the kill", func() bool { return failed(killed) > 50 && time.Since(killed) > 1500*time.Millisecond })
 
 	// The dead primary's breaker is open in the admin view, and reads of
 	// its cluster are served by its replica.
-	waitFor(t, 5*time.Second, func() bool {
+	testtime.Until(t, "the dead primary unreachable with its breaker open", func() bool {
 		_, top := e.do(t, "GET", "/v1/admin/topology", nil)
 		for _, c := range top["clusters"].([]any) {
 			c := c.(map[string]any)
@@ -205,7 +206,7 @@ func TestKillPrimaryFailsFastThenFailsOver(t *testing.T) {
 	if err := os.WriteFile(topoPath, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() bool { return refused.count.Load() >= 2 })
+	testtime.Until(t, "the read-only replica refused twice", func() bool { return refused.count.Load() >= 2 })
 	if created(victim.Name, killed) > 0 {
 		t.Fatal("the router wrote to a read-only replica named primary")
 	}
@@ -216,7 +217,7 @@ func TestKillPrimaryFailsFastThenFailsOver(t *testing.T) {
 	if err := own.Promote(ctx, victim.Replicas[0]); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() bool { return created(victim.Name, edited) > 0 })
+	testtime.Until(t, "a message created on the promoted replica", func() bool { return created(victim.Name, edited) > 0 })
 	var back time.Time
 	mu.Lock()
 	for _, o := range log {
@@ -226,7 +227,7 @@ func TestKillPrimaryFailsFastThenFailsOver(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	waitFor(t, 10*time.Second, func() bool { return created(victim.Name, back) > 50 })
+	testtime.Until(t, "over 50 messages created after the switch", func() bool { return created(victim.Name, back) > 50 })
 	close(stop)
 	wg.Wait()
 

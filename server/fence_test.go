@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardmq/shardmq/internal/consuldouble"
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/rebalance"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
@@ -442,7 +443,7 @@ func TestFenceRefusesRouterWithFrozenMap(t *testing.T) {
 	l := startFenceLoad(topic, []*env{s, e}, []*env{e})
 	defer l.end()
 
-	job := e.reshard(t, []map[string]any{{"from": 0, "to": 255, "target": "c2"}}, 3*time.Minute)
+	job := e.reshard(t, []map[string]any{{"from": 0, "to": 255, "target": "c2"}})
 	if job["state"] != "done" {
 		t.Fatalf("job %v", job)
 	}
@@ -576,7 +577,7 @@ func TestFenceRefusesOlderStaticMapAfterCrashInCleanup(t *testing.T) {
 	blocked := rebalance.New(rebalance.Config{RowsPerSecond: -1}, state, topology.NewFileBackend(path, 0, nil),
 		func() map[string]rebalance.Mover { return movers })
 	blocked.Start(context.Background())
-	waitFor(t, time.Minute, func() bool {
+	testtime.Until(t, "the blocked job to end", func() bool {
 		j, err := blocked.Get(context.Background(), id)
 		return err == nil && strings.Contains(j.Error, "nothing deleted")
 	})
@@ -597,7 +598,7 @@ func TestFenceRefusesOlderStaticMapAfterCrashInCleanup(t *testing.T) {
 		t.Fatalf("restart on the resharded file: %v", err)
 	}
 	defer r.Close()
-	waitFor(t, 2*time.Minute, func() bool {
+	testtime.Until(t, "the job to end after the restart", func() bool {
 		j, err := r.reshard.manager.Get(context.Background(), id)
 		return err == nil && j.State == rebalance.StateDone
 	})
@@ -734,7 +735,7 @@ func TestFenceRouterCutOffFromConsul(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := startReshardConsulRouter(t, d.Addr(), database, "router-b")
-	waitFor(t, 30*time.Second, b.leading) // b runs the job
+	testtime.Until(t, "router b leading", b.leading) // b runs the job
 	proxy := newCutProxy(t, d.Addr())
 	a := startReshardConsulRouter(t, proxy.addr(), database, "router-a")
 	t.Logf("router a %s (cut off), router b %s (runs the job)", a.url, b.url)
@@ -765,7 +766,7 @@ func TestFenceRouterCutOffFromConsul(t *testing.T) {
 		t.Fatalf("submit: %d %v", st, sub)
 	}
 	proxy.setCut(true)
-	job := b.waitJob(t, sub["job"].(string), 3*time.Minute)
+	job := b.waitJob(t, sub["job"].(string))
 	if job["state"] != "done" {
 		t.Fatalf("job %v", job)
 	}
@@ -780,7 +781,7 @@ func TestFenceRouterCutOffFromConsul(t *testing.T) {
 	}
 
 	proxy.setCut(false)
-	waitFor(t, time.Minute, func() bool { return a.owner(100) == "c2" && !a.r.broker.SelfFenced() })
+	testtime.Until(t, "router a on the new map and writing again", func() bool { return a.owner(100) == "c2" && !a.r.broker.SelfFenced() })
 	time.Sleep(500 * time.Millisecond) // a writes again
 	l.end()
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardmq/shardmq/internal/consuldouble"
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/topology/consul"
 )
@@ -133,7 +134,7 @@ func fleetChecks(t *testing.T, a, b string) {
 		}
 		// The nacked one comes back, to either router, as attempt 2.
 		var back []map[string]any
-		waitFor(t, 10*time.Second, func() bool {
+		testtime.Until(t, "the nacked message back", func() bool {
 			back = append(back, fleetClaim(t, a, "flease", "default", 10, time.Minute)...)
 			return len(back) > 0
 		})

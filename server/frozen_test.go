@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/shard"
 )
 
@@ -48,7 +49,7 @@ func TestFrozenVShardHoldsThenAnswersUnavailable(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := map[string]int64{"2": 2, "3": 3}[version]
-		waitFor(t, 10*time.Second, func() bool { return e.r.table.Load().Version() == want })
+		testtime.Until(t, "the router on the new shard-map version", func() bool { return e.r.table.Load().Version() == want })
 	}
 	// Pick a key that lives on c1.
 	key := ""
@@ -76,7 +77,7 @@ func TestFrozenVShardHoldsThenAnswersUnavailable(t *testing.T) {
 		_, _, body := e.post(t, "/v1/topics/fz/messages", map[string]any{"messages": []any{msg(key, 1)}})
 		done <- results(t, body)[0]
 	}()
-	waitFor(t, 10*time.Second, func() bool { return e.r.broker.FrozenStats().Held == 1 }) // it is held now
+	testtime.Until(t, "the request held", func() bool { return e.r.broker.FrozenStats().Held == 1 }) // it is held now
 	setMap("3", false)
 	if r := <-done; r["status"] != "created" {
 		t.Fatalf("request held across the unfreeze: %v", r)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/shard"
 )
 
@@ -37,7 +38,7 @@ func (e *env) trace(t *testing.T, topic, key, orderKey string) (int, map[string]
 func (e *env) traceFrom(t *testing.T, want, topic, key, orderKey string, status ...string) map[string]any {
 	t.Helper()
 	var body map[string]any
-	waitFor(t, 10*time.Second, func() bool {
+	testtime.Until(t, "the trace read from the expected endpoint", func() bool {
 		var st int
 		st, body = e.trace(t, topic, key, orderKey)
 		if st != 200 || body["read_from"] != want {
@@ -111,7 +112,7 @@ func TestTraceFromReplicaAndLookups(t *testing.T) {
 	}
 
 	// Both replicas serve reads (under load they may lag for a moment).
-	waitFor(t, 10*time.Second, func() bool {
+	testtime.Until(t, "both replicas serving reads", func() bool {
 		st, top := e.do(t, "GET", "/v1/admin/topology", nil)
 		clusters, _ := top["clusters"].([]any)
 		if st != 200 || len(clusters) != 2 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // served is a router serving through Run on its own listener, so that
@@ -115,7 +116,7 @@ func TestConnectionCap(t *testing.T) {
 		}
 		held = append(held, c)
 	}
-	waitUntil(t, 10*time.Second, "three busy connections", func() (bool, string) {
+	testtime.UntilState(t, "three busy connections", func() (bool, string) {
 		l := s.r.listener.Load()
 		if l == nil {
 			return false, "not serving yet"
@@ -133,7 +134,7 @@ func TestConnectionCap(t *testing.T) {
 		t.Fatalf("fourth connection: %d %v, want 503 too_many_connections with Retry-After", resp.StatusCode, body)
 	}
 	held[0].Close()
-	waitUntil(t, 10*time.Second, "a slot freed by a close", func() (bool, string) {
+	testtime.UntilState(t, "a slot freed by a close", func() (bool, string) {
 		n := s.r.OpenConns()
 		return n == 2, fmt.Sprint(n, " open")
 	})
@@ -172,7 +173,7 @@ func TestIdleConnectionsCannotLockOthersOut(t *testing.T) {
 		defer c.Close()
 		idle = append(idle, c)
 	}
-	waitUntil(t, 10*time.Second, "the cap taken", func() (bool, string) {
+	testtime.UntilState(t, "the cap taken", func() (bool, string) {
 		l := s.r.listener.Load()
 		if l == nil {
 			return false, "not serving yet"
@@ -311,7 +312,7 @@ func shutdownDuringProduceBurst(t *testing.T, viaRun bool) {
 		longPoll <- err
 	}()
 	e := s.env
-	waitUntil(t, 10*time.Second, "long-poll waiting", func() (bool, string) {
+	testtime.UntilState(t, "long-poll waiting", func() (bool, string) {
 		topics, _ := e.r.Broker().Waiting()
 		return topics == 1, fmt.Sprint(topics, " topics waited on")
 	})
@@ -349,7 +350,7 @@ func shutdownDuringProduceBurst(t *testing.T, viaRun bool) {
 			}
 		}()
 	}
-	waitUntil(t, 30*time.Second, "produce burst under way", func() (bool, string) {
+	testtime.UntilState(t, "produce burst under way", func() (bool, string) {
 		return answered.Load() >= 50, fmt.Sprint(answered.Load(), " answered")
 	})
 	if viaRun {

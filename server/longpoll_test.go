@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // Claims waiting on an empty subscription share their re-polls: many
@@ -48,7 +50,7 @@ func TestWaitingClaimsShareTheirPolls(t *testing.T) {
 	go func() {
 		ch <- len(e.claim(t, "lpshare", "default", map[string]any{"max": 10, "wait_ms": 5000}))
 	}()
-	waitFor(t, 5*time.Second, func() bool { topics, _ := b.Waiting(); return topics > 0 })
+	testtime.Until(t, "a claim waiting", func() bool { topics, _ := b.Waiting(); return topics > 0 })
 	e.post(t, "/v1/topics/lpshare/messages", map[string]any{"messages": []any{msg("wake", 2)}})
 	select {
 	case n := <-ch:

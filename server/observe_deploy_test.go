@@ -11,6 +11,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/shardmq/shardmq/internal/testbed"
 	"gopkg.in/yaml.v3"
+
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // metricName finds the metric names an expression reads (the router's own,
@@ -43,7 +45,7 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 	if got := e.claim(t, "obs.dash", "s", map[string]any{"max": 1, "visibility_timeout_ms": 1}); len(got) != 1 {
 		t.Fatalf("claimed %d", len(got))
 	}
-	waitFor(t, 10*time.Second, func() bool {
+	testtime.Until(t, "the lease expiry counted", func() bool {
 		e.claim(t, "obs.dash", "s", map[string]any{"max": 1})
 		v, _ := metricValue(t, e.r.Metrics(), "shardmq_messages_lease_expired_total", nil)
 		return v == 1

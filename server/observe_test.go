@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // metricValue sums the series of name whose labels include want: a
@@ -167,7 +168,7 @@ func TestMetricsFollowTheMessageFlow(t *testing.T) {
 	expect("shardmq_messages_acked_total", pair, 1)
 	expect("shardmq_receipt_results_total", map[string]string{"op": "ack", "status": "ok"}, 1)
 	var ackedBy string
-	waitFor(t, 10*time.Second, func() bool {
+	testtime.Until(t, "the ack traced", func() bool {
 		_, tr := e.trace(t, topic, first["key"].(string), "")
 		evs, _ := tr["events"].([]any)
 		for _, ev := range evs {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // Owners of delivery state across routers (issue 28, docs/consume.md
@@ -244,7 +246,7 @@ func TestOwnershipMovesBetweenRoutersUnderLoad(t *testing.T) {
 		defer cur.Unlock()
 		urls = u
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithCancel(testtime.Context(t))
 	defer cancel()
 	var wg sync.WaitGroup
 	// Producers.

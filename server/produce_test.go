@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/shard"
 )
 
@@ -179,11 +180,11 @@ func TestKillPrimaryDuringProduce(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(created) > 500 })
+	testtime.Until(t, "over 500 messages created", func() bool { mu.Lock(); defer mu.Unlock(); return len(created) > 500 })
 	if err := own.Kill(victim.Primary); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, func() bool { return victimFailed.Load() > 100 })
+	testtime.Until(t, "over 100 of the victim's produces failed", func() bool { return victimFailed.Load() > 100 })
 	close(stop)
 	wg.Wait()
 	if err := own.Restart(ctx, victim.Primary); err != nil {
@@ -225,15 +226,4 @@ func storedKeys(t *testing.T, name string, insts ...*testbed.Instance) map[strin
 		db.Close()
 	}
 	return stored
-}
-
-func waitFor(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -7,9 +7,9 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/topology"
 )
 
@@ -65,9 +65,9 @@ func TestOnePoolPerReplica(t *testing.T) {
 			t.Fatalf("cluster %s: registry pool %v, %v; listed %v", c.Name, pool, err, dbs[dsn])
 		}
 		// The monitor hands out that very pool for reads.
-		waitFor(t, 10*time.Second, func() bool { rep, ok := e.r.eps.monitor.Pick(c.Name); return ok && rep.Store == pool })
+		testtime.Until(t, "the router reading from the replica's pool", func() bool { rep, ok := e.r.eps.monitor.Pick(c.Name); return ok && rep.Store == pool })
 		// Every connection the replica sees from the router is the pool's.
-		waitFor(t, 10*time.Second, func() bool {
+		testtime.Until(t, "every router connection on the replica the pool's", func() bool {
 			n := replicaConns(t, c.Replicas[0], e.name)
 			return n > 0 && n == pool.DB().Stats().OpenConnections
 		})
@@ -92,7 +92,7 @@ func TestOnePoolPerReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithCancel(testtime.Context(t))
 	defer cancel()
 	e.r.apply(ctx, top)
 	if _, open := reg.Peek(gone.Replicas[0].DSN(e.name)); open {
@@ -104,7 +104,7 @@ func TestOnePoolPerReplica(t *testing.T) {
 	if _, ok := e.r.eps.monitor.Pick(gone.Name); ok {
 		t.Fatal("the monitor offers a replica that left")
 	}
-	waitFor(t, 10*time.Second, func() bool { return replicaConns(t, gone.Replicas[0], e.name) == 0 })
+	testtime.Until(t, "the gone replica's connections closed", func() bool { return replicaConns(t, gone.Replicas[0], e.name) == 0 })
 	stay := bed.Clusters[1]
 	if n := replicaConns(t, stay.Replicas[0], e.name); n == 0 {
 		t.Fatalf("the replica that stays has no connection left")
@@ -115,5 +115,5 @@ func TestOnePoolPerReplica(t *testing.T) {
 	if len(reg.DBs()) != 0 {
 		t.Fatal("replica pools listed after Close")
 	}
-	waitFor(t, 10*time.Second, func() bool { return replicaConns(t, stay.Replicas[0], e.name) == 0 })
+	testtime.Until(t, "the staying replica's old connections closed", func() bool { return replicaConns(t, stay.Replicas[0], e.name) == 0 })
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardmq/shardmq/internal/consuldouble"
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
 	"github.com/shardmq/shardmq/topology"
@@ -119,13 +120,13 @@ func TestReshardOnConsul(t *testing.T) {
 			ids[msgs[i+j].(map[string]any)["key"].(string)] = r["id"].(string)
 		}
 	}
-	job := b.reshard(t, []map[string]any{{"from": 0, "to": 255, "target": "c2"}}, 3*time.Minute)
+	job := b.reshard(t, []map[string]any{{"from": 0, "to": 255, "target": "c2"}})
 	if job["state"] != "done" {
 		t.Fatalf("job %v", job)
 	}
 	t.Logf("consul move 0-255 c1→c2: rows_copied %v of %v, max_pause_ms %v", job["rows_copied"], job["rows_total"], job["max_pause_ms"])
 	for _, e := range []*env{a, b} {
-		waitFor(t, 10*time.Second, func() bool { return e.owner(0) == "c2" && e.owner(255) == "c2" && e.owner(256) == "c1" })
+		testtime.Until(t, "the router on the moved map", func() bool { return e.owner(0) == "c2" && e.owner(255) == "c2" && e.owner(256) == "c1" })
 		if st, j := e.do(t, "GET", "/v1/admin/reshard/"+job["job"].(string), nil); st != 200 || j["state"] != "done" {
 			t.Fatalf("job seen through %s: %d %v", e.url, st, j)
 		}

@@ -14,25 +14,8 @@ import (
 
 	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 )
-
-// waitUntil polls cond until it holds or the deadline passes.
-func waitUntil(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Log(string(buf[:runtime.Stack(buf, true)]))
-			t.Fatalf("%s: not within %v (%s)", what, within, state)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, not waiting for an effect
-	}
-}
 
 // goroutines counts the process's goroutines, leaving out the MySQL
 // driver's one per pooled connection: the pools grow and shrink with load
@@ -112,7 +95,7 @@ func TestClaimsOnManyUnknownTopicsLeaveNothingBehind(t *testing.T) {
 	run("made-up", 3000)
 	tr.CloseIdleConnections()
 	b := e.r.Broker()
-	waitUntil(t, 5*time.Second, "notifier and claim workers empty, goroutines back to the baseline", func() (bool, string) {
+	testtime.UntilState(t, "notifier and claim workers empty, goroutines back to the baseline", func() (bool, string) {
 		topics, claimers := b.Waiting()
 		g := goroutines()
 		return topics == 0 && claimers == 0 && g <= base+10,
@@ -137,7 +120,7 @@ func TestClaimOnUnknownTopicSeesLaterProduceFromAnotherRouter(t *testing.T) {
 	go func() {
 		got <- e.claim(t, "later", "default", map[string]any{"max": 1, "wait_ms": 15000})
 	}()
-	waitUntil(t, 5*time.Second, "claim waiting", func() (bool, string) {
+	testtime.UntilState(t, "claim waiting", func() (bool, string) {
 		topics, _ := e.r.Broker().Waiting()
 		return topics == 1, fmt.Sprint(topics, " topics waited on")
 	})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardmq/shardmq/internal/ctl"
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/retention"
 	"github.com/shardmq/shardmq/topology"
 )
@@ -163,7 +164,7 @@ func TestRetentionTraceThroughTiers(t *testing.T) {
 	if err := os.WriteFile(e.topology, []byte(moved), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithCancel(testtime.Context(t))
 	defer cancel()
 	top, err := topology.LoadFile(e.topology)
 	if err != nil {

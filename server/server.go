@@ -323,7 +323,8 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	view := topologyView{source: cfg.Source, table: r.table, fence: r.fence, selfFenced: r.broker.SelfFenced}
 	r.api = api.New(observe.WrapBroker(r.broker, r.obs.msgs), cfg.Limits, readyCheck{r.pools, view, cfg.Log}.check, cfg.Log)
 	r.api.RouteUI(&api.UISources{History: r.obs.history, Alarms: r.upkeep, Flow: r.obs.msgs})
-	r.api.RouteOps(r.lookups, adminOps{eps: r.eps, table: r.table, view: view, stores: r.pools.Stores, recon: r.recon, lookups: r.lookups})
+	r.api.RouteOps(r.lookups, adminOps{eps: r.eps, table: r.table, view: view, stores: r.pools.Stores, recon: r.recon, lookups: r.lookups,
+		ready: readyCheck{r.pools, view, cfg.Log}})
 	r.api.Handle("GET /metrics", promhttp.HandlerFor(r.metrics, promhttp.HandlerOpts{}))
 	r.api.Instrument(api.NewHTTPMetrics(r.metrics))
 	if err := r.secure(); err != nil {
@@ -436,8 +437,35 @@ type readyCheck struct {
 // check answers /readyz with every cluster of the shard map and every
 // cluster the router holds a pool for: ready while at least one cluster
 // answers, since every other cluster's vshards keep serving when one is
-// down.
-func (rd readyCheck) check(ctx context.Context) (any, error) {
+// down, but with the clusters that do not answer named as missing
+// (degraded).
+func (rd readyCheck) check(ctx context.Context) (api.Readiness, error) {
+	out := rd.clusters(ctx)
+	var missing []string
+	for _, h := range out {
+		if !h.OK {
+			missing = append(missing, h.Cluster)
+		}
+	}
+	detail := rd.view.withStatus(map[string]any{"clusters": out})
+	if rd.view.selfFenced != nil && rd.view.selfFenced() {
+		return api.Readiness{Detail: detail, Missing: missing}, errors.New("router registration among the live routers is not current: not writing until it is")
+	}
+	if fs, ok := rd.view.fence.status(); ok && fs.Stale {
+		// Writes to the fenced cluster are refused until the map is
+		// re-read: not ready (a load balancer sends them elsewhere).
+		return api.Readiness{Detail: detail, Missing: missing}, fmt.Errorf("shard map version %d is older than cluster %s's fence %d; re-reading the topology", fs.MapVersion, fs.Cluster, fs.Fence)
+	}
+	if len(missing) == len(out) {
+		return api.Readiness{Detail: detail, Missing: missing}, errors.New("no cluster answers")
+	}
+	return api.Readiness{Detail: detail, Missing: missing}, nil
+}
+
+// clusters asks every cluster of the shard map, and every cluster the
+// router holds a pool for, whether it answers now (a ping of its primary
+// within a second, all at once), sorted by name.
+func (rd readyCheck) clusters(ctx context.Context) []ClusterHealth {
 	stores := rd.pools.Stores()
 	states := rd.view.clusterStates(stores)
 	out := make([]ClusterHealth, len(states))
@@ -462,20 +490,7 @@ func (rd readyCheck) check(ctx context.Context) (any, error) {
 		}()
 	}
 	wg.Wait()
-	if rd.view.selfFenced != nil && rd.view.selfFenced() {
-		return rd.view.withStatus(map[string]any{"clusters": out}), errors.New("router registration among the live routers is not current: not writing until it is")
-	}
-	if fs, ok := rd.view.fence.status(); ok && fs.Stale {
-		// Writes to the fenced cluster are refused until the map is
-		// re-read: not ready (a load balancer sends them elsewhere).
-		return rd.view.withStatus(map[string]any{"clusters": out}), fmt.Errorf("shard map version %d is older than cluster %s's fence %d; re-reading the topology", fs.MapVersion, fs.Cluster, fs.Fence)
-	}
-	for _, h := range out {
-		if h.OK {
-			return rd.view.withStatus(map[string]any{"clusters": out}), nil
-		}
-	}
-	return rd.view.withStatus(map[string]any{"clusters": out}), errors.New("no cluster answers")
+	return out
 }
 
 // Close stops the background services, then the broker (which commits

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // A produce whose commit is stuck on a locked primary (FLUSH TABLES WITH
@@ -64,7 +65,7 @@ func TestStuckPrimaryAnswersUnknown(t *testing.T) {
 	// A retry with the key is safe: created if the stuck commit was lost,
 	// duplicate if it went through after the unlock; stored once either way.
 	var again map[string]any
-	waitFor(t, 30*time.Second, func() bool {
+	testtime.Until(t, "a retry with the key stored", func() bool {
 		again, _ = produce("stuck-1")
 		return again["status"] == "created" || again["status"] == "duplicate"
 	})

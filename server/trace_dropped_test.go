@@ -5,7 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // Deleting a subscription with pending deliveries: the trace of each
@@ -29,7 +30,7 @@ func TestTraceOfDeletedSubscriptionSaysDropped(t *testing.T) {
 	}
 	// audit consumes d-acked only; d-ready stays pending for audit.
 	var receipt string
-	waitFor(t, 10*time.Second, func() bool {
+	testtime.Until(t, "audit claims d-acked", func() bool {
 		_, _, out := e.post(t, "/v1/topics/"+topic+"/subscriptions/audit/claim", map[string]any{"max": 10, "visibility_timeout_ms": 60000})
 		for _, m := range out["messages"].([]any) {
 			m := m.(map[string]any)
@@ -58,7 +59,7 @@ func TestTraceOfDeletedSubscriptionSaysDropped(t *testing.T) {
 		{"d-acked", []string{"billing"}, []string{"audit"}},
 	} {
 		var body map[string]any
-		waitFor(t, 10*time.Second, func() bool {
+		testtime.Until(t, "the message consumed, its deliveries dropped", func() bool {
 			var st int
 			st, body = e.trace(t, topic, tc.key, "")
 			return st == 200 && body["message"].(map[string]any)["status"] == "consumed" && slices.Contains(eventTypes(body), "dropped")

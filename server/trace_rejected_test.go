@@ -4,7 +4,8 @@ import (
 	"github.com/shardmq/shardmq/internal/testbed"
 	"slices"
 	"testing"
-	"time"
+
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // A duplicate and a conflicting produce show in the message's trace,
@@ -37,7 +38,7 @@ func TestTraceShowsDuplicateAndConflict(t *testing.T) {
 			produce(map[string]any{"amount": 1}, "duplicate")
 			produce(map[string]any{"amount": 2}, "conflict")
 			var events []any
-			waitFor(t, 10*time.Second, func() bool {
+			testtime.Until(t, "the conflict traced", func() bool {
 				st, body := e.trace(t, topic, "pay-1", "")
 				if st != 200 {
 					return false

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/shardmq/shardmq/internal/cdp"
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // The operators' page in a real headless Chromium (Debian's chromium,
@@ -78,7 +78,7 @@ func openUI(t *testing.T, e *uiEnv, name string) *uiPage {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithCancel(testtime.Context(t))
 	t.Cleanup(cancel)
 	u.ctx = ctx
 	if u.p, err = b.NewPage(ctx); err != nil {

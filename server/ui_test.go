@@ -90,7 +90,13 @@ func seedUI(t *testing.T, e *uiEnv) {
 	t.Helper()
 	e.must(t, "PUT", "/v1/topics/orders/subscriptions/billing", map[string]any{"max_attempts": 1})
 	e.must(t, "PUT", "/v1/topics/orders/subscriptions/audit", map[string]any{})
-	for topic, n := range map[string]int{"orders": 20, "payments": 10} {
+	// orders first, then payments (a slice, not a map: the queue table's
+	// lag order, which TestUIEndpoints checks, is the produce order).
+	for _, tn := range []struct {
+		topic string
+		n     int
+	}{{"orders", 20}, {"payments", 10}} {
+		topic, n := tn.topic, tn.n
 		var msgs []any
 		for i := range n {
 			msgs = append(msgs, map[string]any{"key": fmt.Sprintf("%s-%d", topic, i), "payload": map[string]any{"n": i}, "transaction_id": "tx-" + topic})
@@ -225,7 +231,7 @@ func TestUIEndpoints(t *testing.T) {
 	codes := func() string {
 		return mustJSON(e.must(t, "GET", "/v1/topics/orders/subscriptions/billing/dead-letters/codes", nil))
 	}
-	want := `{"codes":[{"count":3,"error_code":"E_STOCK"},{"count":2,"error_code":"E_PAY"}],"total":5}`
+	want := `{"codes":[{"count":3,"error_code":"E_STOCK"},{"count":2,"error_code":"E_PAY"}],"missing_clusters":[],"total":5}`
 	if got := codes(); got != want {
 		t.Fatalf("codes: %s, want %s", got, want)
 	}
@@ -252,7 +258,7 @@ func TestUIEndpoints(t *testing.T) {
 	if out := e.must(t, "POST", "/v1/topics/orders/subscriptions/billing/dead-letters/redrive", map[string]any{"error_code": "E_PAY"}); out["redriven"].(float64) != 2 {
 		t.Fatalf("redrive: %v", out)
 	}
-	if got := codes(); got != `{"codes":[{"count":3,"error_code":"E_STOCK"}],"total":3}` {
+	if got := codes(); got != `{"codes":[{"count":3,"error_code":"E_STOCK"}],"missing_clusters":[],"total":3}` {
 		t.Fatalf("codes after the redrive: %s", got)
 	}
 
@@ -261,7 +267,7 @@ func TestUIEndpoints(t *testing.T) {
 	q = e.must(t, "GET", "/v1/admin/queues?filter=orders/billing", nil)
 	row := list(q["subscriptions"])[0]
 	if row["lag_seconds"].(float64) <= 0 || row["oldest_ready_at"] == nil || mustJSON(row["flow"]) != `{"acked":0,"created":20}` ||
-		mustJSON(q["alarms"]) != `[]` || q["partial"] != false || q["missing_clusters"] != nil {
+		mustJSON(q["alarms"]) != `[]` || q["partial"] != false || mustJSON(q["missing_clusters"]) != `[]` {
 		t.Fatalf("queue row %v of %v", row, q)
 	}
 	// Who holds billing's leases: worker-7, its four.
@@ -281,7 +287,7 @@ func TestUIEndpoints(t *testing.T) {
 	if out := e.must(t, "POST", "/v1/topics/orders/subscriptions/billing/dead-letters/delete", del); out["deleted"].(float64) != 0 {
 		t.Fatalf("delete again: %v", out)
 	}
-	if got := codes(); got != `{"codes":[{"count":2,"error_code":"E_STOCK"}],"total":2}` {
+	if got := codes(); got != `{"codes":[{"count":2,"error_code":"E_STOCK"}],"missing_clusters":[],"total":2}` {
 		t.Fatalf("codes after the delete: %s", got)
 	}
 	// Retention: the three tiers; no archive cluster in this topology.

@@ -107,19 +107,55 @@ func Count(ctx context.Context, db *sql.DB) (Counts, error) {
 // Purge deletes up to limit published rows published more than age ago,
 // answering how many it deleted. Call it in a loop off-peak.
 func Purge(ctx context.Context, db *sql.DB, age time.Duration, limit int) (int64, error) {
-	res, err := db.ExecContext(ctx, sqlPurge, age.Microseconds(), limit)
+	n, err := execReadCommitted(ctx, db, sqlPurge, age.Microseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("purging %s: %w", Table, err)
 	}
-	return res.RowsAffected()
+	return n, nil
 }
 
 // Redrive makes every dead row pending again with its attempts reset
 // (after the cause was fixed), answering how many.
 func Redrive(ctx context.Context, db *sql.DB) (int64, error) {
-	res, err := db.ExecContext(ctx, sqlRedrive)
+	n, err := execReadCommitted(ctx, db, sqlRedrive)
 	if err != nil {
 		return 0, fmt.Errorf("redriving %s: %w", Table, err)
 	}
-	return res.RowsAffected()
+	return n, nil
+}
+
+// beginReadCommitted starts a transaction at READ COMMITTED, the level of
+// every statement the relay and the upkeep functions run on the outbox.
+// At the default REPEATABLE READ, their range scans (the claim's
+// FOR UPDATE SKIP LOCKED over the pending rows, the unlock of expired
+// leases, the purge) take next-key locks, which lock the gap where the
+// business transaction's Enqueue inserts its row: the Enqueue waited
+// for the relay while the relay could wait for a row the same business
+// transaction had inserted earlier — InnoDB answered one of them 1213,
+// deadlock. READ COMMITTED takes no gap locks on scans, and its UPDATEs
+// skip rows whose newest version is uncommitted (semi-consistent reads),
+// so the relay never blocks an Enqueue and never waits for one. It needs
+// the service's binlog_format to be ROW or MIXED, the defaults of MySQL 8
+// and MariaDB.
+func beginReadCommitted(ctx context.Context, db *sql.DB) (*sql.Tx, error) {
+	return db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+}
+
+// execReadCommitted runs one statement in its own READ COMMITTED
+// transaction, answering the rows it affected.
+func execReadCommitted(ctx context.Context, db *sql.DB, query string, args ...any) (int64, error) {
+	tx, err := beginReadCommitted(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	return n, tx.Commit()
 }

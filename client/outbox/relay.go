@@ -152,10 +152,6 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		}
 		byTopic[rw.topic] = append(byTopic[rw.topic], rw)
 	}
-	type answer struct {
-		rw  *row
-		res client.SendResult
-	}
 	var answers []answer
 	for _, topic := range topics {
 		batch := byTopic[topic]
@@ -177,13 +173,10 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 			return len(rows), err
 		}
 	}
-	var errs []error
-	for _, a := range answers {
-		if err := r.mark(ctx, token, a.rw, a.res); err != nil {
-			errs = append(errs, err)
-		}
+	if err := r.markAll(ctx, token, answers); err != nil {
+		return len(rows), err
 	}
-	return len(rows), errors.Join(errs...)
+	return len(rows), nil
 }
 
 func (r *Relay) claim(ctx context.Context) (uint64, []*row, error) {
@@ -192,7 +185,7 @@ func (r *Relay) claim(ctx context.Context) (uint64, []*row, error) {
 		return 0, nil, err
 	}
 	token := binary.BigEndian.Uint64(tb[:]) | 1 // never 0
-	tx, err := r.db.BeginTx(ctx, nil)
+	tx, err := beginReadCommitted(ctx, r.db)
 	if err != nil {
 		return 0, nil, fmt.Errorf("outbox claim: %w", err)
 	}
@@ -246,21 +239,48 @@ func (r *Relay) claim(ctx context.Context) (uint64, []*row, error) {
 	return token, rows, q.Err()
 }
 
+// answer is the router's answer for one claimed row.
+type answer struct {
+	rw  *row
+	res client.SendResult
+}
+
+// markAll records every row's answer, under its lease, in one
+// transaction (read committed, as every relay statement: see
+// beginReadCommitted). A failure leaves the rows leased; they are
+// published again after the lease, which the router deduplicates.
+func (r *Relay) markAll(ctx context.Context, token uint64, answers []answer) error {
+	tx, err := beginReadCommitted(ctx, r.db)
+	if err != nil {
+		return fmt.Errorf("outbox: marking %d rows: %w", len(answers), err)
+	}
+	defer tx.Rollback()
+	for _, a := range answers {
+		if err := r.mark(ctx, tx, token, a.rw, a.res); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("outbox: marking %d rows: commit: %w", len(answers), err)
+	}
+	return nil
+}
+
 // mark records one row's answer, under its lease.
-func (r *Relay) mark(ctx context.Context, token uint64, rw *row, res client.SendResult) error {
+func (r *Relay) mark(ctx context.Context, tx *sql.Tx, token uint64, rw *row, res client.SendResult) error {
 	var err error
 	var what string
 	switch {
 	case res.Err == nil:
 		what = "published"
-		_, err = r.db.ExecContext(ctx, sqlPublished, res.ID, rw.id, token)
+		_, err = tx.ExecContext(ctx, sqlPublished, res.ID, rw.id, token)
 	case errors.Is(res.Err, client.ErrConflict):
 		what = "dead (conflict)"
-		_, err = r.db.ExecContext(ctx, sqlDead, truncate(res.Err.Error(), 2048), rw.id, token)
+		_, err = tx.ExecContext(ctx, sqlDead, truncate(res.Err.Error(), 2048), rw.id, token)
 	default:
 		what = "failed"
 		wait := r.backoff(rw.attempts + 1)
-		_, err = r.db.ExecContext(ctx, sqlFailed, r.cfg.MaxAttempts, truncate(res.Err.Error(), 2048), wait.Microseconds(), rw.id, token)
+		_, err = tx.ExecContext(ctx, sqlFailed, r.cfg.MaxAttempts, truncate(res.Err.Error(), 2048), wait.Microseconds(), rw.id, token)
 		r.cfg.Logger.Warn("outbox: publish failed", "key", rw.key, "topic", rw.topic, "attempt", rw.attempts+1, "retry_in", wait, "err", res.Err)
 	}
 	if err != nil {
@@ -281,11 +301,11 @@ func (r *Relay) backoff(attempt int) time.Duration {
 // UnlockExpired clears the leases of relays that died holding them,
 // answering how many rows it released.
 func (r *Relay) UnlockExpired(ctx context.Context) (int64, error) {
-	res, err := r.db.ExecContext(ctx, sqlUnlockExpired)
+	n, err := execReadCommitted(ctx, r.db, sqlUnlockExpired)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: unlocking expired leases: %w", err)
 	}
-	return res.RowsAffected()
+	return n, nil
 }
 
 // Start runs the relay in the background until Stop or ctx's end: cycles

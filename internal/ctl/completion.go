@@ -16,7 +16,7 @@ _shardmqctl() {
         esac
     done
     if [[ $cur == -* ]]; then
-        local flags="-router -token -token-file -json"
+        local flags="-router -token -token-file -json -yes --help"
         case "$cmd $sub" in
             "shardmap "*) flags="$flags -heat" ;;
             "trace "*) flags="$flags -topic -order-key" ;;
@@ -35,14 +35,15 @@ _shardmqctl() {
         return
     fi
     case $n in
-        0) COMPREPLY=($(compgen -W "topology shardmap stats trace tx reconcile sub dlq reshard archive completion token" -- "$cur")) ;;
+        0) COMPREPLY=($(compgen -W "help topology shardmap stats trace tx reconcile sub dlq reshard archive completion token aws-key" -- "$cur")) ;;
         1) case $cmd in
                sub) COMPREPLY=($(compgen -W "get put delete" -- "$cur")) ;;
                dlq) COMPREPLY=($(compgen -W "list codes redrive purge" -- "$cur")) ;;
                archive) COMPREPLY=($(compgen -W "status run restore release" -- "$cur")) ;;
                reshard) COMPREPLY=($(compgen -W "plan start status pause resume abort move add-cluster drain" -- "$cur")) ;;
                completion) COMPREPLY=($(compgen -W "bash" -- "$cur")) ;;
-               token) COMPREPLY=($(compgen -W "new" -- "$cur")) ;;
+               token|aws-key) COMPREPLY=($(compgen -W "new" -- "$cur")) ;;
+               help) COMPREPLY=($(compgen -W "topology shardmap stats trace tx reconcile sub dlq reshard archive completion token aws-key" -- "$cur")) ;;
            esac ;;
         2) case "$cmd $sub" in
                "reshard plan"|"reshard start") COMPREPLY=($(compgen -W "move add-cluster drain" -- "$cur")) ;;

@@ -5,6 +5,7 @@
 package ctl
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -17,75 +18,115 @@ import (
 	"time"
 )
 
-const usage = `usage: shardmqctl [-router URL] [-json] COMMAND [ARGS]
-
-  topology                              clusters, endpoints, breakers, replica lag
-  shardmap [-heat]                      the shard map: ranges, or a text heat map of the 1024 vshards
-  stats                                 queue depth per subscription
-  trace KEY -topic T [-order-key K]     a message's full trace
-  tx TRANSACTION_ID                     every message of a transaction
-  reconcile [-tx ID,ID,…]               run reconciliation now (or ask which transaction ids have no message)
-  sub get|put|delete TOPIC SUB [-config JSON]
-  dlq list TOPIC SUB [-error-code E] [-limit N] [-cursor C]
-  dlq codes TOPIC SUB                   dead letters counted by error code
-  dlq redrive TOPIC SUB (-ids ID,ID,… | -error-code E | -all) [-dry-run]
-  dlq purge TOPIC SUB [-error-code E]
-  reshard plan WHAT                     what a reshard would move, starting nothing
-  reshard start WHAT [-follow]          start one (and follow it to its end with a progress bar)
-      WHAT is: move FROM-TO:TARGET[,…] | add-cluster NAME | drain NAME
-  reshard status [JOB] [-watch]         every job, or one (-watch: a progress bar until it ends)
-  reshard pause|resume|abort JOB
-  reshard move|add-cluster|drain ARG [-dry-run]   (plan and start in one; kept for scripts)
-  completion bash                       a bash completion script: source <(shardmqctl completion bash)
-  archive status|run                    retention: partitions, warm and cold archive, upkeep (or run a pass now)
-  archive restore|release -month YYYY-MM
-                                        put a cold month back into the archive cluster (or let it go cold again)
-
-  token new -name N [-produce|-consume|-admin PATTERNS] [-tokens FILE] [-out FILE]
-                                        make an API token (its hash into the router's token file)
-
-Answers print as tables (or text) by default; -json prints the router's
-JSON answer as it is, for scripts. trace, tx, reconcile and sub always
-print JSON. The router defaults to $SHARDMQ_ROUTER or
-http://127.0.0.1:8080; the token to -token, else $SHARDMQ_TOKEN, else the
-first line of var/router.token.
-`
-
 // Run executes one command and returns the process exit code: 0 on a 2xx
-// answer, 1 when the router answered an error, 2 on bad usage.
+// answer, 1 when the router answered an error, 2 on bad usage. It never
+// asks: destructive commands need -yes (Session.Run asks on a terminal).
 func Run(args []string, router string, stdout, stderr io.Writer, client *http.Client) int {
-	if client == nil {
-		client = &http.Client{Timeout: 60 * time.Second}
+	return Session{Router: router, Out: stdout, Err: stderr, Client: client}.Run(args)
+}
+
+// Session is what one command runs with besides its arguments: the
+// router, the client, and where it reads a confirmation from.
+type Session struct {
+	Router   string
+	Client   *http.Client // nil: a plain client with a 60 s timeout
+	In       io.Reader    // read for a confirmation when Terminal
+	Terminal bool         // In is a person at a terminal who can be asked
+	Out, Err io.Writer
+}
+
+// Run executes one command (help, -json and -yes anywhere on the line)
+// and returns the exit code as Run does.
+func (s Session) Run(args []string) int {
+	if s.Client == nil {
+		s.Client = &http.Client{Timeout: 60 * time.Second}
+	}
+	if help, rest := wantsHelp(args); help || (len(rest) > 0 && rest[0] == "help") {
+		if len(rest) > 0 && rest[0] == "help" {
+			rest = rest[1:]
+		}
+		var words []string
+		for _, a := range rest {
+			if a != "-json" && a != "--json" && a != "-yes" && a != "--yes" {
+				words = append(words, a)
+			}
+		}
+		if !writeHelp(s.Out, words) {
+			fmt.Fprintf(s.Err, "shardmqctl: no command %q\n\n%s", strings.Join(words, " "), usageText())
+			return 2
+		}
+		return 0
 	}
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(s.Err, usageText())
 		return 2
 	}
-	c := &cmd{router: strings.TrimSuffix(router, "/"), out: stdout, errw: stderr, client: client, every: 500 * time.Millisecond}
+	c := &cmd{router: strings.TrimSuffix(s.Router, "/"), out: s.Out, errw: s.Err, client: s.Client,
+		in: s.In, terminal: s.Terminal, every: 500 * time.Millisecond}
 	rest := args[:0:0]
 	for _, a := range args {
-		if a == "-json" || a == "--json" {
+		switch a {
+		case "-json", "--json":
 			c.json = true
+			continue
+		case "-yes", "--yes":
+			c.yes = true
 			continue
 		}
 		rest = append(rest, a)
 	}
 	if len(rest) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(s.Err, usageText())
 		return 2
+	}
+	switch rest[0] {
+	case "token":
+		return RunToken(rest[1:], s.Out, s.Err)
+	case "aws-key":
+		return RunAccessKey(rest[1:], s.Out, s.Err)
 	}
 	err := c.dispatch(rest)
 	var ue usageError
+	var nc notConfirmed
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &nc):
+		fmt.Fprintf(s.Err, "shardmqctl: %v\n", err)
+		return 2
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "shardmqctl: %v\n\n%s", err, usage)
+		fmt.Fprintf(s.Err, "shardmqctl: %v\n\n%s", err, usageText())
 		return 2
 	default:
-		fmt.Fprintf(stderr, "shardmqctl: %v\n", err)
+		fmt.Fprintf(s.Err, "shardmqctl: %v\n", err)
 		return 1
 	}
+}
+
+// notConfirmed is a destructive command that was not confirmed: refused
+// without -yes off a terminal, or declined at the prompt. Nothing was sent.
+type notConfirmed string
+
+func (n notConfirmed) Error() string { return string(n) }
+
+// confirm asks before a destructive command: -yes answers for the
+// operator; on a terminal the operator types y or yes; anywhere else
+// (a script, a pipe, cron) it refuses, so that a script that forgot -yes
+// fails loudly instead of acting or hanging.
+func (c *cmd) confirm(what string) error {
+	if c.yes {
+		return nil
+	}
+	if !c.terminal || c.in == nil {
+		return notConfirmed("refusing to " + what + ": standard input is not a terminal; add -yes to do it")
+	}
+	fmt.Fprintf(c.errw, "%s? [y/N] ", strings.ToUpper(what[:1])+what[1:])
+	line, _ := bufio.NewReader(c.in).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return nil
+	}
+	return notConfirmed("not confirmed: nothing done")
 }
 
 type usageError string
@@ -99,6 +140,10 @@ type cmd struct {
 	client *http.Client
 	json   bool          // print the router's JSON instead of tables
 	every  time.Duration // how often -watch and -follow ask
+
+	yes      bool      // -yes: destructive commands do not ask
+	terminal bool      // in is a terminal: destructive commands ask on it
+	in       io.Reader // where the answer to a confirmation comes from
 }
 
 func (c *cmd) dispatch(args []string) error {
@@ -223,6 +268,12 @@ func (c *cmd) sub(args []string) error {
 	case "get":
 		return c.call("GET", path, nil)
 	case "delete":
+		if len(rest) > 0 {
+			return usageError("sub delete takes TOPIC SUB and -yes, not " + strings.Join(rest, " "))
+		}
+		if err := c.confirm("delete subscription " + pos[2] + " of topic " + pos[1] + " with its deliveries and dead letters"); err != nil {
+			return err
+		}
 		return c.call("DELETE", path, nil)
 	case "put":
 		fs := newFlags("sub put")
@@ -268,9 +319,13 @@ func (c *cmd) dlq(args []string) error {
 	case "codes":
 		return c.show("GET", path+"/codes", nil, c.codesTable)
 	case "purge":
-		q := ""
+		q, which := "", "every dead letter"
 		if *code != "" {
 			q = "?error_code=" + url.QueryEscape(*code)
+			which = "the dead letters with error code " + *code
+		}
+		if err := c.confirm("delete " + which + " of " + pos[1] + "/" + pos[2] + " for good"); err != nil {
+			return err
 		}
 		return c.show("DELETE", path+q, nil, func(m map[string]any) error {
 			_, err := fmt.Fprintf(c.out, "purged: %v\n", num(m["purged"]))

@@ -64,8 +64,10 @@ func (c *cmd) topologyTable(m map[string]any) error {
 	if err := c.table("CLUSTER\tSTATE\tVSHARDS\tROLE\tENDPOINT\tHEALTH\tBREAKER\tLAG_MS", rows); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(c.out, "shard map version %s\n", num(m["shard_map_version"]))
-	return err
+	if _, err := fmt.Fprintf(c.out, "shard map version %s\n", num(m["shard_map_version"])); err != nil {
+		return err
+	}
+	return c.missing(m, "their primary does not answer; requests for their vshards fail until it is back")
 }
 
 func (c *cmd) shardMapTable(m map[string]any) error {
@@ -89,10 +91,27 @@ func (c *cmd) statsTable(m map[string]any) error {
 	if err := c.table("TOPIC\tSUBSCRIPTION\tDEPTH\tREADY\tDELAYED\tIN_FLIGHT\tPARKED\tDEAD", rows); err != nil {
 		return err
 	}
-	if miss, ok := m["missing_clusters"]; ok {
-		fmt.Fprintf(c.out, "clusters that did not answer (their deliveries are missing): %v\n", miss)
+	return c.missing(m, "their deliveries are not counted")
+}
+
+// missing prints the clusters an answer gathered from several clusters
+// lacks (missing_clusters), and what that means for it; nothing when
+// none is missing.
+func (c *cmd) missing(m map[string]any, meaning string) error {
+	var names []string
+	for _, v := range asList(m["missing_clusters"]) {
+		names = append(names, str(v))
 	}
-	return nil
+	if len(names) == 0 {
+		return nil
+	}
+	_, err := fmt.Fprintf(c.errw, "MISSING: %s did not answer: %s\n", strings.Join(names, ", "), meaning)
+	return err
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
 }
 
 func (c *cmd) deadTable(m map[string]any) error {
@@ -106,7 +125,7 @@ func (c *cmd) deadTable(m map[string]any) error {
 	if next := str(m["next_cursor"]); next != "" {
 		fmt.Fprintf(c.out, "more: -cursor %s\n", next)
 	}
-	return nil
+	return c.missing(m, "their dead letters are not listed")
 }
 
 func (c *cmd) codesTable(m map[string]any) error {
@@ -115,7 +134,10 @@ func (c *cmd) codesTable(m map[string]any) error {
 		rows = append(rows, []string{str(x["error_code"]), num(x["count"])})
 	}
 	rows = append(rows, []string{"(total)", num(m["total"])})
-	return c.table("ERROR_CODE\tDEAD_LETTERS", rows)
+	if err := c.table("ERROR_CODE\tDEAD_LETTERS", rows); err != nil {
+		return err
+	}
+	return c.missing(m, "their dead letters are not counted")
 }
 
 func (c *cmd) redriveText(m map[string]any) error {

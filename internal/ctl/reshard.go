@@ -68,6 +68,11 @@ func (c *cmd) reshard(args []string) error {
 		if len(args) != 2 {
 			return usageError("reshard " + sub + " takes a job id")
 		}
+		if sub == "abort" {
+			if err := c.confirm("abort reshard job " + args[1]); err != nil {
+				return err
+			}
+		}
 		return c.show("POST", "/v1/admin/reshard/"+url.PathEscape(args[1])+"/"+sub, nil, c.jobTable)
 	}
 	return usageError("reshard takes plan, start, status, pause, resume or abort")

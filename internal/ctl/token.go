@@ -20,15 +20,21 @@ const DefaultTokenFile = "var/router.token"
 // else the first line of file (DefaultTokenFile when file is empty and it
 // exists). "" means none: fine for a router without a token file.
 func ResolveToken(flagToken, file string) (string, error) {
+	return resolveToken(flagToken, file, os.Getenv, "")
+}
+
+// resolveToken is ResolveToken reading the environment through getenv
+// and DefaultTokenFile under dir ("" is the working directory).
+func resolveToken(flagToken, file string, getenv func(string) string, dir string) (string, error) {
 	if flagToken != "" {
 		return flagToken, nil
 	}
-	if v := os.Getenv("SHARDMQ_TOKEN"); v != "" {
+	if v := getenv("SHARDMQ_TOKEN"); v != "" {
 		return strings.TrimSpace(v), nil
 	}
 	explicit := file != ""
 	if !explicit {
-		file = DefaultTokenFile
+		file = filepath.Join(dir, DefaultTokenFile)
 	}
 	data, err := os.ReadFile(file)
 	if err != nil {

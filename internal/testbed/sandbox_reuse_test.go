@@ -8,9 +8,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
 	"github.com/shardmq/shardmq/topology"
@@ -22,7 +22,7 @@ import (
 func TestSandboxEnsureReusesAndRestartsOnlyWhatIsDown(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	dir := filepath.Join(t.TempDir(), "sandbox")
 	t.Cleanup(func() { testbed.SandboxDown(context.Background(), dir) })
 	spec := testbed.Spec{Clusters: 1, Replicas: 1}
@@ -111,5 +111,5 @@ func TestSandboxEnsureReusesAndRestartsOnlyWhatIsDown(t *testing.T) {
 	if err := testbed.SandboxDown(ctx, dir); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "restarted primary stops", func() bool { return !alive(np.PID) })
+	testtime.Until(t, "restarted primary stops", func() bool { return !alive(np.PID) })
 }

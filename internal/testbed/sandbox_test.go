@@ -9,9 +9,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/topology"
 )
 
@@ -62,7 +62,7 @@ shard_map:
 func TestSandboxUpDown(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	dir := filepath.Join(t.TempDir(), "sandbox")
 	t.Cleanup(func() { testbed.SandboxDown(context.Background(), dir) })
 	spec := testbed.Spec{Clusters: 1, NoReplicas: true}
@@ -93,7 +93,7 @@ func TestSandboxUpDown(t *testing.T) {
 	if err := testbed.SandboxDown(ctx, dir); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "server stops", func() bool { return !alive(p.PID) })
+	testtime.Until(t, "server stops", func() bool { return !alive(p.PID) })
 	if _, err := os.Stat(p.DataDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("data dir after sandbox down: %v", err)
 	}
@@ -106,7 +106,7 @@ func TestSandboxExec(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
 	note := filepath.Join(t.TempDir(), "env")
-	code, err := testbed.SandboxExec(testContext(t), testbed.Spec{Clusters: 1, NoReplicas: true},
+	code, err := testbed.SandboxExec(testtime.Context(t), testbed.Spec{Clusters: 1, NoReplicas: true},
 		"sh", "-c", `test -s "$SHARDMQ_TESTBED" && echo "$SHARDMQ_TESTBED" > "$0" && exit 3`, note)
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func TestSandboxExec(t *testing.T) {
 func TestSandboxAddCluster(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	dir := filepath.Join(t.TempDir(), "sandbox")
 	t.Cleanup(func() { testbed.SandboxDown(context.Background(), dir) })
 	spec := testbed.Spec{Clusters: 1, NoReplicas: true}
@@ -161,5 +161,5 @@ func TestSandboxAddCluster(t *testing.T) {
 	if err := testbed.SandboxDown(ctx, dir); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "added cluster's server stops", func() bool { return !alive(c.Primary.PID) })
+	testtime.Until(t, "added cluster's server stops", func() bool { return !alive(c.Primary.PID) })
 }

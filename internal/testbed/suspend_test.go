@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // procState is the one-letter state of pid in /proc (R, S, T for stopped…).
@@ -28,7 +29,7 @@ func procState(t *testing.T, pid int) byte {
 func TestSuspendContinue(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
-	b, err := testbed.Start(testContext(t), testbed.Spec{Clusters: 1, NoReplicas: true})
+	b, err := testbed.Start(testtime.Context(t), testbed.Spec{Clusters: 1, NoReplicas: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func TestSuspendContinue(t *testing.T) {
 	})
 	p := b.Clusters[0].Primary
 	db := open(t, p, "")
-	if err := db.PingContext(testContext(t)); err != nil {
+	if err := db.PingContext(testtime.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Suspend(p); err != nil {
@@ -49,7 +50,7 @@ func TestSuspendContinue(t *testing.T) {
 	if st := procState(t, p.PID); st != 'T' {
 		t.Fatalf("suspended server is in state %c, want T (stopped)", st)
 	}
-	ctx, cancel := context.WithTimeout(testContext(t), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(testtime.Context(t), 300*time.Millisecond)
 	err = db.QueryRowContext(ctx, "SELECT 1").Scan(new(int))
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -58,7 +59,7 @@ func TestSuspendContinue(t *testing.T) {
 	if err := b.Continue(p); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.QueryRowContext(testContext(t), "SELECT 1").Scan(new(int)); err != nil {
+	if err := db.QueryRowContext(testtime.Context(t), "SELECT 1").Scan(new(int)); err != nil {
 		t.Fatalf("query after Continue: %v", err)
 	}
 	if err := b.Suspend(p); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // bed is shared by the tests that only read and write; tests that kill,
@@ -34,18 +35,12 @@ func TestMain(m *testing.M) {
 	os.Exit(testbed.Main(m, testbed.Spec{}, func(b *testbed.Bed) { bed = b }))
 }
 
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // setupOwn starts a bed of one cluster with one replica for a test that
 // breaks things.
 func setupOwn(t *testing.T) (*testbed.Bed, *testbed.Cluster) {
 	t.Helper()
 	begin := time.Now()
-	b, err := testbed.Start(testContext(t), testbed.Spec{Clusters: 1})
+	b, err := testbed.Start(testtime.Context(t), testbed.Spec{Clusters: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +66,7 @@ func open(t *testing.T, inst *testbed.Instance, database string) *sql.DB {
 // createTable creates database.t on c's primary.
 func createTable(t *testing.T, b *testbed.Bed, c *testbed.Cluster, database string) *sql.DB {
 	t.Helper()
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	if err := testbed.CreateDatabase(ctx, b, database); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +79,7 @@ func createTable(t *testing.T, b *testbed.Bed, c *testbed.Cluster, database stri
 
 func insert(t *testing.T, db *sql.DB, id int) {
 	t.Helper()
-	if _, err := db.ExecContext(testContext(t), "INSERT INTO t (id, v) VALUES (?, ?)", id, "räksmörgås"); err != nil {
+	if _, err := db.ExecContext(testtime.Context(t), "INSERT INTO t (id, v) VALUES (?, ?)", id, "räksmörgås"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -93,7 +88,7 @@ func insert(t *testing.T, db *sql.DB, id int) {
 func hasRow(t *testing.T, inst *testbed.Instance, database string, id int) bool {
 	t.Helper()
 	var v string
-	err := open(t, inst, database).QueryRowContext(testContext(t), "SELECT v FROM t WHERE id = ?", id).Scan(&v)
+	err := open(t, inst, database).QueryRowContext(testtime.Context(t), "SELECT v FROM t WHERE id = ?", id).Scan(&v)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return false
@@ -105,22 +100,10 @@ func hasRow(t *testing.T, inst *testbed.Instance, database string, id int) bool 
 	return true
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestReplicates(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	if len(bed.Clusters) < 2 {
 		t.Fatalf("bed has %d clusters, want ≥ 2", len(bed.Clusters))
 	}
@@ -160,7 +143,7 @@ func TestReplicaRefusesWrites(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
 	r := bed.Clusters[0].Replicas[0]
-	_, err := open(t, r, "").ExecContext(testContext(t), "CREATE DATABASE tb_must_not_exist")
+	_, err := open(t, r, "").ExecContext(testtime.Context(t), "CREATE DATABASE tb_must_not_exist")
 	var myErr *mysql.MySQLError
 	if !errors.As(err, &myErr) || myErr.Number != 1290 {
 		t.Fatalf("write on %s: got %v, want error 1290 (read-only)", r.Name, err)
@@ -171,7 +154,7 @@ func TestStopStartReplication(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
 	b, c := setupOwn(t)
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	r := c.Replicas[0]
 	db := createTable(t, b, c, "tb_lag")
 	insert(t, db, 1)
@@ -189,7 +172,7 @@ func TestStopStartReplication(t *testing.T) {
 	if err := db.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "replica fetches "+pos, func() bool { return gtidIOPos(t, r) == pos })
+	testtime.Until(t, "replica fetches "+pos, func() bool { return gtidIOPos(t, r) == pos })
 	if hasRow(t, r, "tb_lag", 2) {
 		t.Fatal("row 2 reached the replica while its SQL thread was stopped")
 	}
@@ -212,7 +195,7 @@ func TestStopStartReplication(t *testing.T) {
 
 func gtidIOPos(t *testing.T, r *testbed.Instance) string {
 	t.Helper()
-	rows, err := open(t, r, "").QueryContext(testContext(t), "SHOW SLAVE STATUS")
+	rows, err := open(t, r, "").QueryContext(testtime.Context(t), "SHOW SLAVE STATUS")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +225,7 @@ func TestKillRestart(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
 	b, c := setupOwn(t)
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	p, r := c.Primary, c.Replicas[0]
 	db := createTable(t, b, c, "tb_crash")
 	insert(t, db, 1)
@@ -304,7 +287,7 @@ func TestPromote(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
 	b, c := setupOwn(t)
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	p, r := c.Primary, c.Replicas[0]
 	db := createTable(t, b, c, "tb_failover")
 	insert(t, db, 1)
@@ -335,7 +318,7 @@ func TestPromote(t *testing.T) {
 func TestSaveAttach(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	path := filepath.Join(t.TempDir(), "bed.json")
 	if err := bed.Save(path); err != nil {
 		t.Fatal(err)
@@ -380,7 +363,7 @@ func TestSpecErrors(t *testing.T) {
 		{NoReplicas: true, Replicas: 2},
 		{Replicas: 99},
 	} {
-		if b, err := testbed.Start(testContext(t), spec); err == nil {
+		if b, err := testbed.Start(testtime.Context(t), spec); err == nil {
 			b.Stop()
 			t.Errorf("Start(%+v) succeeded", spec)
 		}
@@ -427,7 +410,7 @@ func TestServersDieWithTheirOwner(t *testing.T) {
 	cmd.Process.Kill()
 	cmd.Wait()
 	for _, pid := range pids {
-		eventually(t, 10*time.Second, fmt.Sprintf("server %d dies with its owner", pid), func() bool {
+		testtime.Until(t, fmt.Sprintf("server %d dies with its owner", pid), func() bool {
 			return !alive(pid)
 		})
 	}
@@ -449,7 +432,7 @@ func TestHelperStartAndBlock(t *testing.T) {
 	if os.Getenv(helperEnv) == "" {
 		t.Skip("helper for TestServersDieWithTheirOwner")
 	}
-	b, err := testbed.Start(testContext(t), testbed.Spec{Clusters: 1, NoReplicas: true})
+	b, err := testbed.Start(testtime.Context(t), testbed.Spec{Clusters: 1, NoReplicas: true})
 	if err != nil {
 		t.Fatal(err)
 	}

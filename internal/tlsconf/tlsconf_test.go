@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/internal/tlsconf"
 	"github.com/shardmq/shardmq/internal/tlsconf/certtest"
 	"github.com/shardmq/shardmq/store"
@@ -23,7 +23,7 @@ import (
 // client certificate and one trusting another CA are refused.
 func TestMySQLOverTLS(t *testing.T) {
 	testbed.Need(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithCancel(testtime.Context(t))
 	defer cancel()
 	dir := t.TempDir()
 	ca := certtest.NewCA(t, dir, "mysql-ca")

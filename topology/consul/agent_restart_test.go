@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/topology"
 	"github.com/shardmq/shardmq/topology/topologytest"
@@ -58,7 +59,7 @@ func (a *devAgent) start(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, _ := api.NewClient(&api.Config{Address: a.addr(), HttpClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}})
-	eventually(t, 30*time.Second, "agent has a leader", func() bool {
+	testtime.Until(t, "agent has a leader", func() bool {
 		leader, err := c.Status().Leader()
 		return err == nil && leader != ""
 	})
@@ -91,7 +92,7 @@ func TestAgentRestartOnAgent(t *testing.T) {
 	}
 	e := &env{addr: a.addr(), api: c, ttl: 10 * time.Second, prefix: "shardmq/", service: "mysql", node: "db-node", primaries: map[string]string{}}
 	e.seed(t, topologytest.NewSeed())
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	r1, err := startRouter(t, e, "router-1", "", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +113,7 @@ func TestAgentRestartOnAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range []*testRouter{r1, r2} {
-		eventually(t, 5*time.Second, r.id+" on map 2", func() bool { cur, _ := r.current(); return cur.Version() == m.Version() })
+		testtime.Until(t, r.id+" on map 2", func() bool { cur, _ := r.current(); return cur.Version() == m.Version() })
 	}
 
 	start := time.Now()
@@ -120,7 +121,7 @@ func TestAgentRestartOnAgent(t *testing.T) {
 	a.start(t)
 	t.Logf("agent restarted in %s", time.Since(start))
 
-	eventually(t, 20*time.Second, "routers registered again and the map written back", func() bool {
+	testtime.Until(t, "routers registered again and the map written back", func() bool {
 		applied, err := admin.Applied(ctx)
 		top, who := topology.HighestApplied(applied)
 		stored, serr := admin.ShardMap(ctx)
@@ -143,7 +144,7 @@ func TestAgentRestartOnAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range []*testRouter{r1, r2} {
-		eventually(t, 5*time.Second, r.id+" follows the next change", func() bool { cur, _ := r.current(); return cur.Version() == next.Version() })
+		testtime.Until(t, r.id+" follows the next change", func() bool { cur, _ := r.current(); return cur.Version() == next.Version() })
 	}
 	r3, err := startRouter(t, e, "router-3", "", nil)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/shardmq/shardmq/internal/consuldouble"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/subscription"
 	"github.com/shardmq/shardmq/topology"
@@ -31,12 +32,6 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // env is one test's Consul state: its own KV prefix, service name and
@@ -270,22 +265,10 @@ type cancelOnClose struct {
 
 func (c *cancelOnClose) Close() error { err := c.ReadCloser.Close(); c.cancel(); return err }
 
-// eventually polls cond every 10ms until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestLeaderDeathHandsLockOverWithinTTL(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	cut := newCutTransport()
 	cfg1 := e.config(t)
 	cfg1.HTTPClient = &http.Client{Transport: cut}
@@ -328,7 +311,7 @@ func TestLeaderSessionDestroyedHandsOverAtOnce(t *testing.T) {
 }
 
 func leaderSessionDestroyed(t *testing.T, e *env) {
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	l1 := e.source(t, e.config(t)).Leader("router-1")
 	l2 := e.source(t, e.config(t)).Leader("router-2")
 	l1.Start(ctx)
@@ -364,7 +347,7 @@ func leaderSessionDestroyed(t *testing.T, e *env) {
 func TestDeadRouterDoesNotHoldTheBarrier(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	cut := newCutTransport()
 	cfg2 := e.config(t)
 	cfg2.HTTPClient = &http.Client{Transport: cut}
@@ -397,7 +380,7 @@ func TestDeadRouterDoesNotHoldTheBarrier(t *testing.T) {
 func TestRegistrationComesBackAfterItsSessionIsLost(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	b := e.source(t, e.config(t))
 	r, err := b.Register(ctx, "router-1")
 	if err != nil {
@@ -406,7 +389,7 @@ func TestRegistrationComesBackAfterItsSessionIsLost(t *testing.T) {
 	defer r.Stop()
 	r.Publish(3)
 	var first string
-	eventually(t, 5*time.Second, "registration at version 3", func() bool {
+	testtime.Until(t, "registration at version 3", func() bool {
 		rs, err := b.Routers(ctx)
 		if err == nil && len(rs) == 1 && rs[0].Applied == 3 {
 			first = rs[0].Session
@@ -417,7 +400,7 @@ func TestRegistrationComesBackAfterItsSessionIsLost(t *testing.T) {
 	if _, err := e.api.Session().Destroy(first, nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "registration under a new session", func() bool {
+	testtime.Until(t, "registration under a new session", func() bool {
 		rs, err := b.Routers(ctx)
 		return err == nil && len(rs) == 1 && rs[0].Session != first && rs[0].Applied == 3
 	})
@@ -431,7 +414,7 @@ func TestRegistrationComesBackAfterItsSessionIsLost(t *testing.T) {
 func TestStaleWhileConsulIsDown(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	s := e.source(t, e.config(t))
 	if _, err := s.Load(ctx); err != nil {
 		t.Fatal(err)
@@ -446,13 +429,13 @@ func TestStaleWhileConsulIsDown(t *testing.T) {
 		t.Fatalf("stale before any failure: %v", err)
 	}
 	e.double.SetDown(true)
-	eventually(t, 5*time.Second, "stale while Consul is down", func() bool { stale, _ := s.Stale(); return stale })
+	testtime.Until(t, "stale while Consul is down", func() bool { stale, _ := s.Stale(); return stale })
 	_, err := s.Stale()
 	if err == nil || !strings.Contains(err.Error(), "500") {
 		t.Fatalf("Stale error = %v, want Consul's failure", err)
 	}
 	e.double.SetDown(false)
-	eventually(t, 5*time.Second, "fresh once Consul answers", func() bool { stale, _ := s.Stale(); return !stale })
+	testtime.Until(t, "fresh once Consul answers", func() bool { stale, _ := s.Stale(); return !stale })
 	e.SetPrimary(t, "c1", topologytest.C1Other)
 	select {
 	case top := <-applied:
@@ -467,7 +450,7 @@ func TestStaleWhileConsulIsDown(t *testing.T) {
 func TestRejectedMapMakesStaleAndKeepsLastGood(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	s := e.source(t, e.config(t))
 	if _, err := s.Load(ctx); err != nil {
 		t.Fatal(err)
@@ -481,7 +464,7 @@ func TestRejectedMapMakesStaleAndKeepsLastGood(t *testing.T) {
 	if _, err := e.api.KV().Put(&api.KVPair{Key: e.prefix + "shardmap", Value: []byte(`{"version": 2, "ranges": [{"from": 0, "to": 5, "cluster": "c1"}]}`)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "rejected map reported", func() bool {
+	testtime.Until(t, "rejected map reported", func() bool {
 		stale, err := s.Stale()
 		return stale && errors.Is(err, topology.ErrInvalid) && strings.Contains(err.Error(), "keeping version 1")
 	})
@@ -501,7 +484,7 @@ func TestRejectedMapMakesStaleAndKeepsLastGood(t *testing.T) {
 	}
 	// An older map is refused and the router writes its own back.
 	e.WriteMap(t, 2, topologytest.SeedRanges)
-	eventually(t, 5*time.Second, "map 3 written back over the older one", func() bool {
+	testtime.Until(t, "map 3 written back over the older one", func() bool {
 		m, err := s.ShardMap(ctx)
 		return err == nil && m.Version() == 3
 	})
@@ -518,7 +501,7 @@ func TestOnlyPassingInstancesAreUsed(t *testing.T) {
 }
 
 func onlyPassingInstances(t *testing.T, e *env) {
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	s := e.source(t, e.config(t))
 	if _, err := s.Load(ctx); err != nil {
 		t.Fatal(err)
@@ -578,7 +561,7 @@ func TestDSNAndAddressFromConsul(t *testing.T) {
 	// A service registered through the agent without an address takes its
 	// node's.
 	e := newDoubleEnv(t)
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	if _, err := e.api.KV().Put(&api.KVPair{Key: e.prefix + "shardmap", Value: consul.EncodeMap(topologytest.MustMap(1, routing.Range{From: 0, To: 1023, Cluster: "c1"}))}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -611,7 +594,7 @@ func TestDSNAndAddressFromConsul(t *testing.T) {
 func TestLoadWithoutShardMapFails(t *testing.T) {
 	t.Parallel()
 	e := newDoubleEnv(t)
-	_, err := e.source(t, e.config(t)).Load(testContext(t))
+	_, err := e.source(t, e.config(t)).Load(testtime.Context(t))
 	if !errors.Is(err, topology.ErrInvalid) || !strings.Contains(err.Error(), "no shard map stored") {
 		t.Fatalf("err = %v, want no shard map stored", err)
 	}
@@ -620,7 +603,7 @@ func TestLoadWithoutShardMapFails(t *testing.T) {
 func TestSubscriptionsInKV(t *testing.T) {
 	t.Parallel()
 	e := newDoubleEnv(t)
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	st := e.source(t, e.config(t)).Subscriptions()
 	other := e.source(t, e.config(t)).Subscriptions()
 
@@ -672,7 +655,7 @@ func TestSubscriptionsInKV(t *testing.T) {
 func TestArchiveClusterFromConsul(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	e.register(t, "127.0.0.1:13390", topology.ArchiveName, consul.RolePrimary, api.HealthPassing)
 	e.register(t, "127.0.0.1:13391", topology.ArchiveName, consul.RoleReplica, api.HealthPassing)
 	top, err := e.source(t, e.config(t)).Load(ctx)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/rebalance"
 )
 
@@ -12,7 +13,7 @@ func TestReshardStateCheckAndSet(t *testing.T) {
 	t.Parallel()
 	e := newDoubleEnv(t)
 	st := e.source(t, e.config(t)).ReshardState()
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	js, err := st.Load(ctx)
 	if err != nil || js.Version != 0 || len(js.Jobs) != 0 {
 		t.Fatalf("empty store: %+v %v", js, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/topology"
 	"github.com/shardmq/shardmq/topology/consul"
@@ -218,7 +219,7 @@ func (r *testRouter) log() []*routing.Map {
 }
 
 func restartedRouterTakesOver(t *testing.T, e *env) {
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	cut := newCutTransport()
 	old, err := startRouter(t, e, "router-1", "host-a 127.0.0.1:8080", &http.Client{Transport: cut})
 	if err != nil {
@@ -272,12 +273,12 @@ func stateOf(s *consul.Source, cluster string) string {
 }
 
 func vanishedClusterKeepsEndpoints(t *testing.T, e *env) {
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	r, err := startRouter(t, e, "router-1", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "both clusters serving", func() bool {
+	testtime.Until(t, "both clusters serving", func() bool {
 		return stateOf(r.src, "c1") == topology.StateServing && stateOf(r.src, "c2") == topology.StateServing
 	})
 	// c1's only instance leaves the catalog (deregistered by mistake):
@@ -285,7 +286,7 @@ func vanishedClusterKeepsEndpoints(t *testing.T, e *env) {
 	if _, err := e.api.Catalog().Deregister(&api.CatalogDeregistration{Node: e.node, ServiceID: serviceID(topologytest.C1Primary)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "c1 stale", func() bool { return stateOf(r.src, "c1") == topology.StateStale })
+	testtime.Until(t, "c1 stale", func() bool { return stateOf(r.src, "c1") == topology.StateStale })
 	if _, clusters := r.current(); !strings.Contains(clusters["c1"].Primary, topologytest.C1Primary) {
 		t.Fatalf("c1 = %+v, want its last known primary kept", clusters["c1"])
 	}
@@ -294,17 +295,17 @@ func vanishedClusterKeepsEndpoints(t *testing.T, e *env) {
 	}
 	// c2's primary turns critical: dead, dropped.
 	e.register(t, topologytest.C2Primary, "c2", consul.RolePrimary, api.HealthCritical)
-	eventually(t, 5*time.Second, "c2 without primary", func() bool {
+	testtime.Until(t, "c2 without primary", func() bool {
 		_, clusters := r.current()
 		_, has := clusters["c2"]
 		return !has && stateOf(r.src, "c2") == topology.StateNoPrimary
 	})
 	// A map naming a cluster the catalog never listed (a typo): unknown.
 	e.WriteMap(t, 2, []routing.Range{{From: 0, To: 511, Cluster: "c1"}, {From: 512, To: 1000, Cluster: "c2"}, {From: 1001, To: 1023, Cluster: "c3-typo"}})
-	eventually(t, 5*time.Second, "c3-typo unknown", func() bool { return stateOf(r.src, "c3-typo") == topology.StateUnknown })
+	testtime.Until(t, "c3-typo unknown", func() bool { return stateOf(r.src, "c3-typo") == topology.StateUnknown })
 	// A map that no longer names c1 removes it for good.
 	e.WriteMap(t, 3, []routing.Range{{From: 0, To: 1023, Cluster: "c2"}})
-	eventually(t, 5*time.Second, "c1 gone", func() bool {
+	testtime.Until(t, "c1 gone", func() bool {
 		_, clusters := r.current()
 		_, has := clusters["c1"]
 		return !has && stateOf(r.src, "c1") == ""
@@ -312,12 +313,12 @@ func vanishedClusterKeepsEndpoints(t *testing.T, e *env) {
 	// Registered again with a new map naming it, it serves again.
 	e.SetPrimary(t, "c1", topologytest.C1Primary)
 	e.WriteMap(t, 4, topologytest.SeedRanges)
-	eventually(t, 5*time.Second, "c1 back", func() bool { return stateOf(r.src, "c1") == topology.StateServing })
+	testtime.Until(t, "c1 back", func() bool { return stateOf(r.src, "c1") == topology.StateServing })
 	_ = ctx
 }
 
 func agentDataLossKeepsServing(t *testing.T, e *env) {
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	r1, err := startRouter(t, e, "router-1", "", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -334,14 +335,14 @@ func agentDataLossKeepsServing(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	for _, r := range []*testRouter{r1, r2} {
-		eventually(t, 5*time.Second, r.id+" on the new map", func() bool { cur, _ := r.current(); return cur.Version() == m.Version() })
+		testtime.Until(t, r.id+" on the new map", func() bool { cur, _ := r.current(); return cur.Version() == m.Version() })
 	}
 
 	e.wipe(t) // the agent restarts without its data: no map, no catalog, no sessions
 
 	// The routers re-register with the map they hold and keep routing
 	// to every cluster.
-	eventually(t, 10*time.Second, "routers registered again at their version", func() bool {
+	testtime.Until(t, "routers registered again at their version", func() bool {
 		applied, err := admin.Applied(ctx)
 		top, who := topology.HighestApplied(applied)
 		return err == nil && top == m.Version() && len(who) == 2
@@ -357,7 +358,7 @@ func agentDataLossKeepsServing(t *testing.T, e *env) {
 	}
 	// The routers write the map they hold back: the store has it again
 	// and a new router starts on it.
-	eventually(t, 5*time.Second, "map written back by the routers", func() bool {
+	testtime.Until(t, "map written back by the routers", func() bool {
 		got, err := admin.ShardMap(ctx)
 		return err == nil && got.Version() == m.Version() && got.Digest() == m.Digest()
 	})
@@ -383,7 +384,7 @@ func agentDataLossKeepsServing(t *testing.T, e *env) {
 		t.Fatalf("re-seed wrote version %d, not above the routers' %d", v, m.Version())
 	}
 	for _, r := range []*testRouter{r1, r2, r3} {
-		eventually(t, 5*time.Second, r.id+" on the re-seeded map", func() bool { cur, _ := r.current(); return cur.Version() == v })
+		testtime.Until(t, r.id+" on the re-seeded map", func() bool { cur, _ := r.current(); return cur.Version() == v })
 	}
 }
 
@@ -412,7 +413,7 @@ func emptyStoreRefusedWithHint(t *testing.T, e *env) {
 }
 
 func registrationComesBackAfterWipe(t *testing.T, e *env) {
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	b := e.source(t, e.config(t))
 	reg, err := b.Register(ctx, "router-1")
 	if err != nil {
@@ -420,13 +421,13 @@ func registrationComesBackAfterWipe(t *testing.T, e *env) {
 	}
 	defer reg.Stop()
 	topology.PublishMap(reg, topologytest.MustMap(7, topologytest.SeedRanges...))
-	eventually(t, 5*time.Second, "registration at 7", func() bool {
+	testtime.Until(t, "registration at 7", func() bool {
 		rs, err := b.Routers(ctx)
 		return err == nil && len(rs) == 1 && rs[0].Applied == 7
 	})
 	start := time.Now()
 	e.wipe(t)
-	eventually(t, 5*time.Second, "registration back at 7", func() bool {
+	testtime.Until(t, "registration back at 7", func() bool {
 		rs, err := b.Routers(ctx)
 		return err == nil && len(rs) == 1 && rs[0].Applied == 7
 	})
@@ -439,7 +440,7 @@ func registrationComesBackAfterWipe(t *testing.T, e *env) {
 // a router started meanwhile is refused or starts on the newer map, never
 // on the older; the re-seed goes above the running router.
 func staleHandEditNeverSplits(t *testing.T, e *env) {
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	admin := e.source(t, e.config(t))
 	r1, err := startRouter(t, e, "router-1", "", nil)
 	if err != nil {
@@ -448,7 +449,7 @@ func staleHandEditNeverSplits(t *testing.T, e *env) {
 	for v := int64(2); v <= 4; v++ {
 		e.WriteMap(t, v, topologytest.SeedRanges)
 	}
-	eventually(t, 5*time.Second, "router-1 at 4", func() bool { cur, _ := r1.current(); return cur.Version() == 4 })
+	testtime.Until(t, "router-1 at 4", func() bool { cur, _ := r1.current(); return cur.Version() == 4 })
 	awaitVersion(t, admin, 4)
 	e.WriteMap(t, 2, []routing.Range{{From: 0, To: 1023, Cluster: "c1"}}) // by hand, older
 	switch r2, err := startRouter(t, e, "router-2", "", nil); {
@@ -460,7 +461,7 @@ func staleHandEditNeverSplits(t *testing.T, e *env) {
 	case !errors.Is(err, topology.ErrBehind):
 		t.Fatalf("router-2 on the older map: err = %v, want ErrBehind", err)
 	}
-	eventually(t, 5*time.Second, "map 4 written back", func() bool {
+	testtime.Until(t, "map 4 written back", func() bool {
 		m, err := admin.ShardMap(ctx)
 		return err == nil && m.Version() == 4 && m.Digest() == topologytest.MustMap(4, topologytest.SeedRanges...).Digest()
 	})
@@ -476,13 +477,13 @@ func staleHandEditNeverSplits(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	for _, r := range []*testRouter{r1, r2} {
-		eventually(t, 5*time.Second, r.id+" at 5", func() bool { cur, _ := r.current(); return cur.Version() == 5 })
+		testtime.Until(t, r.id+" at 5", func() bool { cur, _ := r.current(); return cur.Version() == 5 })
 	}
 }
 
 func awaitVersion(t *testing.T, s *consul.Source, v int64) {
 	t.Helper()
-	eventually(t, 5*time.Second, fmt.Sprint("a router at ", v), func() bool {
+	testtime.Until(t, fmt.Sprint("a router at ", v), func() bool {
 		applied, err := s.Applied(context.Background())
 		top, _ := topology.HighestApplied(applied)
 		return err == nil && top >= v
@@ -500,7 +501,7 @@ func awaitVersion(t *testing.T, s *consul.Source, v int64) {
 // check-and-set can order (a starting router still refuses the map a live
 // router applied differently under its version).
 func noSequenceSplitsRouting(t *testing.T, e *env, seed uint64, steps int) {
-	ctx := testContext(t)
+	ctx := testtime.Context(t)
 	rng := rand.New(rand.NewPCG(seed, 12))
 	admin := e.source(t, e.config(t))
 	randomRanges := func() []routing.Range {

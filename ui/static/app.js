@@ -175,7 +175,9 @@ function banners() {
       ", greyed out; actions are off until it answers again."));
   }
   const r = state.ready;
-  if (r && r.status && r.status !== "ready") {
+  // degraded: ready, but some clusters cannot be served (the banner of
+  // missing clusters below names them).
+  if (r && r.status && r.status !== "ready" && r.status !== "degraded") {
     out.push(banner("notready", "bad", el("strong", {}, "Router not ready: "), r.reason || r.status));
   }
   const missing = new Map();
@@ -579,8 +581,9 @@ async function consumers() {
         el("td", {}, timeEl(x.oldest_lease_at), " (" + ago((now - Date.parse(x.oldest_lease_at)) / 1000) + " ago)")));
     }
     if (!c.consumers.length) body.append(el("tr", {}, el("td", { colspan: 3, class: "muted" }, "no deliveries in flight")));
-    $("coninfo").textContent = "now" + (c.missing_clusters ? " · without " + c.missing_clusters.join(", ") + ", which did not answer" : "");
-    $("coninfo").className = c.missing_clusters ? "err" : "muted";
+    const cm = c.missing_clusters || [];
+    $("coninfo").textContent = "now" + (cm.length ? " · without " + cm.join(", ") + ", which did not answer" : "");
+    $("coninfo").className = cm.length ? "err" : "muted";
   } catch (e) { $("coninfo").textContent = e.message; }
 }
 
@@ -599,6 +602,9 @@ async function codes() {
         el("td", {}, el("button", { "data-act": "dry-run-all", onclick: () => dryRun({ all: true }, "all") }, "redrive: dry run"))));
     }
     if (!c.codes.length) body.append(el("tr", {}, el("td", { colspan: 3, class: "muted" }, "no dead letters")));
+    // Counts that missed clusters are smaller than the truth: say so, in red.
+    const cm = c.missing_clusters || [];
+    if (cm.length) body.append(el("tr", { class: "stale" }, el("td", { colspan: 3, class: "err" }, "without " + cm.join(", ") + ", which did not answer: the counts are smaller than the truth")));
   } catch (e) { $("dlmsg").textContent = e.message; }
 }
 
@@ -666,7 +672,8 @@ async function deadLetters() {
     }
     if (!p.dead_letters.length) body.append(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "no dead letters")));
     $("dlinfo").textContent = "page " + (state.dl.back.length + 1) + ", newest first" +
-      (p.missing_clusters ? " · without " + p.missing_clusters.join(", ") + ", which did not answer" : "");
+      ((p.missing_clusters || []).length ? " · without " + p.missing_clusters.join(", ") + ", which did not answer" : "");
+    $("dlinfo").className = (p.missing_clusters || []).length ? "err" : "muted";
     $("dlprev").disabled = state.dl.back.length === 0;
     $("dlnext").disabled = !state.dl.next;
   } catch (e) { $("dlinfo").textContent = e.message; }

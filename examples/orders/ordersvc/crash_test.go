@@ -21,6 +21,7 @@ import (
 	"github.com/shardmq/shardmq/examples/orders/ordersvc"
 	"github.com/shardmq/shardmq/internal/routertest"
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 var bed *testbed.Bed
@@ -105,7 +106,7 @@ func TestCrashesYieldOnePointsChangePerOrder(t *testing.T) {
 	const orders = 2000
 	r := routertest.Start(t, bed, routertest.Options{})
 	ordersDB, pointsDB := openDB(t, "t_orders_"), openDB(t, "t_points_")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithCancel(testtime.Context(t))
 	defer cancel()
 	if err := ordersvc.MigrateOrders(ctx, ordersDB); err != nil {
 		t.Fatal(err)
