@@ -54,6 +54,7 @@ func startStaleRouter(t *testing.T, e *env, tune func(*Config)) *env {
 		t.Fatal(err)
 	}
 	cfg := Config{Source: frozenSource{top}, Listen: ln.Addr().String(), ReloadEvery: 50 * time.Millisecond}
+	cfg.Broker.Receipts = testReceipts
 	cfg.Broker.RecentKeys = -1
 	if tune != nil {
 		tune(&cfg)

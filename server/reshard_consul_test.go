@@ -47,6 +47,7 @@ func startReshardConsulRouter(t *testing.T, addr, database, id string) *env {
 			return nil
 		})}
 	cfg.Broker.RecentKeys = -1
+	cfg.Broker.Receipts = testReceipts // one fleet: the routers forward to each other's owners
 	cfg.Reshard.RowsPerSecond = -1
 	cfg.SelfFence = reg.(topology.SelfFencer) // as cmd/router does
 	r, err := New(ctx, cfg)

@@ -87,6 +87,7 @@ func setupReshardOn(t *testing.T, tune func(*Config), replicas bool) *env {
 		t.Fatal(err)
 	}
 	cfg := Config{TopologyFile: path, Listen: ln.Addr().String(), ReloadEvery: 50 * time.Millisecond}
+	cfg.Broker.Receipts = testReceipts
 	cfg.Broker.RecentKeys = -1 // every duplicate answered by the database, after the move too
 	cfg.Reshard.RowsPerSecond = -1
 	if tune != nil {

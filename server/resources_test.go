@@ -194,13 +194,18 @@ func TestClaimByteCap(t *testing.T) {
 			t.Fatalf("nack: %v", r)
 		}
 	}
-	_, out := e.do(t, "POST", "/v1/topics/big/subscriptions/s/dead-letters/claim", map[string]any{"max": 10, "max_bytes": 700 << 10})
+	// 300 KiB binary payloads take 400 KiB each as base64 in the answer.
+	_, out := e.do(t, "POST", "/v1/topics/big/subscriptions/s/dead-letters/claim", map[string]any{"max": 10, "max_bytes": 850 << 10})
 	if n := len(out["messages"].([]any)); n != 2 {
-		t.Fatalf("dead-letter claim with max_bytes 700 KiB: %d messages, want 2", n)
+		t.Fatalf("dead-letter claim with max_bytes 850 KiB: %d messages, want 2", n)
 	}
 	_, out = e.do(t, "POST", "/v1/topics/big/subscriptions/s/dead-letters/claim", map[string]any{"max": 10})
-	if n := len(out["messages"].([]any)); n != 3 {
-		t.Fatalf("dead-letter claim of the rest: %d messages, want 3", n)
+	if n := len(out["messages"].([]any)); n != 2 {
+		t.Fatalf("dead-letter claim under the 1 MiB cap: %d messages, want 2", n)
+	}
+	_, out = e.do(t, "POST", "/v1/topics/big/subscriptions/s/dead-letters/claim", map[string]any{"max": 10})
+	if n := len(out["messages"].([]any)); n != 1 {
+		t.Fatalf("dead-letter claim of the last: %d messages, want 1", n)
 	}
 }
 
