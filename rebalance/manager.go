@@ -74,6 +74,12 @@ type Config struct {
 	BarrierTimeout time.Duration
 	// Leader elects the router that runs jobs; nil runs them here.
 	Leader topology.Leader
+	// Sessions opens a leader's own connections to a cluster for its
+	// epoch (rebalance/term.go): every statement of a job then runs under
+	// the session's time limits, and a new leader kills the connections
+	// of older ones before its first step on a cluster. Nil uses the
+	// clusters' shared pools as given (no takeover).
+	Sessions OpenSession
 	// OnState is called after every recorded change of a job's state
 	// (tests stop a runner at a chosen step with it).
 	OnState func(j *Job)
@@ -123,6 +129,8 @@ type Manager struct {
 	maps     ShardMaps
 	clusters func() map[string]Mover
 
+	terms *terms
+
 	pauses *prometheus.HistogramVec // per freeze: how long the vshards stopped serving
 	rows   prometheus.Counter       // rows copied, synced and deleted
 
@@ -136,7 +144,9 @@ type Manager struct {
 // clusters' primaries (every cluster of the topology, those that own no
 // vshard yet included).
 func New(cfg Config, state StateStore, maps ShardMaps, clusters func() map[string]Mover) *Manager {
-	return &Manager{cfg: cfg.withDefaults(), state: state, maps: maps, clusters: clusters, wake: make(chan struct{}, 1),
+	cfg = cfg.withDefaults()
+	return &Manager{cfg: cfg, state: state, maps: maps, clusters: clusters, wake: make(chan struct{}, 1),
+		terms: &terms{open: cfg.Sessions, log: cfg.Log},
 		pauses: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardmq_reshard_pause_seconds",
 			Help:    "How long the vshards of a resharding job stayed frozen, per freeze (outcome=flipped or given_up); every vshard of a job pauses together.",
 			Buckets: []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30}}, []string{"outcome"}),
@@ -208,7 +218,39 @@ func (m *Manager) loop(ctx context.Context) {
 				cancel()
 			}()
 		}
-		m.runWhileLeading(runCtx)
+		if m.cfg.Sessions == nil {
+			m.runWhileLeading(runCtx)
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		epoch, err := m.newEpoch(runCtx)
+		for err != nil && runCtx.Err() == nil {
+			m.cfg.Log.Warn("reshard: cannot take a leader epoch; retrying", "err", err)
+			wait(runCtx, time.Second)
+			epoch, err = m.newEpoch(runCtx)
+		}
+		if err == nil {
+			m.cfg.Log.Info("reshard: leading", "epoch", epoch)
+			superseded := m.terms.begin(epoch)
+			termCtx, stop := context.WithCancel(runCtx)
+			go func() {
+				select {
+				case <-superseded:
+				case <-termCtx.Done():
+				}
+				stop()
+			}()
+			m.runWhileLeading(termCtx)
+			stop()
+			m.terms.end()
+			// Superseded while the election still says this router
+			// leads: wait until it says otherwise rather than take the
+			// clusters back from the newer leader.
+			<-runCtx.Done()
+		}
 		cancel()
 		if ctx.Err() != nil {
 			return

@@ -42,6 +42,9 @@ func (m *Manager) run(ctx context.Context, id string) {
 			continue
 		case ctx.Err() != nil:
 			return
+		case superseded(err):
+			m.terms.supersede(err)
+			return
 		}
 		failures++
 		m.cfg.Log.Warn("reshard step failed; retrying", "job", id, "state", j.State, "failures", failures, "err", err)
@@ -167,18 +170,24 @@ func (m *Manager) reverse(j *Job) *Job {
 	return back
 }
 
-func (m *Manager) cluster(name string) (Mover, error) {
+// cluster is the primary of cluster name as this leader's jobs use it:
+// with Config.Sessions, the leader's own connections of its epoch, opened
+// (and the cluster taken over from older leaders) on first use.
+func (m *Manager) cluster(ctx context.Context, name string) (Mover, error) {
 	c, ok := m.clusters()[name]
 	if !ok {
 		return nil, fmt.Errorf("cluster %s has no connection on this router", name)
 	}
-	return c, nil
+	if m.cfg.Sessions == nil {
+		return c, nil
+	}
+	return m.terms.session(ctx, name)
 }
 
 func (m *Manager) countRows(ctx context.Context, j *Job) (int64, error) {
 	var total int64
 	for _, mv := range j.Moves {
-		src, err := m.cluster(mv.Source)
+		src, err := m.cluster(ctx, mv.Source)
 		if err != nil {
 			return 0, err
 		}
@@ -242,11 +251,11 @@ func cursorKey(mv Move, table string) string { return mv.Source + "/" + mv.Targe
 // target in batches, recording the position after each.
 func (m *Manager) copyAll(ctx context.Context, j *Job) error {
 	for _, mv := range j.Moves {
-		src, err := m.cluster(mv.Source)
+		src, err := m.cluster(ctx, mv.Source)
 		if err != nil {
 			return err
 		}
-		dst, err := m.cluster(mv.Target)
+		dst, err := m.cluster(ctx, mv.Target)
 		if err != nil {
 			return err
 		}
@@ -331,11 +340,11 @@ func (m *Manager) syncAll(ctx context.Context, j *Job, withQueue bool) (int64, m
 	g.SetLimit(4)
 	for _, tk := range tasks {
 		g.Go(func() error {
-			src, err := m.cluster(tk.mv.Source)
+			src, err := m.cluster(gctx, tk.mv.Source)
 			if err != nil {
 				return err
 			}
-			dst, err := m.cluster(tk.mv.Target)
+			dst, err := m.cluster(gctx, tk.mv.Target)
 			if err != nil {
 				return err
 			}
@@ -709,7 +718,7 @@ func queueTable() string {
 // deliveries go by vshard, 10,000 per statement, without reading them
 // first.
 func (m *Manager) deleteAll(ctx context.Context, cluster string, table string, vs []uint16, throttled bool) error {
-	c, err := m.cluster(cluster)
+	c, err := m.cluster(ctx, cluster)
 	if err != nil {
 		return err
 	}
