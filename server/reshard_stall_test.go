@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"database/sql"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -186,5 +187,35 @@ func TestReshardStalledLeaderReleasesRange(t *testing.T) {
 	}
 	if len(seen) != len(msgs)+1 {
 		t.Fatalf("%d messages delivered, want %d", len(seen), len(msgs)+1)
+	}
+}
+
+// Must-show (e) of issue 26 through the router: a range holding ten
+// messages of 1 MiB of zero bytes (20 MiB as escaped statement text, more
+// than the servers' max_allowed_packet) moves, whole.
+func TestReshardMovesLargeMessages(t *testing.T) {
+	t.Parallel()
+	e := setupReshard(t, nil)
+	const topic = "rs-large"
+	zeros := base64.StdEncoding.EncodeToString(make([]byte, 1<<20))
+	n := 0
+	for i := 0; n < 10; i++ {
+		key := fmt.Sprint("big-", i)
+		if v := shard.Of(key); v < 512 || v > 767 {
+			continue
+		}
+		st, _, body := e.post(t, "/v1/topics/"+topic+"/messages", map[string]any{"messages": []any{map[string]any{"key": key, "payload_base64": zeros}}})
+		if st != 200 || results(t, body)[0]["status"] != "created" {
+			t.Fatalf("produce %s: %d %v", key, st, body)
+		}
+		n++
+	}
+	job := e.reshard(t, []map[string]any{{"from": 512, "to": 767, "target": "c1"}}, 2*time.Minute)
+	if job["state"] != "done" {
+		t.Fatalf("job %v", job)
+	}
+	whole := "SELECT COUNT(*) FROM message_store WHERE topic = ? AND payload = REPEAT(0x00, 1048576)"
+	if got := e.count(t, whole, topic); got["c1"] != 10 || got["c2"] != 0 {
+		t.Fatalf("whole 1 MiB messages per cluster after the move: %v, want 10 on c1", got)
 	}
 }

@@ -73,6 +73,9 @@ type Store struct {
 	// cfg is the driver configuration the pool was opened with (a
 	// leader's reshard sessions open a pool of their own from it).
 	cfg *mysql.Config
+	// packet and rowBytes size the copies' statements (packet.go).
+	packet   packetLimit
+	rowBytes rowSizes
 }
 
 // Open connects to dsn (go-sql-driver form) with the session settings
