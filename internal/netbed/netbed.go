@@ -85,12 +85,12 @@ type Host struct {
 
 // Link is the veth pair between two hosts.
 type Link struct {
-	A, B   *Host
-	devA   string // in A's namespace
-	devB   string // in B's namespace
-	mu     sync.Mutex
-	cut    bool
-	netem  bool
+	A, B  *Host
+	devA  string // in A's namespace
+	devB  string // in B's namespace
+	mu    sync.Mutex
+	cut   bool
+	netem bool
 }
 
 // New makes an empty bed; Close removes everything it made.
