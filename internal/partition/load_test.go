@@ -126,7 +126,7 @@ func (l *load) start(producers, batch int, every time.Duration, consumers int) {
 // consumeOnce claims and acks one batch, counting the acks answered ok.
 func (l *load) consumeOnce(consumer string) int {
 	st, out := l.w.call("POST", l.url+"/v1/topics/"+l.topic+"/subscriptions/default/claim",
-		map[string]any{"max": 50, "visibility_timeout_ms": 30000, "wait_ms": 200, "consumer": consumer})
+		map[string]any{"max": 50, "visibility_timeout_ms": 5000, "wait_ms": 200, "consumer": consumer})
 	msgs, _ := out["messages"].([]any)
 	if st != 200 || len(msgs) == 0 {
 		if st != 200 {
@@ -189,15 +189,47 @@ func (l *load) settle(d time.Duration) {
 	}
 }
 
-// drain consumes until nothing is left to claim.
+// drain consumes until every stored message has been acked once, or
+// 90 s pass (leases held by a crashed router come back only after their
+// end, and its units after its owner lease).
 func (l *load) drain() {
-	for empty := 0; empty < 3; {
-		if l.consumeOnce("drain") == 0 {
-			empty++
-		} else {
-			empty = 0
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) && l.w.ctx.Err() == nil {
+		if l.consumeOnce("drain") > 0 {
+			continue
 		}
+		stored := l.storedIDs()
+		l.mu.Lock()
+		left := 0
+		for _, id := range stored {
+			if l.acks[id] == 0 {
+				left++
+			}
+		}
+		l.mu.Unlock()
+		if left == 0 {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// storedIDs lists the ids of the topic's messages on both clusters.
+func (l *load) storedIDs() []string {
+	var out []string
+	for _, db := range l.w.checks {
+		rows, err := db.QueryContext(l.w.ctx, "SELECT CAST(id AS CHAR) FROM message_store WHERE topic = ?", l.topic)
+		if err != nil {
+			continue
+		}
+		for rows.Next() {
+			var id string
+			rows.Scan(&id)
+			out = append(out, id)
+		}
+		rows.Close()
+	}
+	return out
 }
 
 // checkStored checks every acknowledged key is stored exactly once, over
