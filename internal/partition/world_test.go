@@ -83,6 +83,9 @@ func hostOf(inst *testbed.Instance) string {
 // owns vshards 0–511 and c2 512–1023. routers names the router hosts.
 func newWorld(t *testing.T, routers ...string) *world {
 	t.Helper()
+	if os.Getenv("SHARDMQ_PARTITIONS") == "" {
+		t.Skip("partition tests run with make test-partitions (SHARDMQ_PARTITIONS=1)")
+	}
 	if err := netbed.Available(); err != nil {
 		t.Skipf("partition tests need network namespaces (run as root on Linux with iproute2): %v", err)
 	}
