@@ -116,6 +116,12 @@ test: deps browser-deps sqs-deps vet promtool-test
 test-partitions: deps
 	SHARDMQ_PARTITIONS=1 $(GO) test -race -count=1 -v -timeout 20m ./internal/netbed ./internal/partition
 
+# test-fast runs every test that needs no database, with no MariaDB
+# started (internal/testbed: Need skips the others, Start refuses).
+.PHONY: test-fast
+test-fast:
+	SHARDMQ_TEST_FAST=1 $(GO) test -count=1 ./...
+
 # test-sqs drives the router's SQS API (docs/sqs.md) through real clients
 # over a fresh test bed: the AWS SDK for Go v2 (JSON protocol) and Debian's
 # AWS CLI and boto3 (query protocol, sqs/sdktest/testdata). sqs/sdktest is

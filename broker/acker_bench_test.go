@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/internal/procstat"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/store"
 )
 
@@ -22,6 +23,7 @@ import (
 // and reports messages/s and the primary's CPU per message. Run the
 // variants alternately (-count) on a quiet machine: they share one server.
 func BenchmarkConsumers(b *testing.B) {
+	testbed.Need(b)
 	for _, mode := range []string{"ack", "ackmany", "acker"} {
 		b.Run(mode, func(b *testing.B) {
 			st := openStore(b)

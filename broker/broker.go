@@ -105,8 +105,10 @@ const (
 // Errors callers match with errors.Is.
 var (
 	// ErrUnavailable: the cluster (or every cluster) that would serve the
-	// request is down or frozen beyond the wait; try again later.
-	ErrUnavailable = errors.New("unavailable")
+	// request is down or frozen beyond the wait; try again later. It is
+	// domain's, the one value every layer wraps, so a store outage and a
+	// broker refusal match the same errors.Is.
+	ErrUnavailable = domain.ErrUnavailable
 	// ErrUnknownSubscription: no such subscription on the topic.
 	ErrUnknownSubscription = errors.New("unknown subscription")
 )
@@ -802,7 +804,7 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 		if errors.Is(lastErr, ErrUnavailable) {
 			return nil, lastErr
 		}
-		return nil, fmt.Errorf("%w: no cluster answered the claim: %v", ErrUnavailable, lastErr)
+		return nil, fmt.Errorf("%w: no cluster answered the claim: %w", ErrUnavailable, lastErr)
 	}
 	// One answer in the claim's order over every cluster: priority, then
 	// age (ids are router-generated and grow with time).

@@ -68,7 +68,7 @@ func (b *Broker) Consumers(ctx context.Context, topic, sub string) (list []Consu
 		return nil
 	})
 	if err != nil && len(missing) == len(b.table.Load().Clusters()) {
-		return nil, missing, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return nil, missing, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	for _, o := range b.owners.Owners("") {
 		if u := o.Unit(); u.Topic != topic || u.Subscription != sub {

@@ -60,7 +60,7 @@ func (b *Broker) ListDead(ctx context.Context, topic, sub, errorCode, cursor str
 	})
 	page.Missing = missing
 	if err != nil && len(page.Missing) == len(b.table.Load().Clusters()) {
-		return DeadPage{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return DeadPage{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].MessageID > all[j].MessageID })
 	if len(all) > limit {

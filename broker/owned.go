@@ -178,7 +178,7 @@ func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscript
 		if errors.Is(lastErr, ErrUnavailable) {
 			return nil, lastErr
 		}
-		return nil, fmt.Errorf("%w: no cluster answered the claim: %v", ErrUnavailable, lastErr)
+		return nil, fmt.Errorf("%w: no cluster answered the claim: %w", ErrUnavailable, lastErr)
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		a, c := out[i].Message, out[j].Message
@@ -310,7 +310,7 @@ func (b *Broker) ownedOps(ctx context.Context, name string, receipts []Receipt, 
 			fail(ids, fmt.Errorf("%w: %s is owned by the router at %s", ErrUnavailable, u, addr))
 		default:
 			if err := forward(addr, ids); err != nil {
-				fail(ids, fmt.Errorf("%w: forwarded to the owner of %s at %s: %v", ErrUnavailable, u, addr, err))
+				fail(ids, fmt.Errorf("%w: forwarded to the owner of %s at %s: %w", ErrUnavailable, u, addr, err))
 			}
 		}
 	}

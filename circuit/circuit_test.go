@@ -72,6 +72,7 @@ func count(t *testing.T, db *sql.DB, key string) int {
 }
 
 func TestAnswersThatAreNotOutagesKeepTheBreakerClosed(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ids := idgen.New(nil)
 	st, _ := openDB(t, bed, bed.Clusters[0].Primary, ids)
@@ -102,6 +103,7 @@ func TestAnswersThatAreNotOutagesKeepTheBreakerClosed(t *testing.T) {
 // A killed endpoint opens its breaker; calls then fail at once with
 // ErrUnavailable; after OpenFor a probe finds it back and it closes.
 func TestBreakerOpensOnDeadEndpointAndRecovers(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	own, err := testbed.Start(ctx, testbed.Spec{Clusters: 1, NoReplicas: true})
@@ -166,6 +168,7 @@ func TestBreakerOpensOnDeadEndpointAndRecovers(t *testing.T) {
 // Retire hands an endpoint over: a call blocked on the old endpoint is
 // cancelled and runs once on the successor, later calls go there directly.
 func TestRetireRetriesInFlightCallOnSuccessor(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	ids := idgen.New(nil)

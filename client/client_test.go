@@ -75,6 +75,7 @@ func topicName(t *testing.T) string {
 // time share requests, each gets its own item's answer, and a repeated
 // key answers duplicate with the original's id.
 func TestProducerGathersSingleSends(t *testing.T) {
+	testbed.Need(t)
 	r := routertest.Start(t, bed, routertest.Options{})
 	tr := &countingTransport{base: http.DefaultTransport}
 	c := newClient(t, r, tr)
@@ -128,6 +129,7 @@ func TestProducerGathersSingleSends(t *testing.T) {
 // Retry-After 1 is sent again, not before a second has passed, and the
 // caller sees only the final answer.
 func TestProducerRetriesAfterRetryAfter(t *testing.T) {
+	testbed.Need(t)
 	r := routertest.Start(t, bed, routertest.Options{})
 	tr := &countingTransport{base: http.DefaultTransport}
 	tr.fail503.Store(2)
@@ -165,6 +167,7 @@ func TestProducerRetriesAfterRetryAfter(t *testing.T) {
 // TestErrorsAndToken: a router with a token file refuses a client without
 // the token with a typed error, and serves one with it over TLS.
 func TestErrorsAndToken(t *testing.T) {
+	testbed.Need(t)
 	r := routertest.Start(t, bed, routertest.Options{Token: true, TLS: true})
 	ctx := context.Background()
 	tlsCfg := &tls.Config{RootCAs: r.CA}
@@ -261,6 +264,7 @@ func produceN(t *testing.T, c *client.Client, topic string, n int) {
 // with a HandlerError is nacked with its code and retried at the time it
 // asked for; nothing is left afterwards.
 func TestConsumerAcksNacksWithCodes(t *testing.T) {
+	testbed.Need(t)
 	r := routertest.Start(t, bed, routertest.Options{Token: true})
 	c := newClient(t, r, nil)
 	topic := topicName(t)
@@ -323,6 +327,7 @@ func TestConsumerAcksNacksWithCodes(t *testing.T) {
 // TestConsumerExtendsLeases: a handler running four leases long keeps its
 // delivery — nobody else can claim it — and its ack is accepted.
 func TestConsumerExtendsLeases(t *testing.T) {
+	testbed.Need(t)
 	r := routertest.Start(t, bed, routertest.Options{})
 	c := newClient(t, r, nil)
 	topic := topicName(t)
@@ -378,6 +383,7 @@ func TestConsumerExtendsLeases(t *testing.T) {
 // handler cancels it, and its delivery is nacked for at once: another
 // consumer claims it immediately as attempt 2.
 func TestConsumerStopReleases(t *testing.T) {
+	testbed.Need(t)
 	r := routertest.Start(t, bed, routertest.Options{})
 	c := newClient(t, r, nil)
 	topic := topicName(t)
@@ -462,6 +468,7 @@ func (f *itemFaultTransport) RoundTrip(r *http.Request) (*http.Response, error) 
 // duplicate with the id of the copy it had stored — and its caller sees
 // that answer; the others' callers got theirs from the first request.
 func TestProducerRetriesOnlyUnavailableItems(t *testing.T) {
+	testbed.Need(t)
 	r := routertest.Start(t, bed, routertest.Options{})
 	tr := &itemFaultTransport{base: http.DefaultTransport}
 	c := newClient(t, r, tr)
@@ -499,6 +506,7 @@ func TestProducerRetriesOnlyUnavailableItems(t *testing.T) {
 // TestProducerDurability: each durability level is sent and answered;
 // an unknown one is refused before anything is sent.
 func TestProducerDurability(t *testing.T) {
+	testbed.Need(t)
 	r := routertest.Start(t, bed, routertest.Options{})
 	c := newClient(t, r, nil)
 	for _, tc := range []struct {
@@ -532,6 +540,7 @@ func TestProducerDurability(t *testing.T) {
 // answer has come back yet), so the whole takes well under three lingers
 // and every round is one request.
 func TestProducerStopsLingeringWhenCallersAreBack(t *testing.T) {
+	testbed.Need(t)
 	r := routertest.Start(t, bed, routertest.Options{})
 	tr := &countingTransport{base: http.DefaultTransport}
 	c := newClient(t, r, tr)

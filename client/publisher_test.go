@@ -18,6 +18,7 @@ import (
 
 	"github.com/shardmq/shardmq/client"
 	"github.com/shardmq/shardmq/internal/routertest"
+	"github.com/shardmq/shardmq/internal/testbed"
 )
 
 // produceFaults sits between a client and a router and breaks produce
@@ -317,6 +318,7 @@ func checkOnce(t *testing.T, got []seqMsg, want map[string]bool) {
 // With MaxPerKey 4 the faults keep one fate per key and request, as the
 // router does, and the runs keep order as well.
 func TestPublisherKeepsOrderPerKeyThroughRetries(t *testing.T) {
+	testbed.Need(t)
 	for _, tc := range []struct {
 		name      string
 		maxPerKey int
@@ -413,6 +415,7 @@ func TestPublisherKeepsOrderPerKeyThroughRetries(t *testing.T) {
 // new router, ends with every message stored exactly once; the messages
 // whose answer was lost come back duplicate.
 func TestPublisherRetriesAcrossRouterRestart(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := budget(t)
 	r := routertest.Start(t, bed, routertest.Options{})
@@ -481,6 +484,7 @@ func TestPublisherRetriesAcrossRouterRestart(t *testing.T) {
 // first — or, with ErrorWhenFull, answers ErrBufferFull at once; room
 // frees as messages are answered.
 func TestPublisherBackPressure(t *testing.T) {
+	testbed.Need(t)
 	r := routertest.Start(t, bed, routertest.Options{})
 	payload := func(n int) json.RawMessage { return json.RawMessage(`"` + strings.Repeat("x", n) + `"`) }
 	for _, tc := range []struct {
@@ -595,6 +599,7 @@ func deadlineOf(ctx context.Context) time.Time {
 // whose ctx ends while requests hang still resolves every handle (with
 // ErrClosed) and calls every callback once, and refuses later publishes.
 func TestPublisherCloseLosesNothing(t *testing.T) {
+	testbed.Need(t)
 	r := routertest.Start(t, bed, routertest.Options{})
 	t.Run("everything answered", func(t *testing.T) {
 		t.Parallel()
@@ -736,6 +741,7 @@ func TestPublisherCloseLosesNothing(t *testing.T) {
 // outcome. A message the router refuses whole-request (priority 12) costs
 // the others nothing: the publisher sends each alone to find it.
 func TestPublisherAnswersEachMessage(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := budget(t)
 	r := routertest.Start(t, bed, routertest.Options{})
@@ -849,6 +855,7 @@ func (s *itemStatusTransport) RoundTrip(r *http.Request) (*http.Response, error)
 // (they could be stored before it, were it published again) and later
 // ones are refused until Resume; other keys go on.
 func TestPublisherPausesAFailedOrderKey(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := budget(t)
 	r := routertest.Start(t, bed, routertest.Options{})

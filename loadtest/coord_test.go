@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"math"
 	"strings"
 	"testing"
@@ -54,6 +55,7 @@ func TestCoordinatorOrdersStreams(t *testing.T) {
 // The capacity model: cores from the CPU per message at the target, hosts
 // from the cores, and the limit named from where the cores went.
 func TestCapacityModel(t *testing.T) {
+	testbed.Need(t)
 	rep := &Report{Host: Host{CPUs: 2}, Phases: []PhaseReport{{Name: "router mixed", Target: "router", Kind: "mixed", ElapsedS: 100,
 		Produce: &Flow{PerSecond: 8000, Target: 100000}, Consume: &Flow{PerSecond: 3000, Target: 50000},
 		Timeline: []Point{{Produced: 600000, Consumed: 400000}},

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/procstat"
+	"github.com/shardmq/shardmq/internal/testbed"
 )
 
 // fakeProcs drives a cpuTracker through readings given per step: CPU
@@ -38,6 +39,7 @@ func (f *fakeProcs) tracker(names ...string) *cpuTracker {
 }
 
 func TestCPUTracker(t *testing.T) {
+	testbed.Need(t)
 	s := time.Second
 	tests := []struct {
 		name  string
@@ -125,6 +127,7 @@ func TestCPUFromProc(t *testing.T) {
 // The timeline puts each sample's interval on the second of its middle,
 // as cores busy in it, per source and for the machine.
 func TestCPUTimeline(t *testing.T) {
+	testbed.Need(t)
 	s := time.Second
 	f := &fakeProcs{procs: []map[int]time.Duration{{1: 0}, {1: 2 * s}, {1: 3 * s}}, mach: []time.Duration{10 * s, 18 * s, 21 * s}}
 	tr := f.tracker("router")

@@ -2,12 +2,12 @@ package loadtest
 
 import (
 	"context"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"regexp"
 	"slices"
 	"sync"
 	"testing"
 	"time"
-
 )
 
 // secondRouter starts another router over e's topology: the same
@@ -47,6 +47,7 @@ func (l *loseOne) Produce(ctx context.Context, topic string, msgs []Message) ([]
 // lost on one worker's share, the merged verification names it; without,
 // everything acknowledged by either worker is consumed once, by either.
 func TestFleetMergedVerification(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	for _, tc := range []struct {
 		name    string

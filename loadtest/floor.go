@@ -334,10 +334,18 @@ func (f *Floor) Counts(ctx context.Context) (messages, deliveries, acked, consum
 }
 
 // inTx runs fn in a transaction, again after a deadlock (error 1213),
-// which concurrent multi-row inserts may meet.
+// which concurrent multi-row inserts and locking reads may meet: up to
+// 20 tries, waiting a little longer each time.
 func (f *Floor) inTx(ctx context.Context, what string, fn func(*sql.Tx) error) error {
 	var err error
-	for range 5 {
+	for attempt := range 20 {
+		if attempt > 0 {
+			// Deadlocks come in bursts on a loaded machine: back off a
+			// little more each time rather than fail the whole run.
+			if werr := ctxwait.Sleep(ctx, time.Duration(attempt)*5*time.Millisecond); werr != nil {
+				return fmt.Errorf("floor: %s: %w", what, err)
+			}
+		}
 		var tx *sql.Tx
 		if tx, err = f.DB.BeginTx(ctx, nil); err != nil {
 			break

@@ -30,6 +30,7 @@ func setupFloor(t *testing.T) *Floor {
 // the rows are what the budget says: every produced message stored once,
 // every one consumed exactly once with its acked event and its status.
 func TestFloorWritesTheBudget(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -71,6 +72,7 @@ func TestFloorWritesTheBudget(t *testing.T) {
 
 // TestFloorAcks checks what each kind of ack writes.
 func TestFloorAcks(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	for _, tc := range []struct {
 		ack                  FloorAck
@@ -116,6 +118,7 @@ func TestFloorAcks(t *testing.T) {
 // TestFloorAckNeedsTheLease refuses an ack whose token no longer holds the
 // deliveries, and writes nothing for it.
 func TestFloorAckNeedsTheLease(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	f := setupFloor(t)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/cdp"
+	"github.com/shardmq/shardmq/internal/testbed"
 )
 
 // routerProxy is a TCP forwarder in front of the test's router, and the
@@ -109,6 +110,7 @@ func (p *routerProxy) Restart(context.Context) error {
 // script, nothing loaded from anywhere — and that Chromium renders
 // without a complaint; its screenshot is var/ui-test/report.png.
 func TestReportHTMLInBrowser(t *testing.T) {
+	testbed.Need(t)
 	path := cdp.Find()
 	if path == "" {
 		t.Skip("chromium is not installed (apt-get install -y chromium; make test installs it): skipping the browser test of report.html")

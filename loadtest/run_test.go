@@ -82,6 +82,7 @@ func checkPassed(t *testing.T, rep *Report) {
 // The quarterly scenario, small: everything produced is consumed once, on
 // the router and on the baseline, and the reports say so.
 func TestMixedRouterAndBaseline(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupOn(t, bed)
 	cfg := e.small(ScenarioMixed)
@@ -142,6 +143,7 @@ func TestMixedRouterAndBaseline(t *testing.T) {
 // end dead-lettered; nacked and dropped deliveries come back and are told
 // apart from true duplicates; two subscriptions each get everything.
 func TestDedupDeadLettersAndRedeliveries(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupOn(t, bed)
 	cfg := e.small(ScenarioDeadletter)
@@ -166,6 +168,7 @@ func TestDedupDeadLettersAndRedeliveries(t *testing.T) {
 
 // bench-produce ends with the line its make target promises.
 func TestBenchProduceRatioLine(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupOn(t, bed)
 	cfg := e.small(ScenarioBenchProduce)
@@ -222,6 +225,7 @@ func TestBenchProduceRatioLine(t *testing.T) {
 // bench-consume drains the same backlog through the router and the
 // baseline.
 func TestBenchConsumeRatioLine(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupOn(t, bed)
 	cfg := e.small(ScenarioBenchConsume)
@@ -265,6 +269,7 @@ func TestBenchConsumeRatioLine(t *testing.T) {
 // unavailable, resent with the same keys, and consumed once after the
 // restart; the report shows the kill, the restart and the recovery.
 func TestKillPrimaryLosesNothing(t *testing.T) {
+	testbed.Need(t)
 	if testing.Short() {
 		t.Skip("starts a bed of its own")
 	}

@@ -32,6 +32,7 @@ func (p primariesOnly) AnyReplica(string) (Target, bool) { return Target{}, fals
 
 // A cluster that cannot be read is named, not silently left out.
 func TestScatterNamesClustersThatDidNotAnswer(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	bed, err := testbed.Start(ctx, testbed.Spec{Clusters: 2, NoReplicas: true})

@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"errors"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"testing"
 	"time"
 )
@@ -13,6 +14,7 @@ import (
 // Close closes the rest. A monitor given the registry reads through it and
 // leaves it open when it stops.
 func TestPoolsOnePerReplica(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	_, c, name, primary := setup(t)

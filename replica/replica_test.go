@@ -47,6 +47,7 @@ func setup(t *testing.T) (*testbed.Bed, *testbed.Cluster, string, *store.Store) 
 // when its SQL thread stops (its lag then grows past the limit), and offers
 // it again once it catches up.
 func TestMonitorFollowsReplicaLag(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	bed, c, name, primary := setup(t)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/idgen"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/shard"
 	"github.com/shardmq/shardmq/store"
 )
@@ -16,6 +17,7 @@ import (
 // per second of the warm copy (with its checks and the drop), the cold
 // export (files, read-back, index, delete) and the restore.
 func BenchmarkTierMoves(b *testing.B) {
+	testbed.Need(b)
 	ctx := context.Background()
 	const n = 20000
 	for i := 0; i < b.N; i++ {

@@ -213,6 +213,7 @@ func date(y int, m time.Month, d int) time.Time { return time.Date(y, m, d, 12, 
 // month partition; inserts of that month still succeed (into pmax), and
 // the upkeep gives the month its partition and moves the rows there.
 func TestPartitionsAheadAfterClockJump(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	f := setup(t, date(2025, 1, 10), Config{AheadMonths: 3})
@@ -276,6 +277,7 @@ func TestPartitionsAheadAfterClockJump(t *testing.T) {
 // TestOnlyTheLeaderRuns: a router that does not lead runs no pass, and
 // refuses restores, whoever asks.
 func TestOnlyTheLeaderRuns(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	f := setup(t, date(2025, 1, 10), Config{})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/internal/idgen"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/store"
 )
 
@@ -68,6 +69,7 @@ func wantEvents(t *testing.T, where string, tr *store.MessageTrace) {
 // restore, with counts and checksums equal and the trace found at every
 // step.
 func TestHotWarmColdAndRestore(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	march := time.Date(2024, 3, 1, 0, 0, 0, 0, time.UTC)
@@ -256,6 +258,7 @@ func TestHotWarmColdAndRestore(t *testing.T) {
 // hot and its checked ranges recorded; the next pass drops them without
 // copying a row again.
 func TestWarmResumesWithoutCopyingAgain(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	f := setup(t, date(2024, 3, 10), Config{})
@@ -304,6 +307,7 @@ func TestWarmResumesWithoutCopyingAgain(t *testing.T) {
 // had not moved that month yet), land in the lowest partition; they are
 // copied and checked by their own month before that partition is dropped.
 func TestOlderRowsInLowestPartitionMoveToo(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	f := setup(t, date(2024, 3, 10), Config{})
@@ -358,6 +362,7 @@ func TestOlderRowsInLowestPartitionMoveToo(t *testing.T) {
 // pass after the ranges before it were exported and removed; the next pass
 // exports the rest, and the month's files hold every row once.
 func TestColdResumesAfterAFailedFile(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	march := time.Date(2024, 3, 1, 0, 0, 0, 0, time.UTC)

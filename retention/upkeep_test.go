@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/idgen"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/store"
 )
 
@@ -51,6 +52,7 @@ func TestOffPeakWindow(t *testing.T) {
 // once per AnalyzeEvery whatever the hour; a partition most of whose space
 // is free is rebuilt only inside the off-peak window, and gives it back.
 func TestUpkeepAnalyzesMonthlyAndRebuildsOffPeak(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	// The thresholds are lowered to what a test can fragment quickly: the

@@ -65,6 +65,7 @@ func consulHas(t *testing.T, db *sql.DB, key string) bool {
 // A router on Consul (the double) over real MariaDB: when the catalog names
 // the promoted replica as the cluster's primary, writes go to it.
 func TestConsulPrimarySwapMovesWrites(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

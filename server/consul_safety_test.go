@@ -127,6 +127,7 @@ func getReady(t *testing.T, base string) (int, readiness) {
 // on it with the subscriptions kept on the clusters; /readyz lists every
 // cluster of the map with its state.
 func TestConsulRecoveryAfterAgentDataLoss(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	database := testbed.TestDatabase(t, bed, "t_csafe_")
@@ -266,6 +267,7 @@ func TestConsulRecoveryAfterAgentDataLoss(t *testing.T) {
 // lost its data a live router writes them back, a deleted one stays
 // deleted, and one that only Consul had is copied to the clusters.
 func TestConsulSubscriptionsSurviveAgentDataLoss(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	database := testbed.TestDatabase(t, bed, "t_csubs_")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/subscription"
 )
 
@@ -52,6 +53,7 @@ func (e *env) ack(t *testing.T, msgs ...map[string]any) {
 }
 
 func TestSubscriptionsFanOutAndPersist(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	st, body := e.do(t, "PUT", "/v1/topics/orders/subscriptions/billing", map[string]any{
@@ -106,6 +108,7 @@ func TestSubscriptionsFanOutAndPersist(t *testing.T) {
 // Three interleaved order keys, four concurrent consumers: each key is
 // delivered strictly in produce order, never two of a key in flight.
 func TestOrderedSubscriptionUnderConcurrentConsumers(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	e.do(t, "PUT", "/v1/topics/ord/subscriptions/s", map[string]any{"ordered": true})
@@ -178,6 +181,7 @@ func TestOrderedSubscriptionUnderConcurrentConsumers(t *testing.T) {
 }
 
 func TestPriorityDelayAndLongPoll(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	// Claims re-poll every second, never sooner: a long poll answered
 	// within 500ms of a produce was woken by it, not found by a re-poll.
@@ -224,6 +228,7 @@ func TestPriorityDelayAndLongPoll(t *testing.T) {
 }
 
 func TestDeadLettersListRedriveClaimPurge(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	e.do(t, "PUT", "/v1/topics/dl/subscriptions/s", map[string]any{"max_attempts": 2})
@@ -313,6 +318,7 @@ func TestDeadLettersListRedriveClaimPurge(t *testing.T) {
 // The dead-letter alarm over real dead letters: quiet while the count is
 // steady, raised when a burst of messages dies.
 func TestDeadLetterAlarmOnBurst(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	e.do(t, "PUT", "/v1/topics/alarm/subscriptions/s", map[string]any{"max_attempts": 1})
@@ -352,6 +358,7 @@ func TestDeadLetterAlarmOnBurst(t *testing.T) {
 }
 
 func TestStatsShardMapAndPolicyChange(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	e.do(t, "PUT", "/v1/topics/st/subscriptions/s", map[string]any{"max_attempts": 5, "backoff": map[string]any{"initial_ms": 1}})
@@ -400,6 +407,7 @@ func TestStatsShardMapAndPolicyChange(t *testing.T) {
 // A lease taken before a subscription became ordered still releases its
 // key's next delivery when acked.
 func TestSwitchToOrderedDoesNotStickAKey(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	e.do(t, "PUT", "/v1/topics/sw/subscriptions/s", map[string]any{"ordered": false})
@@ -425,6 +433,7 @@ func TestSwitchToOrderedDoesNotStickAKey(t *testing.T) {
 // A router whose clock runs an hour behind still replaces a subscription
 // another router wrote: versions grow above every stored one.
 func TestSubscriptionWriteFromSlowClockWins(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	if st, _ := e.do(t, "PUT", "/v1/topics/clk/subscriptions/s", map[string]any{"max_attempts": 3}); st != 201 {

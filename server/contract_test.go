@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/shard"
 )
 
@@ -30,6 +31,7 @@ func (e *env) keysAlternating(t *testing.T, prefix string, n int) []string {
 // every cluster: a claim that spans clusters must not answer the best of
 // whichever cluster it visits first.
 func TestClaimPriorityThenAgeAcrossClusters(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	keys := e.keysAlternating(t, "prio-", 10)
@@ -91,6 +93,7 @@ func TestClaimPriorityThenAgeAcrossClusters(t *testing.T) {
 // OpenAPI document, the Go client's release): an explicit 0 makes the
 // delivery claimable again at once; without it the backoff applies.
 func TestNackRetryAfterZeroIsAtOnce(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	if st, body := e.do(t, "PUT", "/v1/topics/nack-now/subscriptions/s", map[string]any{
@@ -134,6 +137,7 @@ func TestNackRetryAfterZeroIsAtOnce(t *testing.T) {
 // on another vshard of the same cluster, and whether the database or the
 // router's recent-keys cache answers.
 func TestDuplicateAnswersTheHoldersVShard(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	first, other := "ok-a", ""
@@ -169,6 +173,7 @@ func TestDuplicateAnswersTheHoldersVShard(t *testing.T) {
 // repeated in one request with order_keys that hash to different clusters
 // is answered duplicate or conflict, not stored on both clusters.
 func TestKeyRepeatedInOneBatchAcrossClusters(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	on := e.keysAlternating(t, "okey-", 2) // on[0] on c1, on[1] on c2
@@ -202,6 +207,7 @@ func TestKeyRepeatedInOneBatchAcrossClusters(t *testing.T) {
 // claimed (when and by whom) and lease_expired, like an acked or nacked
 // one, also when it lapses on the last attempt.
 func TestTraceShowsTheClaimOfALapsedLease(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	if st, body := e.do(t, "PUT", "/v1/topics/lapse/subscriptions/s", map[string]any{"max_attempts": 2}); st != 201 {

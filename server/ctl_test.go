@@ -7,11 +7,13 @@ import (
 	"testing"
 
 	"github.com/shardmq/shardmq/internal/ctl"
+	"github.com/shardmq/shardmq/internal/testbed"
 )
 
 // The operator CLI against a real router: every command reaches its
 // endpoint and prints the answer; errors exit non-zero.
 func TestOperatorCLI(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	_, _, out := e.post(t, "/v1/topics/cli/messages", map[string]any{"messages": []any{

@@ -185,6 +185,7 @@ func msg(key string, payload any) map[string]any {
 }
 
 func TestProduceDedupAcrossClusters(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	const n, unique = 10000, 8000
@@ -252,6 +253,7 @@ func TestProduceDedupAcrossClusters(t *testing.T) {
 }
 
 func TestConflictWritesNothing(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	_, _, body := e.post(t, "/v1/topics/t/messages", map[string]any{"messages": []any{msg("k", map[string]any{"v": 1})}})
@@ -286,6 +288,7 @@ func (e *env) claim(t *testing.T, topic, sub string, body map[string]any) []map[
 }
 
 func TestClaimAckAndExpiredLease(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	e.post(t, "/v1/topics/jobs/messages", map[string]any{"messages": []any{map[string]any{
@@ -322,6 +325,7 @@ func TestClaimAckAndExpiredLease(t *testing.T) {
 }
 
 func TestFiveNacksMakeItDead(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	e.post(t, "/v1/topics/pay/messages", map[string]any{"messages": []any{msg("p-1", map[string]any{"amount": 5})}})
@@ -356,6 +360,7 @@ func TestFiveNacksMakeItDead(t *testing.T) {
 }
 
 func TestBadInputWritesNothing(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	ok := msg("fine", 1)
@@ -407,6 +412,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 }
 
 func TestFingerprintKeyDeduplicates(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	body := map[string]any{"messages": []any{map[string]any{"payload": map[string]any{"a": 1}, "transaction_id": "tx-7"}}}
@@ -419,6 +425,7 @@ func TestFingerprintKeyDeduplicates(t *testing.T) {
 }
 
 func TestHealthAndReady(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	for _, p := range []string{"/healthz", "/readyz"} {

@@ -32,6 +32,7 @@ type outcome struct {
 // and once its replica is promoted in the topology file the router switches
 // to it and it serves again, with no acknowledged message lost.
 func TestKillPrimaryFailsFastThenFailsOver(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	own, err := testbed.Start(ctx, testbed.Spec{Clusters: 2, Replicas: 1})

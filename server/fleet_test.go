@@ -252,6 +252,7 @@ func fleetChecks(t *testing.T, a, b string) {
 
 // Two routers over one static topology file.
 func TestFleetOfRoutersStaticTopology(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupOn(t, bed, nil)
 	ln := listen(t)
@@ -268,6 +269,7 @@ func TestFleetOfRoutersStaticTopology(t *testing.T) {
 
 // Two routers on the same Consul (the double) over the same clusters.
 func TestFleetOfRoutersConsul(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	database := testbed.TestDatabase(t, bed, "t_fleet_")

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/shard"
 )
 
@@ -16,6 +17,7 @@ import (
 // then answers unavailable; a request held while the vshard unfreezes is
 // served. Nothing is lost either way.
 func TestFrozenVShardHoldsThenAnswersUnavailable(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupOn(t, bed, func(c *Config) {
 		// Long enough for the unfreeze below to be applied (file reload,

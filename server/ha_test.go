@@ -57,6 +57,7 @@ func eventTypes(body map[string]any) []string {
 }
 
 func TestTraceFromReplicaAndLookups(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupOn(t, bed, fastHA)
 	_, _, body := e.post(t, "/v1/topics/tr/messages", map[string]any{"messages": []any{
@@ -145,6 +146,7 @@ func TestTraceFromReplicaAndLookups(t *testing.T) {
 // the primary (new rows and, once the replica is disqualified, old ones),
 // and come back to the replica when it catches up.
 func TestTraceFallsBackWhenReplicaStops(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	own, err := testbed.Start(ctx, testbed.Spec{Clusters: 1, Replicas: 1})
@@ -188,6 +190,7 @@ func TestTraceFallsBackWhenReplicaStops(t *testing.T) {
 }
 
 func TestReconcileRepairsAndReportsMissingTransactions(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupOn(t, bed, fastHA)
 	var batch []any

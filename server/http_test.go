@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/internal/testbed"
 )
 
 // served is a router serving through Run on its own listener, so that
@@ -62,6 +63,7 @@ func rawRequest(t *testing.T, c net.Conn, br *bufio.Reader, method, path, body s
 // A request body trickled slower than ReadTimeout allows is cut: the
 // router answers or closes the connection before the body is complete.
 func TestSlowBodyIsCut(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	s := serve(t, func(c *Config) { c.HTTP.ReadTimeout = 300 * time.Millisecond })
 	c, err := net.Dial("tcp", s.addr)
@@ -95,6 +97,7 @@ func TestSlowBodyIsCut(t *testing.T) {
 // Over MaxConns a connection is answered 503 too_many_connections and
 // closed; a slot freed by a close is usable again.
 func TestConnectionCap(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	s := serve(t, func(c *Config) { c.HTTP.MaxConns = 3 })
 	var held []net.Conn
@@ -138,6 +141,7 @@ func TestConnectionCap(t *testing.T) {
 
 // A keep-alive connection left idle is closed by the router.
 func TestIdleConnectionIsClosed(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	s := serve(t, func(c *Config) { c.HTTP.IdleTimeout = 200 * time.Millisecond })
 	c, err := net.Dial("tcp", s.addr)
@@ -179,6 +183,7 @@ func TestWriteTimeoutMustOutlastClaimWait(t *testing.T) {
 // Router.Close under a server that keeps serving (the broker must then
 // answer unavailable, never drop a request).
 func TestShutdownDuringProduceBurst(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	for _, viaRun := range []bool{true, false} {
 		t.Run(fmt.Sprintf("run=%v", viaRun), func(t *testing.T) {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/shardmq/shardmq/internal/testbed"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 // coalesce by chance, cost about what one costs, and a produce still
 // wakes them.
 func TestWaitingClaimsShareTheirPolls(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	// A known subscription (not implicit): its waiting claims re-poll.

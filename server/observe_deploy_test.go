@@ -9,6 +9,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"gopkg.in/yaml.v3"
 )
 
@@ -21,6 +22,7 @@ var metricName = regexp.MustCompile(`\b(?:shardmq|go|process)_[a-zA-Z0-9_]+`)
 // one a router really exports, gathered from a router that served a little
 // traffic.
 func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupOn(t, bed, func(c *Config) {
 		c.Observe.QueueEvery = time.Hour

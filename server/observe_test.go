@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/shardmq/shardmq/internal/testbed"
 )
 
 // metricValue sums the series of name whose labels include want: a
@@ -84,6 +85,7 @@ func (e *env) postID(t *testing.T, path, id string, body any) (int, string, map[
 // checks that the counters, histograms and queue gauges move with them,
 // and that request ids reach the answers and the trace.
 func TestMetricsFollowTheMessageFlow(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	var offset atomic.Int64 // the router's clock runs ahead by this much
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
@@ -274,6 +276,7 @@ func TestMetricsFollowTheMessageFlow(t *testing.T) {
 // TestRequestLogCarriesTheID checks the request's log line: its id, route
 // and status.
 func TestRequestLogCarriesTheID(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	var buf syncBuffer
 	e := setupOn(t, bed, func(c *Config) { c.Log = slogJSON(&buf) })

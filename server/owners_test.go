@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -113,6 +114,7 @@ func alone(c *Config) {
 // before those leases could have ended, hands them out again within
 // seconds after, and refuses the dead router's receipts.
 func TestOwnerCrashRedeliversAfterItsLeasesNotBefore(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupOn(t, bed, alone)
 	a := e.another(t, quickOwners)
@@ -164,6 +166,7 @@ func TestOwnerCrashRedeliversAfterItsLeasesNotBefore(t *testing.T) {
 // after the first is counted in the table before it is handed out (a
 // crash during the first attempt costs that attempt's count only).
 func TestPoisonMessageDiesAcrossTwoOwnerCrashes(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupOn(t, bed, alone)
 	const topic = "own.poison"
@@ -220,6 +223,7 @@ func TestPoisonMessageDiesAcrossTwoOwnerCrashes(t *testing.T) {
 // units over, a router joining takes its share — and every message is
 // consumed exactly once: leases handed over stay valid, no ack is lost.
 func TestOwnershipMovesBetweenRoutersUnderLoad(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupOn(t, bed, nil)
 	b := e.another(t, nil)

@@ -14,6 +14,7 @@ import (
 )
 
 func TestReplicatedDurabilityIsOnReplicaWhenAnswered(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	var batch []any
@@ -52,6 +53,7 @@ func TestReplicatedDurabilityIsOnReplicaWhenAnswered(t *testing.T) {
 // A stopped replica: replicated durability answers unavailable after the
 // timeout, the message is safe on the primary, a retry says duplicate.
 func TestReplicatedDurabilityWithReplicaStopped(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	own, err := testbed.Start(ctx, testbed.Spec{Clusters: 1, Replicas: 1})
@@ -92,6 +94,7 @@ func TestReplicatedDurabilityWithReplicaStopped(t *testing.T) {
 }
 
 func TestGroupCommitCoalescesConcurrentRequests(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupOn(t, bed, func(c *Config) {
 		c.Broker.Commit.Committers = 1
@@ -128,6 +131,7 @@ func TestGroupCommitCoalescesConcurrentRequests(t *testing.T) {
 // Kill one cluster's primary in the middle of a produce load: every message
 // answered created is stored, and the other cluster's items never fail.
 func TestKillPrimaryDuringProduce(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	own, err := testbed.Start(ctx, testbed.Spec{Clusters: 2, NoReplicas: true})

@@ -16,6 +16,7 @@ import (
 // bound the first read would wait the CallTimeout (10 minutes here) and
 // the test's HTTP client gives up first.
 func TestHungReplicaReadFallsBackAndOpensItsBreaker(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	own, err := testbed.Start(ctx, testbed.Spec{Clusters: 1, Replicas: 1})

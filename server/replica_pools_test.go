@@ -35,6 +35,7 @@ func replicaConns(t *testing.T, inst *testbed.Instance, database string) int {
 // pool's. The pool closes when its replica leaves the topology, and the
 // others when the router closes.
 func TestOnePoolPerReplica(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupOn(t, bed, fastHA)
 	var batch []any

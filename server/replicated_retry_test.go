@@ -15,6 +15,7 @@ import (
 // twice; once the replica applies it, the retry answers duplicate with the
 // original id.
 func TestReplicatedRetryWaitsForTheReplicaAgain(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	own, err := testbed.Start(ctx, testbed.Spec{Clusters: 1, Replicas: 1})

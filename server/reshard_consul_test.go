@@ -75,6 +75,7 @@ func startReshardConsulRouter(t *testing.T, addr, database, id string) *env {
 // both route the moved vshards to their new cluster, with every key still
 // a duplicate of its first id and every message delivered once.
 func TestReshardOnConsul(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := context.Background()
 	database := testbed.TestDatabase(t, bed, "t_rsc_")

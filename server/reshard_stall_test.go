@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/base64"
 	"fmt"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"log/slog"
 	"sync"
 	"testing"
@@ -52,6 +53,7 @@ func (l *handLeader) Leading(ctx context.Context) (<-chan struct{}, error) {
 // and the range takes writes again within 30 s; nothing is lost.
 func TestReshardStalledLeaderReleasesRange(t *testing.T) {
 	t.Parallel()
+	testbed.Need(t)
 	e := setupReshard(t, nil)
 	ctx := t.Context()
 	const topic = "rs-stall"
@@ -195,6 +197,7 @@ func TestReshardStalledLeaderReleasesRange(t *testing.T) {
 // than the servers' max_allowed_packet) moves, whole.
 func TestReshardMovesLargeMessages(t *testing.T) {
 	t.Parallel()
+	testbed.Need(t)
 	e := setupReshard(t, nil)
 	const topic = "rs-large"
 	zeros := base64.StdEncoding.EncodeToString(make([]byte, 1<<20))

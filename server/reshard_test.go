@@ -409,6 +409,7 @@ func (e *env) ownerOf(t *testing.T, v int) string {
 // again answers duplicate with its first id, and the source keeps no rows
 // of the moved vshards.
 func TestReshardMovesUnderLoad(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupReshard(t, nil)
 	const topic = "rs-load"
@@ -544,6 +545,7 @@ func TestReshardMovesUnderLoad(t *testing.T) {
 // A job aborted before the flip leaves the source serving and the target
 // without the vshards' rows.
 func TestReshardAbortBeforeFlip(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupReshard(t, func(c *Config) {
 		c.Reshard.BatchRows = 50
@@ -606,6 +608,7 @@ func TestReshardAbortBeforeFlip(t *testing.T) {
 // would), is replaced by a new one over the same recorded state: the job
 // resumes where it was and finishes, with nothing lost.
 func TestReshardResumesAfterCrash(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	frozen := make(chan struct{}, 1)
 	release := make(chan struct{})
@@ -718,6 +721,7 @@ func TestReshardResumesAfterCrash(t *testing.T) {
 // The request is checked before anything is recorded: 400 for bad ranges,
 // 409 while another job moves the vshards, 200 with the plan on a dry run.
 func TestReshardRequestChecks(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupReshard(t, func(c *Config) { c.Reshard.BatchRows, c.Reshard.RowsPerSecond = 1, 1 }) // the job stays in its copy
 	cases := []struct {
@@ -795,6 +799,7 @@ func TestReshardRequestChecks(t *testing.T) {
 
 // The operator CLI plans, starts and follows a move.
 func TestReshardCLI(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupReshard(t, nil)
 	run := func(args ...string) (int, map[string]any) {
@@ -829,6 +834,7 @@ func TestReshardCLI(t *testing.T) {
 // An abort after the flip is a reverse move: the job finishes its cleanup,
 // ends aborted, and a new job brings the vshards back to their source.
 func TestReshardAbortAfterFlipMovesBack(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	inCleanup := make(chan struct{})
 	release := make(chan struct{})
@@ -909,6 +915,7 @@ func TestReshardAbortAfterFlipMovesBack(t *testing.T) {
 // Ordering state moves with its vshards: leased heads ack after the move,
 // and each order key's messages keep coming one at a time, in order.
 func TestReshardKeepsOrdering(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupReshard(t, nil)
 	const topic = "rs-ordered"

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/internal/testbed"
 )
 
 // waitUntil polls cond until it holds or the deadline passes.
@@ -53,6 +54,7 @@ func goroutines() int {
 // and the goroutine count is back where it was. (Not parallel: it counts
 // the process's goroutines.)
 func TestClaimsOnManyUnknownTopicsLeaveNothingBehind(t *testing.T) {
+	testbed.Need(t)
 	e := setup(t)
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
@@ -123,6 +125,7 @@ func TestClaimsOnManyUnknownTopicsLeaveNothingBehind(t *testing.T) {
 // claim notices the topic's stored default subscription and reads the
 // databases again.
 func TestClaimOnUnknownTopicSeesLaterProduceFromAnotherRouter(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	other, err := New(t.Context(), Config{TopologyFile: e.r.cfg.TopologyFile, SubscriptionRefresh: 50 * time.Millisecond})
@@ -157,6 +160,7 @@ func TestClaimOnUnknownTopicSeesLaterProduceFromAnotherRouter(t *testing.T) {
 // its next claim is its first attempt. The dead-letter channel keeps the
 // same cap.
 func TestClaimByteCap(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupOn(t, bed, func(c *Config) { c.Limits.MaxClaimBytes = 1 << 20 })
 	const size = 300 << 10
@@ -221,6 +225,7 @@ func TestClaimByteCap(t *testing.T) {
 // produce refused for the topic cap writes nothing; a replaced
 // subscription and a freed slot are fine.
 func TestTopicAndSubscriptionCaps(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupOn(t, bed, func(c *Config) {
 		c.SubscriptionLimits.MaxTopics = 2

@@ -31,6 +31,7 @@ func (c *testClock) Set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.t = t
 // warm (archive cluster) and cold (a file, status archived), again after
 // `shardmqctl archive restore`, and after their vshards changed cluster.
 func TestRetentionTraceThroughTiers(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	clock := &testClock{t: time.Date(2024, 3, 10, 12, 0, 0, 0, time.UTC)}
 	archDB := testbed.TestDatabase(t, bed, "t_e2e_arch_")

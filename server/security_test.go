@@ -21,6 +21,7 @@ import (
 	"github.com/shardmq/shardmq/auth"
 	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/internal/consuldouble"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/internal/tlsconf/certtest"
 	"github.com/shardmq/shardmq/store"
 )
@@ -109,6 +110,7 @@ func (e *secureEnv) send(t *testing.T, token, method, path, body string, hdr map
 // token and a wrong one are 401, a token without the route's scope on the
 // topic is 403, one with it gets past the guard.
 func TestEndpointScopeTable(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	const topic = "scopes.t1"
 	e := setupSecure(t, map[string]map[auth.Scope][]string{
@@ -230,6 +232,7 @@ func TestEndpointScopeTable(t *testing.T) {
 // TestRejectedRequestsWriteNothing: produce and subscription changes
 // refused by the guard leave the database as it was.
 func TestRejectedRequestsWriteNothing(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	const topic = "guarded.orders"
 	e := setupSecure(t, map[string]map[auth.Scope][]string{
@@ -285,6 +288,7 @@ func TestRejectedRequestsWriteNothing(t *testing.T) {
 // TestRateLimitAnswers429: a token over its rate gets 429 rate_limited
 // with Retry-After; other tokens are not affected.
 func TestRateLimitAnswers429(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupSecure(t, map[string]map[auth.Scope][]string{
 		"slow": {auth.Admin: {"*"}},
@@ -310,6 +314,7 @@ func TestRateLimitAnswers429(t *testing.T) {
 // TestBrowserRules: Content-Type, Origin (with CORS for configured
 // origins) and Host.
 func TestBrowserRules(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupSecure(t, map[string]map[auth.Scope][]string{"admin": {auth.Admin: {"*"}}}, nil, func(c *Config) {
 		c.Security.AllowedOrigins = []string{"https://ops.example.com"}
@@ -362,6 +367,7 @@ func TestBrowserRules(t *testing.T) {
 // and IP literals, so a DNS-rebinding page gets nothing; -allowed-hosts
 // names the hosts.
 func TestHostRules(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	open := &secureEnv{env: setup(t)}
 	for host, want := range map[string]int{"127.0.0.1": 200, "localhost:8080": 200, "[::1]:80": 200, "evil.example": 403, "rebind.evil.example:8080": 403} {
@@ -387,6 +393,7 @@ func TestHostRules(t *testing.T) {
 // TestTokenNameIsTheConsumer: a claim without "consumer" is traced under
 // the token's name.
 func TestTokenNameIsTheConsumer(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	const topic = "named.consumer"
 	e := setupSecure(t, map[string]map[auth.Scope][]string{
@@ -432,6 +439,7 @@ func TestTokenNameIsTheConsumer(t *testing.T) {
 // under the router) reaches the client as a code and a request id, never
 // as SQL text, a database name or an address; the log has the detail.
 func TestClusterErrorsAreHidden(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	logs := &syncBuffer{}
 	e := setupSecure(t, map[string]map[auth.Scope][]string{"admin": {auth.Admin: {"*"}}}, nil, func(c *Config) {
@@ -491,6 +499,7 @@ func (s *syncBuffer) String() string {
 // loopback addresses unless told Insecure (checked before anything
 // listens).
 func TestListenRefusesOpenNonLoopback(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	for _, c := range []struct {
 		addr           string
@@ -526,6 +535,7 @@ func TestListenRefusesOpenNonLoopback(t *testing.T) {
 // TestTLSListener serves the API over TLS end to end with a certificate
 // made here, and picks up a replaced certificate without a restart.
 func TestTLSListener(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	dir := t.TempDir()
 	ca := certtest.NewCA(t, dir, "test-ca")
@@ -598,6 +608,7 @@ func TestTLSListener(t *testing.T) {
 // TestTokensFromConsul: a router whose token file lives in Consul KV
 // follows changes made there.
 func TestTokensFromConsul(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	srv := consuldouble.New(consuldouble.Options{})
 	t.Cleanup(srv.Close)

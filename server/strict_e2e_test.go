@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardmq/shardmq/api/apitest"
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/internal/testbed"
 )
 
 // Every request of the refusal table, sent to a real router over real
@@ -16,6 +17,7 @@ import (
 // cluster holds a row in any table a request could write. One valid produce
 // at the end shows that the counts do see a write.
 func TestBadRequestsWriteNothing(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	r := broker.Receipt{VShard: 7, Topic: "orders"}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/shardmq/shardmq/internal/testbed"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 // deleted subscription's delivery is no longer listed. A message another
 // subscription acked shows both.
 func TestTraceOfDeletedSubscriptionSaysDropped(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setup(t)
 	const topic = "trace-dropped"

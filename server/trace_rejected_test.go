@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/shardmq/shardmq/internal/testbed"
 	"slices"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 // router's recent-keys cache answered them (written in batches after the
 // answer, counted in RejectedTraceStats).
 func TestTraceShowsDuplicateAndConflict(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	for _, tc := range []struct {
 		name       string

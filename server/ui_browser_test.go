@@ -175,6 +175,7 @@ var utcTime = regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$`)
 // bar; then it aborts a second one (a cancelled confirmation first),
 // whose bar stays grey where it stopped and whose note clears.
 func TestUIBrowser(t *testing.T) {
+	testbed.Need(t)
 	// A slow copy (10 rows a second, 5 a batch), so that the jobs can be
 	// paused and aborted from the page while they copy.
 	e := setupUI(t, func(c *Config) {
@@ -323,6 +324,7 @@ func TestUIBrowser(t *testing.T) {
 // same page, a cluster and the router stop answering (one router and one
 // browser for both: each costs a minute on a loaded machine).
 func TestUIDeadLettersAndRouterDown(t *testing.T) {
+	testbed.Need(t)
 	e := setupUI(t, nil)
 	seedUI(t, e)
 	ctx := context.Background()

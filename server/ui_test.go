@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardmq/shardmq/auth"
 	"github.com/shardmq/shardmq/internal/ctl"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/ui"
 )
 
@@ -151,6 +152,7 @@ func (e *uiEnv) waitQueues(t *testing.T, want map[string][3]float64) map[string]
 // dry run that changes nothing, the resharding jobs; the page's own
 // origin passes the Origin check, another does not.
 func TestUIEndpoints(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupUI(t, nil)
 	seedUI(t, e)
@@ -313,6 +315,7 @@ func list(v any) []map[string]any {
 // heat map before and after, status tables, a redrive's dry run, and the
 // bash completion script; -json gives the router's answers.
 func TestOperatorCLIReshardFollow(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	e := setupUI(t, nil)
 	seedUI(t, e)

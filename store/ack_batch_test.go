@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"testing"
 	"time"
 )
@@ -13,6 +14,7 @@ import (
 // receipt repeated by a later group and one acked before each get their
 // own status, as if the requests had run one after the other.
 func TestAckManyKeepsEachRequestsOutcome(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/procstat"
+	"github.com/shardmq/shardmq/internal/testbed"
 )
 
 // BenchmarkPlaceholders measures building the multi-row VALUES list of a
@@ -26,6 +27,7 @@ func BenchmarkPlaceholders(b *testing.B) {
 // with `make bench`; compare the per-transaction and per-message figures,
 // not the absolute rates, across machines.
 func BenchmarkProduceBatch(b *testing.B) {
+	testbed.Need(b)
 	f := setup(b)
 	pid := bed.Clusters[0].Primary.PID
 	payload := `{"order":"` + strings.Repeat("x", 180) + `"}`
@@ -62,6 +64,7 @@ func BenchmarkProduceBatch(b *testing.B) {
 // without and with a byte cap: the claim reads the candidates' bodies
 // inside its transaction either way, so the cap should cost nothing.
 func BenchmarkClaimByteCap(b *testing.B) {
+	testbed.Need(b)
 	f := setup(b)
 	ctx := context.Background()
 	payload := `{"order":"` + strings.Repeat("x", 180) + `"}`

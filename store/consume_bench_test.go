@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/internal/procstat"
+	"github.com/shardmq/shardmq/internal/testbed"
 )
 
 // BenchmarkConsume drains a backlog with claim 100 + ack 100, one
@@ -23,6 +24,7 @@ import (
 // produce requests of 100 share one millisecond each, so their claims see
 // only a few.) The replica's CPU is counted too.
 func BenchmarkConsume(b *testing.B) {
+	testbed.Need(b)
 	f := setup(b)
 	pid := bed.Clusters[0].Primary.PID
 	payload := `{"order":"` + strings.Repeat("x", 180) + `"}`

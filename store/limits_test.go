@@ -1,6 +1,7 @@
 package store
 
 import (
+	"github.com/shardmq/shardmq/internal/testbed"
 	"testing"
 )
 
@@ -8,6 +9,7 @@ import (
 // columns of a migrated database: widening or narrowing a column without
 // its constant (which the API's limits follow) fails here.
 func TestColumnCapacities(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	want := []struct {

@@ -59,7 +59,7 @@ func (s *Store) Migrate(ctx context.Context, now time.Time) error {
 	defer conn.Close()
 	var got sql.NullInt64
 	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK('shardmq_migrate', 60)").Scan(&got); err != nil || got.Int64 != 1 {
-		return fmt.Errorf("migrate: take lock: %v", translate(err))
+		return fmt.Errorf("migrate: take lock: %w", translate(err))
 	}
 	defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK('shardmq_migrate')")
 	if _, err := conn.ExecContext(ctx, createSchemaMigrations); err != nil {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"testing"
 	"time"
 )
@@ -61,6 +62,7 @@ func sameBuckets(t *testing.T, a, b *Store, vshards []uint16) map[string]bool {
 // change on the source shows in them, a lease taken on the source acks on
 // the target, claims can skip vshards, and keys delete the rows.
 func TestMoveCopiesVerifiesAndDeletes(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	src, dst := setup(t), setup(t)
 	ctx := context.Background()

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"testing"
 	"time"
 )
@@ -11,6 +12,7 @@ import (
 // not a live delivery among the ids, not another subscription's, and a
 // second delete of the same ids finds nothing.
 func TestDeleteDeadTakesOnlyTheChosenDeadLetters(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -59,6 +61,7 @@ func TestDeleteDeadTakesOnlyTheChosenDeadLetters(t *testing.T) {
 // letter leased on the dead-letter channel and a ready delivery are not
 // in flight.
 func TestLeaseHoldersCountsLiveLeasesByConsumer(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"testing"
 	"time"
 )
@@ -30,6 +31,7 @@ func (f *fixture) produce(t *testing.T, n int, orderKey string, subs ...string) 
 // the first one's horizon; a release with the leases in the table ends the
 // horizon at once.
 func TestOwnerAcquireRenewRelease(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -82,6 +84,7 @@ func TestOwnerAcquireRenewRelease(t *testing.T) {
 // trace, nacks retry or kill, leases are written out — and a unit whose
 // epoch is stale writes nothing.
 func TestFlushOwnedWritesAndFences(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -150,6 +153,7 @@ func TestFlushOwnedWritesAndFences(t *testing.T) {
 // A retry is claimed durably: the lapsed lease is traced and counted, and
 // a stale epoch claims nothing.
 func TestClaimDurableCountsTheAttempt(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -189,6 +193,7 @@ func TestClaimDurableCountsTheAttempt(t *testing.T) {
 // Parking keeps a delivery parked only when it is still behind its key's
 // head, and the head's ack in a later flush lets it go.
 func TestFlushParksBehindTheHead(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"testing"
 	"time"
 )
@@ -12,6 +13,7 @@ import (
 // another cluster, verified and archived, in statements the server takes.
 func TestCopiesSizedByBytes(t *testing.T) {
 	t.Parallel()
+	testbed.Need(t)
 	src, dst := setup(t), setup(t)
 	ctx := context.Background()
 	var items []ProduceItem

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +87,7 @@ func rowsRead(t *testing.T, db *sql.DB, query string, args ...any) int {
 // matches its ORDER BY, no filesort, and a number of rows read that is a
 // small multiple of max.
 func TestClaimPlansWith100kReady(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("loads 100k deliveries")

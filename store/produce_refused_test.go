@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"testing"
 )
 
@@ -13,6 +14,7 @@ import (
 // the committer give up instead of splitting); a value too long for its
 // column is ErrInvalidData, which the broker answers "rejected".
 func TestProduceRefusedItemFailsItsWholeBatch(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"slices"
 	"testing"
 )
@@ -11,6 +12,7 @@ import (
 // adds no second row, and a batch of new keys (the fast path) writes no
 // trace row at all.
 func TestRejectedProducesAreTraced(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()

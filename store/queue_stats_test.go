@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"testing"
 	"time"
 )
@@ -10,6 +11,7 @@ import (
 // state per subscription, the oldest ready message, the hook that reports
 // dead letters, and a plan that reads the live deliveries once.
 func TestQueueStatsCountsAndOldestReady(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	var deadCounted int

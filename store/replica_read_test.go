@@ -32,6 +32,7 @@ func (f *fixture) replicaOf(t *testing.T) *Store {
 }
 
 func TestHeartbeatAndReplicationStatus(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -66,6 +67,7 @@ func TestHeartbeatAndReplicationStatus(t *testing.T) {
 }
 
 func TestTraceMergesDeliveriesAndEvents(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -129,6 +131,7 @@ func TestTraceMergesDeliveriesAndEvents(t *testing.T) {
 }
 
 func TestTransactionLookups(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -179,6 +182,7 @@ func TestTransactionLookups(t *testing.T) {
 }
 
 func TestReconcileFindsAndRepairs(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"testing"
 	"time"
 )
@@ -13,6 +14,7 @@ import (
 // refused.
 func TestReshardSessionTakeOver(t *testing.T) {
 	t.Parallel()
+	testbed.Need(t)
 	f := setup(t)
 	ctx := context.Background()
 	var items []ProduceItem

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 // claimable at once, at the same attempt, and no lease_expired is traced
 // for them; a receipt of a later lease is not touched by a stale release.
 func TestReleaseUndoesAnUndeliveredClaim(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -47,6 +49,7 @@ func TestReleaseUndoesAnUndeliveredClaim(t *testing.T) {
 // at all without it. A candidate left out keeps its expired lease
 // untraced until the claim that takes it.
 func TestClaimManyByteCap(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()

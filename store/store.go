@@ -211,10 +211,10 @@ func translate(err error) error {
 	if errors.As(err, &me) {
 		switch me.Number {
 		case errReadOnly, errReadOnlyTx, errTooManyConns, errServerShutdow:
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		if invalidData(me.Number) {
-			return fmt.Errorf("%w: %v", ErrInvalidData, err)
+			return fmt.Errorf("%w: %w", ErrInvalidData, err)
 		}
 		return err
 	}
@@ -222,7 +222,7 @@ func translate(err error) error {
 		return err
 	}
 	// Anything else from the driver is a broken or refused connection.
-	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 // retryable reports a deadlock or lock wait timeout: the transaction was
@@ -304,7 +304,7 @@ func (s *Store) committedGTID(ctx context.Context, conn *sql.Conn) (string, erro
 	}
 	var gtid string
 	if err := conn.QueryRowContext(ctx, q).Scan(&gtid); err != nil {
-		return "", fmt.Errorf("%w: committed, but reading its GTID failed: %v", errCommittedNoGTID, err)
+		return "", fmt.Errorf("%w: committed, but reading its GTID failed: %w", errCommittedNoGTID, err)
 	}
 	return gtid, nil
 }

@@ -77,6 +77,7 @@ func (f *fixture) count(t *testing.T, query string, args ...any) int {
 }
 
 func TestMigrateIsIdempotent(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	if err := f.st.Migrate(context.Background(), f.now); err != nil {
@@ -91,6 +92,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 }
 
 func TestProduceDedupAndConflict(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -131,6 +133,7 @@ func TestProduceDedupAndConflict(t *testing.T) {
 }
 
 func TestProduceFansOutToSubscriptions(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	it := f.item("t", "k", `1`, "billing", "shipping")
@@ -157,6 +160,7 @@ func lease(c Claimed, sub string) Lease {
 }
 
 func TestClaimAckConsumes(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -196,6 +200,7 @@ func TestClaimAckConsumes(t *testing.T) {
 }
 
 func TestExpiredLeaseIsReclaimedAsNewAttempt(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -228,6 +233,7 @@ func TestExpiredLeaseIsReclaimedAsNewAttempt(t *testing.T) {
 }
 
 func TestNackBacksOffThenDies(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -282,6 +288,7 @@ func TestNackBacksOffThenDies(t *testing.T) {
 }
 
 func TestExpiredLeaseOnLastAttemptDies(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -304,6 +311,7 @@ func TestExpiredLeaseOnLastAttemptDies(t *testing.T) {
 }
 
 func TestClaimOrdersByPriorityThenAgeAndHidesDelayed(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	old := f.item("t", "old", `1`)
@@ -347,6 +355,7 @@ func TestTranslateUnavailable(t *testing.T) {
 // ClaimMany serves several consumers with one scan; each keeps its own
 // lease, token and consumer name.
 func TestClaimManySharesOneScan(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -380,6 +389,7 @@ func TestClaimManySharesOneScan(t *testing.T) {
 // A batch run again after it committed (its answer was lost, e.g. in a
 // failover) answers created for its own items and writes nothing twice.
 func TestProduceRetryOfCommittedBatchIsCreated(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -408,6 +418,7 @@ func TestProduceRetryOfCommittedBatchIsCreated(t *testing.T) {
 // Dead letters untouched past the cutoff move to dead_letter_archive and
 // their trace says archived; younger ones and leased ones stay.
 func TestArchiveDeadMovesOnlyStaleOnes(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -437,6 +448,7 @@ func TestArchiveDeadMovesOnlyStaleOnes(t *testing.T) {
 // key again and the key never sticks; a dead letter leased on the
 // dead-letter channel is not redriven under its handler.
 func TestRedriveOrderedAndLeasedDeadLetters(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -500,6 +512,7 @@ func TestRedriveOrderedAndLeasedDeadLetters(t *testing.T) {
 // request would take — leased dead letters left out, selections by code
 // and by ids — and changes nothing.
 func TestDeadByCodeCountsWhatRedriveTakes(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -544,6 +557,7 @@ func TestDeadByCodeCountsWhatRedriveTakes(t *testing.T) {
 // A row that is not there is ErrNotFound, never an outage: callers (the
 // load tester's lost-message proof, lookups) tell the two apart.
 func TestLookupKeyMissingIsNotFound(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()

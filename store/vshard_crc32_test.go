@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/shard"
 )
 
@@ -33,6 +34,7 @@ func crc32Keys() []string {
 // vshard the router computes (shard.Of) equals CRC32(key) % 1024 on the
 // server, so a vshard can be computed in SQL.
 func TestVShardMatchesServerCRC32(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	keys := crc32Keys()

@@ -32,6 +32,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // redelivery is a duplicate acked without running it; a consumer whose
 // claim is live makes a concurrent one busy.
 func TestHandleOnce(t *testing.T) {
+	testbed.Need(t)
 	r := routertest.Start(t, bed, routertest.Options{})
 	name := testbed.TestDatabase(t, bed, "t_inbox_")
 	db, err := sql.Open("mysql", bed.Clusters[0].Primary.DSN(name)+"?interpolateParams=true")

@@ -69,6 +69,7 @@ func enqueue(t *testing.T, db *sql.DB, topic string, msgs ...client.Message) []s
 // row ends published with the id the router gave its key, and the router
 // holds each key once.
 func TestRelaysShareTheOutbox(t *testing.T) {
+	testbed.Need(t)
 	r := routertest.Start(t, bed, routertest.Options{})
 	db := serviceDB(t)
 	ctx := context.Background()
@@ -159,6 +160,7 @@ func (f failing) SendMany(_ context.Context, _ string, msgs []client.Message) []
 // and dead after MaxAttempts with its last error; a conflict is dead at
 // once; a lease that a crashed relay left is taken over once expired.
 func TestRelayRetriesThenBuries(t *testing.T) {
+	testbed.Need(t)
 	db := serviceDB(t)
 	ctx := context.Background()
 	enqueue(t, db, "ob-fail", client.Message{Key: "a", Payload: json.RawMessage(`1`)})

@@ -26,6 +26,7 @@ func TestMain(m *testing.M) {
 // declared: an unordered subscription delivers by priority, then age,
 // with several messages in flight (the ordered suite is TestPubSubOrdered).
 func TestPubSub(t *testing.T) {
+	testbed.Need(t)
 	r := routertest.Start(t, bed, routertest.Options{Token: true})
 	c, err := client.New(client.Config{URL: r.URL, Token: r.Token})
 	if err != nil {
@@ -62,6 +63,7 @@ func TestPubSub(t *testing.T) {
 // suite's short message counts (ForceShort: 50–100 instead of 1,000–5,000
 // per test); the unordered suite runs the full counts.
 func TestPubSubOrdered(t *testing.T) {
+	testbed.Need(t)
 	r := routertest.Start(t, bed, routertest.Options{Token: true})
 	c, err := client.New(client.Config{URL: r.URL, Token: r.Token})
 	if err != nil {

@@ -83,6 +83,7 @@ func hostOf(inst *testbed.Instance) string {
 // owns vshards 0–511 and c2 512–1023. routers names the router hosts.
 func newWorld(t *testing.T, routers ...string) *world {
 	t.Helper()
+	testbed.Need(t)
 	if os.Getenv("SHARDMQ_PARTITIONS") == "" {
 		t.Skip("partition tests run with make test-partitions (SHARDMQ_PARTITIONS=1)")
 	}

@@ -16,6 +16,7 @@ import (
 // as it is, and starts again only the servers that are down — their data
 // kept, replication resumed — where SandboxUp refuses or clears.
 func TestSandboxEnsureReusesAndRestartsOnlyWhatIsDown(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := testContext(t)
 	dir := filepath.Join(t.TempDir(), "sandbox")

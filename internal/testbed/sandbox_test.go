@@ -16,6 +16,7 @@ import (
 )
 
 func TestSplitVShards(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	for _, tc := range []struct {
 		clusters []string
@@ -32,6 +33,7 @@ func TestSplitVShards(t *testing.T) {
 }
 
 func TestTopologyYAML(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	inst := func(port int) *testbed.Instance { return &testbed.Instance{Host: "127.0.0.1", Port: port} }
 	b := &testbed.Bed{Clusters: []*testbed.Cluster{
@@ -58,6 +60,7 @@ shard_map:
 }
 
 func TestSandboxUpDown(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := testContext(t)
 	dir := filepath.Join(t.TempDir(), "sandbox")
@@ -100,6 +103,7 @@ func TestSandboxUpDown(t *testing.T) {
 }
 
 func TestSandboxExec(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	note := filepath.Join(t.TempDir(), "env")
 	code, err := testbed.SandboxExec(testContext(t), testbed.Spec{Clusters: 1, NoReplicas: true},
@@ -123,6 +127,7 @@ func TestSandboxExec(t *testing.T) {
 // the topology owning no vshards (the file stays valid), and down stops it
 // with the others.
 func TestSandboxAddCluster(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := testContext(t)
 	dir := filepath.Join(t.TempDir(), "sandbox")

@@ -26,6 +26,7 @@ func procState(t *testing.T, pid int) byte {
 // Suspend makes a server hang (stopped, its connections open, no answer);
 // Continue brings it back; Stop ends a suspended bed.
 func TestSuspendContinue(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	b, err := testbed.Start(testContext(t), testbed.Spec{Clusters: 1, NoReplicas: true})
 	if err != nil {

@@ -227,6 +227,11 @@ type Bed struct {
 // its primary's binary log. Without a deadline on ctx, Start gives up after
 // two minutes. On error nothing is left running.
 func Start(ctx context.Context, spec Spec) (*Bed, error) {
+	if os.Getenv(EnvFast) != "" {
+		// make test-fast promises no MariaDB: a test that gets here
+		// lacks its Need.
+		return nil, fmt.Errorf("testbed: no MariaDB under %s: the test must call testbed.Need first", EnvFast)
+	}
 	spec, err := spec.withDefaults()
 	if err != nil {
 		return nil, err

@@ -118,6 +118,7 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 func TestReplicates(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := testContext(t)
 	if len(bed.Clusters) < 2 {
@@ -156,6 +157,7 @@ func TestReplicates(t *testing.T) {
 }
 
 func TestReplicaRefusesWrites(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	r := bed.Clusters[0].Replicas[0]
 	_, err := open(t, r, "").ExecContext(testContext(t), "CREATE DATABASE tb_must_not_exist")
@@ -166,6 +168,7 @@ func TestReplicaRefusesWrites(t *testing.T) {
 }
 
 func TestStopStartReplication(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	b, c := setupOwn(t)
 	ctx := testContext(t)
@@ -236,6 +239,7 @@ func gtidIOPos(t *testing.T, r *testbed.Instance) string {
 }
 
 func TestKillRestart(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	b, c := setupOwn(t)
 	ctx := testContext(t)
@@ -297,6 +301,7 @@ func TestKillRestart(t *testing.T) {
 }
 
 func TestPromote(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	b, c := setupOwn(t)
 	ctx := testContext(t)
@@ -328,6 +333,7 @@ func TestPromote(t *testing.T) {
 }
 
 func TestSaveAttach(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	ctx := testContext(t)
 	path := filepath.Join(t.TempDir(), "bed.json")
@@ -366,6 +372,7 @@ func TestSaveAttach(t *testing.T) {
 }
 
 func TestSpecErrors(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	for _, spec := range []testbed.Spec{
 		{Replicas: -1},
@@ -383,6 +390,7 @@ func TestSpecErrors(t *testing.T) {
 // TestServersDieWithTheirOwner kills a process that started a bed with
 // SIGKILL (no chance to stop anything) and expects its servers to go too.
 func TestServersDieWithTheirOwner(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperStartAndBlock$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1")
@@ -437,6 +445,7 @@ func alive(pid int) bool {
 }
 
 func TestHelperStartAndBlock(t *testing.T) {
+	testbed.Need(t)
 	if os.Getenv(helperEnv) == "" {
 		t.Skip("helper for TestServersDieWithTheirOwner")
 	}

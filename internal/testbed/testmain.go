@@ -23,8 +23,12 @@ import (
 // attaches to it and leaves it running. Otherwise it starts a bed with spec,
 // hands it to set, runs the tests and stops the bed, also when the process
 // gets SIGINT or SIGTERM (it then stops the bed and dies of the signal).
-// It returns the exit code for os.Exit.
+// It returns the exit code for os.Exit. With EnvFast set it starts
+// nothing and runs the tests, those that need a bed skipping (Need).
 func Main(m *testing.M, spec Spec, set func(*Bed)) int {
+	if os.Getenv(EnvFast) != "" {
+		return m.Run() // no bed: the tests that need one skip (Need)
+	}
 	if path := os.Getenv(EnvVar); path != "" {
 		b, err := Attach(path)
 		if err != nil {
@@ -91,4 +95,18 @@ func (b *Bed) fits(spec Spec) (bool, string) {
 		return false, fmt.Sprintf("it has %d clusters, the tests want %d", len(b.Clusters), spec.Clusters)
 	}
 	return true, ""
+}
+
+// EnvFast, when set (`make test-fast`), runs only the tests that need no
+// database: Main starts no bed, and every test that needs one calls Need
+// first, which skips it.
+const EnvFast = "SHARDMQ_TEST_FAST"
+
+// Need skips tb when the run has no databases (EnvFast). Every test that
+// reaches a bed, or starts MariaDB itself, calls it first.
+func Need(tb testing.TB) {
+	tb.Helper()
+	if os.Getenv(EnvFast) != "" {
+		tb.Skip("needs MariaDB; skipped by " + EnvFast + " (make test-fast)")
+	}
 }

@@ -22,6 +22,7 @@ import (
 // the session encrypted; a plain connection, a connection without the
 // client certificate and one trusting another CA are refused.
 func TestMySQLOverTLS(t *testing.T) {
+	testbed.Need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

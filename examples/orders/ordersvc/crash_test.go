@@ -101,6 +101,7 @@ func openDB(t *testing.T, prefix string) *sql.DB {
 // (their contexts cancelled mid-step). Every order must yield exactly one
 // points change.
 func TestCrashesYieldOnePointsChangePerOrder(t *testing.T) {
+	testbed.Need(t)
 	const orders = 2000
 	r := routertest.Start(t, bed, routertest.Options{})
 	ordersDB, pointsDB := openDB(t, "t_orders_"), openDB(t, "t_points_")
