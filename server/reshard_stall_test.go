@@ -5,12 +5,12 @@ import (
 	"database/sql"
 	"encoding/base64"
 	"fmt"
-	"github.com/shardmq/shardmq/internal/testbed"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/rebalance"
 	"github.com/shardmq/shardmq/shard"
 	"github.com/shardmq/shardmq/topology"

@@ -2,9 +2,10 @@ package store
 
 import (
 	"context"
-	"github.com/shardmq/shardmq/internal/testbed"
 	"testing"
 	"time"
+
+	"github.com/shardmq/shardmq/internal/testbed"
 )
 
 // Must-show (e) of issue 26, at the statements: ten messages of 1 MiB of

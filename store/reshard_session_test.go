@@ -3,9 +3,10 @@ package store
 import (
 	"context"
 	"errors"
-	"github.com/shardmq/shardmq/internal/testbed"
 	"testing"
 	"time"
+
+	"github.com/shardmq/shardmq/internal/testbed"
 )
 
 // A leader's session runs under its limits; a newer leader's session
