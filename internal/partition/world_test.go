@@ -20,6 +20,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
+	"github.com/shardmq/shardmq/internal/consuldouble"
 	"github.com/shardmq/shardmq/internal/netbed"
 	"github.com/shardmq/shardmq/internal/testbed"
 )
@@ -34,7 +35,8 @@ var (
 	buildErr  error
 )
 
-// routerBinary builds cmd/router once per test process.
+// routerBinary builds cmd/router (and cmd/consul-seed beside it) once per
+// test process.
 func routerBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -44,9 +46,9 @@ func routerBinary(t *testing.T) string {
 			return
 		}
 		routerBin = filepath.Join(dir, "router")
-		out, err := exec.Command("go", "build", "-o", routerBin, "github.com/shardmq/shardmq/cmd/router").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", dir+"/", "github.com/shardmq/shardmq/cmd/router", "github.com/shardmq/shardmq/cmd/consul-seed").CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("build cmd/router: %v: %s", err, out)
+			buildErr = fmt.Errorf("build cmd/router and cmd/consul-seed: %v: %s", err, out)
 		}
 	})
 	if buildErr != nil {
@@ -68,6 +70,7 @@ type world struct {
 	topo   string
 	client *http.Client
 	checks map[string]*sql.DB // each primary through its socket, for the checks
+	consul string             // the Consul double's address, once onConsul ran
 }
 
 // hostOf names the host of a test bed instance.
@@ -166,6 +169,40 @@ func newWorld(t *testing.T, routers ...string) *world {
 	return w
 }
 
+// onConsul adds a "consul" host serving the Consul double, linked to
+// every router host (and not to the client: cutting a router from Consul
+// leaves it serving), registers the servers as services and seeds the
+// shard map there with cmd/consul-seed run on the consul host. Routers
+// started after it take their topology from Consul.
+func (w *world) onConsul(routers ...string) {
+	t := w.t
+	t.Helper()
+	h, err := w.net.Host("consul")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.hosts["consul"] = h
+	for _, r := range routers {
+		if _, err := w.net.Connect(w.hosts[r], h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ln, err := h.Listen(":8500")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Consul's own expiry: a session lasts twice its TTL after its last
+	// renewal, and TTLs are at least 10 s.
+	cd := consuldouble.NewOn(consuldouble.Options{TTLMultiplier: 2, MinSessionTTL: 10 * time.Second}, ln)
+	t.Cleanup(cd.Close)
+	w.consul = cd.Addr()
+	seed := filepath.Join(filepath.Dir(routerBinary(t)), "consul-seed")
+	out, err := h.Command(w.ctx, seed, "-topology", w.topo, "-consul-addr", w.consul, "-register").CombinedOutput()
+	if err != nil {
+		t.Fatalf("consul-seed: %v: %s", err, out)
+	}
+}
+
 // link returns the link between two hosts.
 func (w *world) link(a, b string) *netbed.Link {
 	l := w.net.Link(w.hosts[a], w.hosts[b])
@@ -192,7 +229,13 @@ func (w *world) startRouter(host string, extra ...string) *router {
 	w.t.Helper()
 	h := w.hosts[host]
 	r := &router{w: w, host: h, url: "http://" + h.Addr + ":8080", log: filepath.Join(w.t.TempDir(), host+".log"),
-		args: append([]string{"-listen", h.Addr + ":8080", "-topology", w.topo, "-retention-off", "-insecure", "-log-level", "info"}, extra...)}
+		args: []string{"-listen", h.Addr + ":8080", "-retention-off", "-insecure", "-log-level", "info"}}
+	if w.consul != "" {
+		r.args = append(r.args, "-consul-addr", w.consul, "-mysql-database", w.dbName, "-router-id", host)
+	} else {
+		r.args = append(r.args, "-topology", w.topo)
+	}
+	r.args = append(r.args, extra...)
 	w.t.Cleanup(func() {
 		r.stop()
 		if w.t.Failed() {
