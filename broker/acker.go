@@ -26,6 +26,7 @@ const ackTimeout = 10 * time.Second
 
 type ackCall struct {
 	group store.AckGroup
+	fence store.Fence // the map the ack was routed with
 	now   time.Time
 	done  chan store.AckResult // buffered 1
 }
@@ -46,7 +47,8 @@ func newAcker(conn Cluster) *acker { return &acker{conn: conn} }
 
 // ack queues leases and waits for their statuses.
 func (a *acker) ack(ctx context.Context, leases []store.Lease, now time.Time) ([]store.LeaseStatus, error) {
-	call := &ackCall{group: store.AckGroup{Leases: leases, RequestID: reqid.From(ctx)}, now: now, done: make(chan store.AckResult, 1)}
+	f, _ := store.FenceFrom(ctx)
+	call := &ackCall{group: store.AckGroup{Leases: leases, RequestID: reqid.From(ctx)}, fence: f, now: now, done: make(chan store.AckResult, 1)}
 	a.mu.Lock()
 	a.queue = append(a.queue, call)
 	if !a.running {
@@ -67,8 +69,10 @@ func (a *acker) work() {
 			a.mu.Unlock()
 			return
 		}
+		// One transaction carries acks routed with one map: a stale one
+		// refused by the fence fails none of the others.
 		n, take := 0, 0
-		for take < len(a.queue) && (take == 0 || n+len(a.queue[take].group.Leases) <= maxAckBatch) {
+		for take < len(a.queue) && (take == 0 || n+len(a.queue[take].group.Leases) <= maxAckBatch && a.queue[take].fence == a.queue[0].fence) {
 			n += len(a.queue[take].group.Leases)
 			take++
 		}
@@ -86,7 +90,7 @@ func (a *acker) run(batch []*ackCall) {
 		groups[i] = c.group
 		n += len(c.group.Leases)
 	}
-	ctx, cancel := context.WithTimeout(reqid.With(context.Background(), groups[0].RequestID), ackTimeout)
+	ctx, cancel := context.WithTimeout(store.WithFence(reqid.With(context.Background(), groups[0].RequestID), batch[0].fence), ackTimeout)
 	defer cancel()
 	var res []store.AckResult
 	err := a.conn.Do(ctx, OpAck, func(ctx context.Context, s Store) error {

@@ -198,10 +198,12 @@ type Broker struct {
 	// draining is closed by Drain: long-polls answer at once.
 	draining  chan struct{}
 	drainOnce sync.Once
-	pins      *pins          // operations in flight by map version (frozen.go)
-	frozen    frozenCounters // requests held on frozen vshards (frozen.go)
-	owners    *delivery.Manager
-	peer      Peer
+	pins      *pins // operations in flight by map version (frozen.go)
+	// selfFenced refuses writes and claims (SetSelfFenced).
+	selfFenced atomic.Bool
+	frozen     frozenCounters // requests held on frozen vshards (frozen.go)
+	owners     *delivery.Manager
+	peer       Peer
 }
 
 // cluster is a cluster's call point and its group committer.
@@ -229,7 +231,9 @@ func New(cfg Config, table *routing.Table, clusters map[string]Cluster, subs Sub
 	}
 	b := &Broker{cfg: cfg.withDefaults(), table: table, subs: subs, replicas: replicas, ids: ids, now: now, log: log, wake: newNotifier(),
 		claims: newClaimers(), draining: make(chan struct{}), pins: newPins(), polls: newPollGate(), peer: cfg.Peer}
-	b.owners = delivery.New(b.cfg.Owners, now, log)
+	ocfg := b.cfg.Owners
+	ocfg.MapVersion = func() int64 { return table.Load().Version() }
+	b.owners = delivery.New(ocfg, now, log)
 	if b.cfg.RecentKeys > 0 {
 		b.recent = expirable.NewLRU[string, recentKey](b.cfg.RecentKeys, nil, b.cfg.RecentKeysTTL)
 		b.rejected = newRejectedTrace(b)
@@ -441,7 +445,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 	}
 	var mu sync.Mutex
 	var waits []replicaWait
-	errs := b.dispatch(ctx, vs, skip, func(name string, cs *cluster, idx []int, keep func() func()) {
+	errs := b.dispatch(ctx, vs, skip, func(ctx context.Context, name string, cs *cluster, idx []int, keep func() func()) {
 		gtid := b.produceOn(ctx, cs, topic, idx, items, results, keep)
 		if dur == DurabilityReplicated {
 			mu.Lock()
@@ -466,9 +470,11 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 // produceOn commits one cluster's share of a request, fills its results
 // and returns the GTID to wait for under replicated durability.
 func (b *Broker) produceOn(ctx context.Context, cs *cluster, topic string, idx []int, items []store.ProduceItem, results []ProduceResult, keep func() func()) string {
+	fence, _ := store.FenceFrom(ctx) // dispatch's: the map idx was routed with
 	batch := make([]store.ProduceItem, len(idx))
 	for j, i := range idx {
 		batch[j] = items[i]
+		batch[j].MapVersion = fence.MapVersion
 	}
 	resp := cs.commit.submit(ctx, batch)
 	if resp.pending != nil {
@@ -692,7 +698,7 @@ func (b *Broker) release(req ClaimRequest, out []Delivery) {
 	if !req.Dead {
 		receipts = b.releaseOwned(ctx, req, receipts)
 	}
-	b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
+	b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *cluster, idx []int, _ func() func()) {
 		leases := make([]store.Lease, len(idx))
 		for j, i := range idx {
 			leases[j] = receipts[i].Lease
@@ -709,12 +715,16 @@ func (b *Broker) release(req ClaimRequest, out []Delivery) {
 }
 
 func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscription.Subscription) ([]Delivery, error) {
+	if b.selfFenced.Load() {
+		return nil, errSelfFenced
+	}
 	ordered := sub.Ordered && !req.Dead
 	if b.claims.closed() {
 		return nil, errClaimersStopped // before a peek could answer "nothing to claim"
 	}
 	m, release := b.pin()
 	defer release()
+	ctx = store.WithFence(ctx, store.Fence{MapVersion: m.Version()}) // claims write leases
 	exclude := m.FrozenVShards()
 	names := m.Clusters()
 	clusters := *b.clusters.Load()
@@ -959,7 +969,7 @@ func (b *Broker) ack(ctx context.Context, receipts []Receipt, forward bool) []Le
 	b.orderedNow(ctx, receipts)
 	out := make([]LeaseResult, len(receipts))
 	rid := reqid.From(ctx)
-	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
+	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *cluster, idx []int, _ func() func()) {
 		durable := b.ownedOps(ctx, name, receipts, idx, forward,
 			func(o *delivery.Owner, ids []int) []delivery.Outcome { return o.Ack(ctx, ops(receipts, ids, rid, nil)) },
 			func(addr string, ids []int) error {
@@ -1012,7 +1022,7 @@ func (b *Broker) ExtendHere(ctx context.Context, receipts []Receipt, lease time.
 
 func (b *Broker) extend(ctx context.Context, receipts []Receipt, lease time.Duration, forward bool) []LeaseResult {
 	out := make([]LeaseResult, len(receipts))
-	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
+	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *cluster, idx []int, _ func() func()) {
 		durable := b.ownedOps(ctx, name, receipts, idx, forward,
 			func(o *delivery.Owner, ids []int) []delivery.Outcome {
 				return o.Extend(ctx, ops(receipts, ids, "", nil), lease)
@@ -1101,7 +1111,7 @@ func (b *Broker) nack(ctx context.Context, items []NackItem, forward bool) []Nac
 	out := make([]NackResult, len(items))
 	policy := func(topic, sub string) store.RetryPolicy { return b.nackPolicy(ctx, topic, sub) }
 	rid := reqid.From(ctx)
-	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
+	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *cluster, idx []int, _ func() func()) {
 		durable := b.ownedOps(ctx, name, receipts, idx, forward,
 			func(o *delivery.Owner, ids []int) []delivery.Outcome {
 				u := o.Unit()

@@ -35,9 +35,10 @@ type claimKey struct {
 }
 
 type claimCall struct {
-	req  store.ClaimRequest
-	rid  string           // the caller's request id (trace events)
-	done chan claimAnswer // buffered 1
+	req   store.ClaimRequest
+	rid   string           // the caller's request id (trace events)
+	fence store.Fence      // the map the claim was routed with
+	done  chan claimAnswer // buffered 1
 }
 
 type claimAnswer struct {
@@ -78,7 +79,8 @@ var errClaimersStopped = fmt.Errorf("%w: router is shutting down", ErrUnavailabl
 
 // claim queues req and waits for its share of a coalesced claim.
 func (c *claimers) claim(ctx context.Context, k claimKey, req store.ClaimRequest) ([]store.Claimed, error) {
-	call := &claimCall{req: req, rid: reqid.From(ctx), done: make(chan claimAnswer, 1)}
+	f, _ := store.FenceFrom(ctx)
+	call := &claimCall{req: req, rid: reqid.From(ctx), fence: f, done: make(chan claimAnswer, 1)}
 	c.mu.Lock()
 	if c.stopped {
 		c.mu.Unlock()
@@ -183,7 +185,11 @@ func (c *claimers) run(k claimKey, calls []*claimCall) {
 	}
 	// The events this claim writes (lapsed leases) are the first
 	// caller's: the request that set the walk going.
-	ctx, cancel := context.WithTimeout(reqid.With(context.Background(), calls[0].rid), 10*time.Second)
+	ctx := reqid.With(context.Background(), calls[0].rid)
+	for _, call := range calls {
+		ctx = store.WithFence(ctx, call.fence) // the oldest map wins
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var got [][]store.Claimed
 	err := k.cluster.conn.Do(ctx, OpClaim, func(ctx context.Context, s Store) (err error) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
+	"github.com/shardmq/shardmq/store"
 )
 
 // Requests during a resharding cut-over.
@@ -143,13 +144,21 @@ func (b *Broker) FrozenStats() FrozenStats {
 
 // dispatch routes items (by vs; skip[i] leaves item i out) to the clusters
 // serving them and runs each cluster's share with run, clusters
-// concurrently, each share under a pin of the map it was routed with. A
+// concurrently, each share under a pin of the map it was routed with and
+// with a context fenced by that map (store.WithFence): run's writes are
+// refused by a cluster whose fence is newer. A
 // share whose writes may land after run returns (a produce given up while
 // queued) calls keep for one more pin, released when they have landed.
 // Items of frozen vshards are held until their vshard serves again, at most
 // FrozenWait for the whole request; errs[i] says why item i was not run.
-func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run func(name string, cs *cluster, idx []int, keep func() func())) []error {
+func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run func(ctx context.Context, name string, cs *cluster, idx []int, keep func() func())) []error {
 	errs := make([]error, len(vs))
+	if b.selfFenced.Load() {
+		for i := range errs {
+			errs[i] = errSelfFenced
+		}
+		return errs
+	}
 	pending := make([]int, 0, len(vs))
 	for i := range vs {
 		if skip == nil || !skip[i] {
@@ -187,12 +196,13 @@ func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run f
 			}
 			groups[name] = append(groups[name], i)
 		}
+		fctx := store.WithFence(ctx, store.Fence{MapVersion: m.Version()})
 		var wg sync.WaitGroup
 		for name, idx := range groups {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				run(name, clusters[name], idx, keep)
+				run(fctx, name, clusters[name], idx, keep)
 			}()
 		}
 		wg.Wait()
@@ -295,3 +305,15 @@ func (b *Broker) awaitOnlyPin(ctx context.Context, v int64) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// errSelfFenced answers every write while the router self-fences.
+var errSelfFenced = fmt.Errorf("%w: this router lost its registration among the live routers; it writes again once registered with the current shard map", ErrUnavailable)
+
+// SetSelfFenced makes the router refuse (unavailable) every write and
+// claim while fenced is true: its registration among the live routers
+// lapsed, so a resharding barrier may pass without it (docs/consul.md,
+// "Self-fencing"). Reads go on.
+func (b *Broker) SetSelfFenced(fenced bool) { b.selfFenced.Store(fenced) }
+
+// SelfFenced reports SetSelfFenced's state.
+func (b *Broker) SelfFenced() bool { return b.selfFenced.Load() }

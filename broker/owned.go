@@ -46,11 +46,15 @@ type claimPart struct {
 
 // claimOwned serves one poll of a claim on live deliveries (see Claim).
 func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscription.Subscription) ([]Delivery, error) {
+	if b.selfFenced.Load() {
+		return nil, errSelfFenced
+	}
 	if b.claims.closed() {
 		return nil, errClaimersStopped
 	}
 	m, release := b.pin()
 	defer release()
+	ctx = store.WithFence(ctx, store.Fence{MapVersion: m.Version()}) // durable claims write
 	spec := delivery.ClaimSpec{Consumer: req.Consumer, Lease: req.Lease, Ordered: sub.Ordered, MaxAttempts: sub.Policy().MaxAttempts,
 		Exclude: m.FrozenVShards()}
 	names := m.Clusters()
@@ -345,7 +349,7 @@ func pick(receipts []Receipt, idx []int) []Receipt {
 // counted); durable ones are released in the table.
 func (b *Broker) releaseOwned(ctx context.Context, req ClaimRequest, receipts []Receipt) []Receipt {
 	var durable []Receipt
-	b.dispatch(ctx, receiptVShards(receipts), nil, func(name string, cs *cluster, idx []int, _ func() func()) {
+	b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *cluster, idx []int, _ func() func()) {
 		for k, ids := range unitGroups(receipts, idx) {
 			u := delivery.Unit{Cluster: name, Topic: k[0], Subscription: k[1]}
 			o, _, err := b.owners.Route(ctx, u, false, 0)

@@ -156,7 +156,7 @@ func (t *rejectedTrace) flush(batch []store.Event, held map[uint64]int) []store.
 			continue
 		}
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), rejectedTimeout)
+			ctx, cancel := context.WithTimeout(store.WithFence(context.Background(), store.Fence{MapVersion: table.Version()}), rejectedTimeout)
 			defer cancel()
 			err := cs.conn.Do(ctx, OpAppendEvents, func(ctx context.Context, s Store) error { return s.AppendEvents(ctx, evs) })
 			if err != nil {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/subscription"
 )
 
@@ -117,8 +118,11 @@ func (b *Broker) eachClusterMissing(ctx context.Context, op string, fn func(ctx 
 		missing = append(missing, name)
 		errs = append(errs, fmt.Errorf("cluster %s: %w", name, err))
 	}
+	// Writes among them are fenced by the map in use (store.WithFence).
+	m := b.table.Load()
+	ctx = store.WithFence(ctx, store.Fence{MapVersion: m.Version()})
 	var wg sync.WaitGroup
-	for _, name := range b.table.Load().Clusters() {
+	for _, name := range m.Clusters() {
 		cs, ok := clusters[name]
 		if !ok {
 			fail(name, fmt.Errorf("%w: no connection", ErrUnavailable))

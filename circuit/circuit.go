@@ -111,7 +111,9 @@ func (b *Breaker) State() string { return b.cb.State().String() }
 // Do runs fn through the breaker with a context bounded by CallTimeout. An
 // error that says the endpoint is unreachable (store.ErrUnavailable, or
 // the call's own timeout) counts as a failure; any other answer — not
-// found, a constraint — is the endpoint working and counts as a success;
+// found, a constraint, a refusal by the shard fence (store.ErrFenced,
+// though it is unavailable to the caller) — is the endpoint working and
+// counts as a success;
 // the caller giving up (its context ends) counts as neither. A refused
 // call returns an error that wraps store.ErrUnavailable and ErrOpen.
 func (b *Breaker) Do(ctx context.Context, fn func(ctx context.Context) error) error {
@@ -135,6 +137,9 @@ func (b *Breaker) DoWithin(ctx context.Context, timeout time.Duration, fn func(c
 			return struct{}{}, nil
 		case ctx.Err() != nil:
 			return struct{}{}, excluded{err}
+		case errors.Is(err, store.ErrFenced):
+			// The endpoint answered: the caller's map is stale.
+			return struct{}{}, err
 		case errors.Is(err, store.ErrUnavailable) || cctx.Err() != nil:
 			return struct{}{}, failure{err}
 		}

@@ -10,11 +10,25 @@ import (
 // flushItem is one request's (or one expiry tick's) outcomes of one unit,
 // queued for its cluster's next flush.
 type flushItem struct {
-	owner  *Owner
+	owner *Owner
+	// fence is the shard map the item's outcomes were decided with (see
+	// Config.MapVersion).
+	fence  store.Fence
 	acks   []store.OwnedAck
 	nacks  []store.OwnedNack
 	leases []store.OwnedLease
 	parks  []store.OwnedPark
+}
+
+// fenced returns item with its fence: ctx's (the request's), else the
+// map in use.
+func (o *Owner) fenced(ctx context.Context, item flushItem) flushItem {
+	if f, ok := store.FenceFrom(ctx); ok {
+		item.fence = f
+	} else if o.m.cfg.MapVersion != nil {
+		item.fence = store.Fence{MapVersion: o.m.cfg.MapVersion()}
+	}
+	return item
 }
 
 func (it flushItem) ops() int { return len(it.acks) + len(it.nacks) + len(it.leases) + len(it.parks) }
@@ -44,6 +58,9 @@ func (cl *clusterState) runFlush(ctx context.Context, items []flushItem) []flush
 		b.Nacks = append(b.Nacks, it.nacks...)
 		b.Leases = append(b.Leases, it.leases...)
 		b.Park = append(b.Park, it.parks...)
+	}
+	for _, it := range items {
+		ctx = store.WithFence(ctx, it.fence) // the oldest wins
 	}
 	ctx, cancel := context.WithTimeout(ctx, flushTimeout)
 	defer cancel()

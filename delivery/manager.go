@@ -93,6 +93,12 @@ type Config struct {
 	// Flush tunes each cluster's flushes (batch.Config; MaxBytes counts
 	// outcomes). Defaults to 2000 outcomes per flush, one in flight.
 	Flush batch.Config
+	// MapVersion is the version of the shard map in use. A flush is
+	// fenced (store.WithFence) with the oldest map among its items: a
+	// request's outcomes carry the map the request was routed with (its
+	// context's fence), the rest (expiries, parking, write-outs) this.
+	// Nil: those are not fenced.
+	MapVersion func() int64
 }
 
 func (c Config) withDefaults() Config {

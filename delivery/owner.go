@@ -594,7 +594,7 @@ type flushAnswer struct {
 // gone when the flush wrote their outcome (or found the delivery gone),
 // held again when it failed, all dropped when the unit was stale.
 func (o *Owner) flush(ctx context.Context, item flushItem, held []*lease) flushAnswer {
-	ch, ok := o.cl.flusher.Submit(item)
+	ch, ok := o.cl.flusher.Submit(o.fenced(ctx, item))
 	var ans flushAnswer
 	if !ok {
 		ans = flushAnswer{err: fmt.Errorf("%w: router is shutting down", domain.ErrUnavailable)}
@@ -609,7 +609,7 @@ func (o *Owner) flush(ctx context.Context, item flushItem, held []*lease) flushA
 
 // submit queues item without waiting (parking, expiries).
 func (o *Owner) submit(item flushItem, held ...*lease) {
-	ch, ok := o.cl.flusher.Submit(item)
+	ch, ok := o.cl.flusher.Submit(o.fenced(context.Background(), item))
 	if !ok {
 		o.settle(held, false, false)
 		return

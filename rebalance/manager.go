@@ -31,6 +31,10 @@ type Mover interface {
 	MoveBuckets(ctx context.Context, table string, vshards []uint16) (map[uint64]store.MoveBucket, error)
 	MoveBucketRows(ctx context.Context, table string, vshards []uint16, bucket uint64, keysOnly bool) ([]store.MoveRow, error)
 	VShardLoads(ctx context.Context, since time.Time) (map[uint16]store.VShardLoad, error)
+	// The cluster's own record of ownership (store/shard_fence.go).
+	RaiseFence(ctx context.Context, version int64, owners []store.VShardOwner, by string, at time.Time) error
+	RecordVShardOwners(ctx context.Context, owners []store.VShardOwner, at time.Time) error
+	VShardOwners(ctx context.Context) ([]store.VShardOwner, error)
 }
 
 var _ Mover = (*store.Store)(nil)

@@ -117,7 +117,14 @@ func (m *Manager) step(ctx context.Context, j *Job) error {
 		if err != nil {
 			return err
 		}
-		_, err = m.update(ctx, j.ID, StateFreezing, func(j *Job) error { j.State = StateFrozen; return nil })
+		// Every live router applied v; a stale one (cut off from the
+		// topology store, paused) may still write with an older map:
+		// the sources' fences refuse it from now on, and what it wrote
+		// before is there for the final sync.
+		if err := m.raiseFences(ctx, j, v); err != nil {
+			return err
+		}
+		_, err = m.update(ctx, j.ID, StateFreezing, func(j *Job) error { j.State, j.FencedAt = StateFrozen, v; return nil })
 		return err
 	case StateFrozen:
 		err := m.finalSync(ctx, j)
@@ -129,6 +136,9 @@ func (m *Manager) step(ctx context.Context, j *Job) error {
 	case StateCutover:
 		return m.cutover(ctx, j)
 	case StateCleanup:
+		if err := m.checkCleanup(ctx, j); err != nil {
+			return err
+		}
 		for _, mv := range j.Moves {
 			for _, t := range store.MoveTables() {
 				if err := m.deleteAll(ctx, mv.Source, t.Name, mv.VShards, true); err != nil {
@@ -696,12 +706,115 @@ func (m *Manager) cutover(ctx context.Context, j *Job) error {
 			}
 		}
 	}
+	// The flipped map is recorded on the sources and targets before
+	// anything is deleted: cleanup checks the sources' records.
+	if err := m.recordOwners(ctx, j, cur); err != nil {
+		return err
+	}
 	if err := m.maps.WaitApplied(ctx, cur.Version()); err != nil {
 		return err
 	}
 	m.recordPause(ctx, j, "flipped")
-	_, err = m.update(ctx, j.ID, StateCutover, func(j *Job) error { j.State = StateCleanup; return nil })
+	_, err = m.update(ctx, j.ID, StateCutover, func(j *Job) error { j.State, j.FlippedAt = StateCleanup, cur.Version(); return nil })
 	return err
+}
+
+// ownersOf is sm as vshard_owner rows.
+func ownersOf(sm *routing.Map) []store.VShardOwner {
+	owners := make([]store.VShardOwner, 0, shard.Count)
+	for _, rg := range sm.Ranges() {
+		for v := rg.From; v <= rg.To; v++ {
+			owners = append(owners, store.VShardOwner{VShard: v, Cluster: rg.Cluster, MapVersion: sm.Version(), Frozen: rg.Frozen})
+		}
+	}
+	return owners
+}
+
+// raiseFences raises the fence of every source of j to version v and
+// records the map of v there (store.RaiseFence): from then on a write
+// routed with an older map is refused on the sources. The map read here
+// is v or newer (only this job changes its vshards).
+func (m *Manager) raiseFences(ctx context.Context, j *Job, v int64) error {
+	sm, err := m.maps.ShardMap(ctx)
+	if err != nil {
+		return err
+	}
+	if sm.Version() < v {
+		return fmt.Errorf("shard map read back at version %d, older than the frozen map %d", sm.Version(), v)
+	}
+	owners := ownersOf(sm)
+	done := map[string]bool{}
+	for _, mv := range j.Moves {
+		if done[mv.Source] {
+			continue
+		}
+		done[mv.Source] = true
+		c, err := m.cluster(ctx, mv.Source)
+		if err != nil {
+			return err
+		}
+		if err := c.RaiseFence(ctx, v, owners, "reshard "+j.ID, m.cfg.Now()); err != nil {
+			return fmt.Errorf("raise the fence of %s to map %d: %w", mv.Source, v, err)
+		}
+	}
+	m.cfg.Log.Info("reshard: sources fenced", "job", j.ID, "version", v)
+	return nil
+}
+
+// recordOwners records sm (the flipped map) on every source and target
+// of j.
+func (m *Manager) recordOwners(ctx context.Context, j *Job, sm *routing.Map) error {
+	owners := ownersOf(sm)
+	done := map[string]bool{}
+	for _, mv := range j.Moves {
+		for _, name := range []string{mv.Source, mv.Target} {
+			if done[name] {
+				continue
+			}
+			done[name] = true
+			c, err := m.cluster(ctx, name)
+			if err != nil {
+				return err
+			}
+			if err := c.RecordVShardOwners(ctx, owners, m.cfg.Now()); err != nil {
+				return fmt.Errorf("record the flipped map %d on %s: %w", sm.Version(), name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// ErrNotGiven: a job in cleanup found a source's own record not giving
+// the job's vshards to its target (at the flipped version or later), so
+// it deletes nothing there — a restored older map, or a later move.
+var ErrNotGiven = errors.New("source's record does not give the vshards to the target")
+
+// checkCleanup lets cleanup delete only what each source's own record
+// (vshard_owner) gives to the job's target at the job's flipped version or
+// later.
+func (m *Manager) checkCleanup(ctx context.Context, j *Job) error {
+	for _, mv := range j.Moves {
+		c, err := m.cluster(ctx, mv.Source)
+		if err != nil {
+			return err
+		}
+		rows, err := c.VShardOwners(ctx)
+		if err != nil {
+			return fmt.Errorf("read the owner record of %s: %w", mv.Source, err)
+		}
+		byVShard := make(map[uint16]store.VShardOwner, len(rows))
+		for _, o := range rows {
+			byVShard[uint16(o.VShard)] = o
+		}
+		for _, v := range mv.VShards {
+			o, ok := byVShard[v]
+			if !ok || o.Cluster != mv.Target || o.MapVersion < j.FlippedAt {
+				return fmt.Errorf("%w: cleanup of job %s on %s: vshard %d is recorded as %s's at map %d, the job gave it to %s at map %d; nothing deleted",
+					ErrNotGiven, j.ID, mv.Source, v, o.Cluster, o.MapVersion, mv.Target, j.FlippedAt)
+			}
+		}
+	}
+	return nil
 }
 
 func queueTable() string {

@@ -77,6 +77,13 @@ type Job struct {
 	// FreezeAttempts counts freezes given up (the final sync did not
 	// converge in the budget) and retried.
 	FreezeAttempts int `json:"freeze_attempts,omitempty"`
+	// FencedAt is the map version the sources' fences were raised to
+	// (the frozen map); FlippedAt the version that gave the vshards to
+	// their targets. Cleanup deletes a source's rows only while that
+	// source's own record still gives them to the target at FlippedAt or
+	// later.
+	FencedAt  int64 `json:"fenced_at,omitempty"`
+	FlippedAt int64 `json:"flipped_at,omitempty"`
 }
 
 // View is the job as the HTTP API shows it.

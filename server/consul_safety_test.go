@@ -51,7 +51,7 @@ func startConsulRouter(t *testing.T, addr, database, id string) (*consulRouter, 
 			}
 			return c.r.ShardMap()
 		}),
-		Subscriptions: src.Subscriptions(), MirrorSubscriptions: true, CheckMapRecords: true,
+		Subscriptions: src.Subscriptions(), MirrorSubscriptions: true,
 	}
 	ln := listen(t)
 	cfg.Broker.Owners.Addr = ln.Addr().String()

@@ -45,6 +45,9 @@ type env struct {
 	// stop stops the router and waits for it (set where the test runs
 	// it; safe to call twice).
 	stop func()
+	// leading reports whether the router runs the background jobs (set
+	// on Consul).
+	leading func() bool
 }
 
 func setup(t *testing.T) *env {

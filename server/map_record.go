@@ -140,18 +140,23 @@ func (m *mapRecorder) recordAll(ctx context.Context, sm *routing.Map) bool {
 	return ok
 }
 
-// checkRecorded is the start-up check against the clusters' own records
-// (Config.CheckMapRecords): m must not be older than a map version
-// recorded on any cluster, nor differ from the map recorded under its own
-// version. Either means the topology store lost or rolled back its map
-// while routers were routing with a newer one.
+// checkRecorded is the start-up check against the clusters' own records,
+// for every topology source: m must not be older than a map version
+// recorded on any cluster (vshard_owner) or than its shard fence, nor
+// differ from the map recorded under its own version. Either means the
+// topology store or file lost or rolled back its map (a restored file, a
+// sandbox rewritten) while routers were routing with a newer one: routing
+// with it would write vshards where they no longer live.
 func (r *Router) checkRecorded(ctx context.Context, m *routing.Map) error {
 	for name, st := range r.Stores() {
 		rows, err := st.VShardOwners(ctx)
 		if err != nil {
 			return fmt.Errorf("cluster %s: %w", name, err)
 		}
-		var newest int64
+		newest, err := st.ShardFence(ctx)
+		if err != nil {
+			return fmt.Errorf("cluster %s: %w", name, err)
+		}
 		differ := -1
 		for _, o := range rows {
 			newest = max(newest, o.MapVersion)
@@ -161,12 +166,24 @@ func (r *Router) checkRecorded(ctx context.Context, m *routing.Map) error {
 		}
 		switch {
 		case newest > m.Version():
-			return fmt.Errorf("%w: shard map version %d is older than version %d recorded on cluster %s; %s", topology.ErrBehind, m.Version(), newest, name, topology.RecoveryHint)
+			return fmt.Errorf("%w: shard map version %d is older than version %d recorded on cluster %s; %s", topology.ErrBehind, m.Version(), newest, name, r.recoveryHint(newest))
 		case differ >= 0:
-			return fmt.Errorf("%w: shard map version %d assigns vshard %d differently from the map of that version recorded on cluster %s; %s", topology.ErrBehind, m.Version(), differ, name, topology.RecoveryHint)
+			return fmt.Errorf("%w: shard map version %d assigns vshard %d differently from the map of that version recorded on cluster %s; %s", topology.ErrBehind, m.Version(), differ, name, r.recoveryHint(m.Version()))
 		}
 	}
 	return nil
+}
+
+// recoveryHint says what to do when the source's map is behind the
+// clusters' records (newest): for a topology file, put the newer map back.
+func (r *Router) recoveryHint(newest int64) string {
+	if fb, ok := r.cfg.Source.(*topology.FileBackend); ok {
+		return fmt.Sprintf("the topology file %s holds an older shard map than its clusters, who were resharded since (a restored or regenerated file): "+
+			"put back the file with the map of version %d that the resharding wrote, or write a shard_map of a version above %d that gives every vshard "+
+			"to the cluster its vshard_owner rows name (docs/resharding.md, Fencing); the router does not start on it, since it would write vshards "+
+			"where they no longer live", fb.Path, newest, newest)
+	}
+	return topology.RecoveryHint
 }
 
 // RecordedMapVersion is the newest shard-map version recorded on any of

@@ -47,6 +47,7 @@ func startReshardConsulRouter(t *testing.T, addr, database, id string) *env {
 		})}
 	cfg.Broker.RecentKeys = -1
 	cfg.Reshard.RowsPerSecond = -1
+	cfg.SelfFence = reg.(topology.SelfFencer) // as cmd/router does
 	r, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +66,7 @@ func startReshardConsulRouter(t *testing.T, addr, database, id string) *env {
 		<-ran
 		reg.Stop()
 	})
-	e := &env{name: database, url: "http://" + ln.Addr().String(), r: r, dbs: map[string]*sql.DB{}}
+	e := &env{name: database, url: "http://" + ln.Addr().String(), r: r, dbs: map[string]*sql.DB{}, leading: leader.IsLeader}
 	e.owner = func(v shard.ID) string { c, _ := r.table.Load().Lookup(v); return c }
 	return e
 }

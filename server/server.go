@@ -84,13 +84,13 @@ type Config struct {
 	HA HAConfig
 	// Security: tokens, TLS, browser rules, load shedding (security.go).
 	Security SecurityConfig
-	// CheckMapRecords makes the router refuse to start on a shard map
-	// older than one recorded on its clusters (vshard_owner), or
-	// different from the one recorded under its version: the topology
-	// store lost or rolled back its map while other routers route with a
-	// newer one. Set for Consul, where several routers must agree; the
-	// static file's single router follows its file.
-	CheckMapRecords bool
+	// SelfFence, when set, is the router's registration among the live
+	// routers (Consul): while it is not current, or the topology source
+	// is stale, the router refuses writes and claims (unavailable) and
+	// writes the leases it holds in memory to the tables; /readyz says
+	// not ready (docs/consul.md, "Self-fencing"). Nil: never (the static
+	// file's single router).
+	SelfFence topology.SelfFencer
 	// Observe tunes metrics: the cap on topic and subscription label
 	// values, the queue-health interval, disk paths (see observe.Config).
 	Observe observe.Config
@@ -191,6 +191,8 @@ type Router struct {
 	recon     *reconcile.Runner
 	upkeep    *deadletter.Upkeep // dead-letter alarms and archive
 	record    *mapRecorder
+	fence     *fenceWatch // refusals by the clusters' shard fences (fence.go)
+	reloads   *reloader   // re-reads of the topology after a refusal
 	api       *api.Server
 	sec       *security
 	reshard   *reshard       // resharding jobs and the barrier registration (reshard.go)
@@ -235,18 +237,23 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	r.pools = newPools(storeOptions(cfg.Store, r.ids, r.obs.msgs, r.retries), cfg.HA.ReplicaPools, cfg.Now, cfg.Log)
 	r.metrics.MustRegister(observe.NewPoolCollector(r.pools.dbs))
 	r.eps = newEndpoints(cfg.HA.withDefaults(cfg.Log, cfg.Now, r.pools.replicas))
+	r.reloads = &reloader{source: cfg.Source, every: 200 * time.Millisecond, log: cfg.Log, apply: func(ctx context.Context, top *topology.Topology) {
+		if top.Map.Version() > r.table.Load().Version() {
+			r.apply(ctx, top)
+		}
+	}}
+	r.fence = newFenceWatch(r.metrics, cfg.Log, r.reloads.kick)
 	clusters, err := r.connect(ctx, top)
 	if err != nil {
 		return err
 	}
-	if cfg.CheckMapRecords {
-		if err := r.checkRecorded(ctx, top.Map); err != nil {
-			return fmt.Errorf("load topology: %w", err)
-		}
+	if err := r.checkRecorded(ctx, top.Map); err != nil {
+		return fmt.Errorf("load topology: %w", err)
 	}
 
 	// Routing, subscriptions and the broker over the clusters.
 	r.table = routing.NewTable(top.Map)
+	r.fence.setTable(r.table)
 	subStore := cfg.Subscriptions
 	switch {
 	case subStore == nil:
@@ -291,7 +298,7 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	r.metrics.MustRegister(r.upkeep.Collectors()...)
 
 	// The API over all of it, behind the security checks.
-	view := topologyView{source: cfg.Source, table: r.table}
+	view := topologyView{source: cfg.Source, table: r.table, fence: r.fence, selfFenced: r.broker.SelfFenced}
 	r.api = api.New(observe.WrapBroker(r.broker, r.obs.msgs), cfg.Limits, readyCheck{r.pools, view, cfg.Log}.check, cfg.Log)
 	r.api.RouteUI(&api.UISources{History: r.obs.history, Alarms: r.upkeep, Flow: r.obs.msgs})
 	r.api.RouteOps(r.lookups, adminOps{eps: r.eps, table: r.table, view: view, stores: r.pools.Stores, recon: r.recon, lookups: r.lookups})
@@ -314,6 +321,16 @@ func (r *Router) start(ctx context.Context, top *topology.Topology) {
 		svcs = append(svcs, r.recon)
 	}
 	svcs = append(svcs, r.upkeep, r.record, r.obs.queue)
+	if r.cfg.SelfFence != nil {
+		svcs = append(svcs, &selfFencer{reg: r.cfg.SelfFence, source: r.cfg.Source, broker: r.broker, every: 50 * time.Millisecond, log: r.cfg.Log,
+			writeOut: func(ctx context.Context) error {
+				var errs []error
+				for name := range r.pools.Stores() {
+					errs = append(errs, r.broker.Owners().WriteOut(ctx, name, func(uint16) bool { return true }))
+				}
+				return errors.Join(errs...)
+			}})
+	}
 	if r.reshard != nil {
 		svcs = append(svcs, r.reshard.manager)
 	}
@@ -331,7 +348,7 @@ func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[strin
 	}
 	clusters := make(map[string]broker.Cluster, len(stores))
 	for name, st := range stores {
-		clusters[name] = r.eps.primaryCluster(name, top.Clusters[name].Primary, st, r.obs.clusters.For(name))
+		clusters[name] = r.eps.primaryCluster(name, top.Clusters[name].Primary, st, r.fence.observer(name, r.obs.clusters.For(name)))
 	}
 	return clusters, nil
 }
@@ -423,6 +440,14 @@ func (rd readyCheck) check(ctx context.Context) (any, error) {
 		}()
 	}
 	wg.Wait()
+	if rd.view.selfFenced != nil && rd.view.selfFenced() {
+		return rd.view.withStatus(map[string]any{"clusters": out}), errors.New("router registration among the live routers is not current: not writing until it is")
+	}
+	if fs, ok := rd.view.fence.status(); ok && fs.Stale {
+		// Writes to the fenced cluster are refused until the map is
+		// re-read: not ready (a load balancer sends them elsewhere).
+		return rd.view.withStatus(map[string]any{"clusters": out}), fmt.Errorf("shard map version %d is older than cluster %s's fence %d; re-reading the topology", fs.MapVersion, fs.Cluster, fs.Fence)
+	}
 	for _, h := range out {
 		if h.OK {
 			return rd.view.withStatus(map[string]any{"clusters": out}), nil
@@ -482,6 +507,7 @@ func (r *Router) Run(ctx context.Context, ln net.Listener) error {
 	}
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
+	r.reloads.run(wctx)
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)

@@ -21,6 +21,9 @@ type staleSource interface {
 type topologyView struct {
 	source topology.Source
 	table  *routing.Table // nil until the router has one
+	fence  *fenceWatch    // nil in views made before the router routes
+	// selfFenced reports the router's self-fence (nil: never).
+	selfFenced func() bool
 }
 
 // withStatus adds the shard-map version in use and, for a source that can
@@ -29,14 +32,24 @@ func (v topologyView) withStatus(out map[string]any) map[string]any {
 	if v.table != nil {
 		out["shard_map_version"] = v.table.Load().Version()
 	}
+	fs, fenced := v.fence.status()
+	if fenced {
+		out["fence"] = fs
+	}
+	if v.selfFenced != nil && v.selfFenced() {
+		out["self_fenced"] = true
+		fs.Stale = true // topology_stale below
+	}
 	if s, ok := v.source.(staleSource); ok {
 		stale, err := s.Stale()
-		out["topology_stale"] = stale
+		out["topology_stale"] = stale || fs.Stale
 		if err != nil {
 			// /readyz is open: the source's error (addresses) stays in
 			// the router's log.
 			out["topology_error"] = "the topology source cannot be read or its data was rejected; see the router's log"
 		}
+	} else if fs.Stale {
+		out["topology_stale"] = true
 	}
 	return out
 }

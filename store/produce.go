@@ -38,6 +38,9 @@ type ProduceItem struct {
 	// WantGTID asks for the GTID of the batch's transaction (replicated
 	// durability); one such item makes the batch read it.
 	WantGTID bool
+	// MapVersion is the shard map the item was routed with; the batch is
+	// fenced (WithFence) with its items' oldest. Zero: not fenced by it.
+	MapVersion int64
 }
 
 // ProduceResult is one item's outcome and the id that holds its key.
@@ -60,6 +63,9 @@ type ProduceResult struct {
 func (s *Store) Produce(ctx context.Context, items []ProduceItem) ([]ProduceResult, error) {
 	if len(items) == 0 {
 		return nil, nil
+	}
+	for _, it := range items {
+		ctx = WithFence(ctx, Fence{MapVersion: it.MapVersion})
 	}
 	// Register keys in one order across batches so that concurrent batches
 	// lock rows in the same order.
@@ -202,8 +208,15 @@ func repeatsKey(keys []keyRow) bool {
 func (s *Store) produceFast(ctx context.Context, keys []keyRow, items []ProduceItem, wantGTID bool) (gtid string, ok bool, err error) {
 	var b strings.Builder
 	b.WriteString("START TRANSACTION;\n")
-	q, args := insertKeysSQL(keys, false)
+	var args []any
+	fence, fenced := FenceFrom(ctx)
+	if fenced {
+		b.WriteString(fenceProbeSQL + ";\n")
+		args = append(args, fence.MapVersion)
+	}
+	q, a := insertKeysSQL(keys, false)
 	b.WriteString(q)
+	args = append(args, a...)
 	msgs := make([]*Message, len(items))
 	at := make(map[uint64]time.Time, len(items))
 	bySubs := map[string][]*Message{}
@@ -215,7 +228,7 @@ func (s *Store) produceFast(ctx context.Context, keys []keyRow, items []ProduceI
 		bySubs[sk] = append(bySubs[sk], it.Msg)
 		subsOf[sk] = it.Subscriptions
 	}
-	q, a := insertMessagesSQL(msgs)
+	q, a = insertMessagesSQL(msgs)
 	b.WriteString(";\n")
 	b.WriteString(q)
 	args = append(args, a...)
@@ -235,7 +248,20 @@ func (s *Store) produceFast(ctx context.Context, keys []keyRow, items []ProduceI
 		g, ok, err = s.tryProduceFast(ctx, query, args, len(keys), wantGTID)
 		return g, err
 	})
+	if fenced && fenceProbeFailed(err) {
+		return "", false, s.fenceRefusal(ctx, fence)
+	}
 	return gtid, ok, err
+}
+
+// fenceRefusal is the FenceError of a failed fence probe, with the fence
+// read again to name it.
+func (s *Store) fenceRefusal(ctx context.Context, f Fence) error {
+	need, err := s.ShardFence(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: the fast produce was refused by the fence (%w)", ErrUnavailable, err)
+	}
+	return &FenceError{Have: f.MapVersion, Need: need}
 }
 
 func (s *Store) tryProduceFast(ctx context.Context, query string, args []any, keys int, wantGTID bool) (string, bool, error) {
@@ -263,7 +289,11 @@ func (s *Store) tryProduceFast(ctx context.Context, query string, args []any, ke
 		}
 		return "", false, err
 	}
-	if len(affected) < 2 || affected[1] != int64(keys) {
+	first := 1 // START TRANSACTION, then the fence probe when there is one
+	if _, ok := FenceFrom(ctx); ok {
+		first = 2
+	}
+	if len(affected) <= first || affected[first] != int64(keys) {
 		// Cannot happen after a COMMIT without error; refuse to guess.
 		return "", false, fmt.Errorf("produce: message_key took %v rows of %d", affected, keys)
 	}

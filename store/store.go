@@ -204,7 +204,8 @@ func translate(err error) error {
 	// Already translated (the query helpers answer ErrNotFound for no row):
 	// wrapping it again would turn a missing row into an outage.
 	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInvalidData) ||
-		errors.Is(err, ErrOwned) || errors.Is(err, ErrStaleOwner) || errors.Is(err, errFlushRecount) || errors.Is(err, ErrSuperseded) {
+		errors.Is(err, ErrOwned) || errors.Is(err, ErrStaleOwner) || errors.Is(err, errFlushRecount) || errors.Is(err, ErrFenced) ||
+		errors.Is(err, ErrSuperseded) {
 		return err
 	}
 	var me *mysql.MySQLError
@@ -258,6 +259,9 @@ func retry[T any](attempts int, onRetry func(), try func() (T, error)) (T, error
 
 // inTx runs fn in a transaction, retrying the whole of it on deadlock or lock
 // wait timeout up to attempts times. onRetry counts retries for metrics.
+// When ctx carries a Fence, the transaction first checks it
+// (shard_fence.go) and fails with a FenceError, having written nothing,
+// when the cluster's fence is newer.
 func (s *Store) inTx(ctx context.Context, attempts int, onRetry func(), fn func(tx *sql.Tx) error) error {
 	_, err := s.inTxGTID(ctx, attempts, onRetry, false, fn)
 	return err
@@ -278,6 +282,10 @@ func (s *Store) tryTx(ctx context.Context, wantGTID bool, fn func(tx *sql.Tx) er
 	defer conn.Close()
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
+		return "", err
+	}
+	if err := checkFence(ctx, tx); err != nil {
+		tx.Rollback()
 		return "", err
 	}
 	if err := fn(tx); err != nil {

@@ -58,6 +58,16 @@ type Registration interface {
 	Stop()
 }
 
+// SelfFencer is a Registration that can tell whether the router still
+// counts among the live routers (Consul: its session renewed recently).
+// A router whose registration is not current self-fences: it stops
+// writing and hands its in-memory leases to the table, so that a
+// resharding barrier that no longer waits for it cannot pass while it
+// still writes (docs/consul.md, "Self-fencing").
+type SelfFencer interface {
+	Current(now time.Time) bool
+}
+
 // Leader is the election of the one router that runs the background jobs
 // (partition upkeep, retention, reconciliation, dead-letter alarms,
 // resharding steps). It is declared here, beside Source, because every

@@ -151,6 +151,12 @@ func (f *FileBackend) UpdateShardMap(_ context.Context, prev int64, next *routin
 	return nil
 }
 
+// ReplaceShardMap returns the YAML topology data with its shard_map
+// section replaced by m, every other node (and comment) kept: how a tool
+// that regenerates a topology file keeps the newer map of the file it
+// replaces.
+func ReplaceShardMap(data []byte, m *routing.Map) ([]byte, error) { return replaceShardMap(data, m) }
+
 // replaceShardMap returns the YAML document data with its shard_map
 // section replaced by m, every other node (and comment) kept.
 func replaceShardMap(data []byte, m *routing.Map) ([]byte, error) {

@@ -86,6 +86,9 @@ func (o *consulOptions) setup(ctx context.Context, cfg *server.Config, listen st
 		return nil, err
 	}
 	c := &onConsul{reg: reg, leader: src.Leader(id)}
+	if sf, ok := reg.(topology.SelfFencer); ok {
+		cfg.SelfFence = sf
+	}
 	cfg.Source = topology.Publishing(src, reg, func() *routing.Map {
 		if r := c.router.Load(); r != nil {
 			return r.AppliedShardMap()
@@ -93,7 +96,6 @@ func (o *consulOptions) setup(ctx context.Context, cfg *server.Config, listen st
 		return nil
 	})
 	cfg.Subscriptions = src.Subscriptions()
-	cfg.CheckMapRecords = true
 	cfg.MirrorSubscriptions = true
 	cfg.Leader = c.leader
 	cfg.Backend = src

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/shardmq/shardmq/topology"
 )
 
 // SandboxEnsure makes sure a sandbox runs in dir without ever removing
@@ -88,8 +90,15 @@ func SandboxEnsure(ctx context.Context, dir string, spec Spec, out io.Writer) (b
 		return nil, false, nil, err
 	}
 	topo := filepath.Join(dir, TopologyFile)
-	if err := os.WriteFile(topo, SandboxTopologyYAML(b), 0o644); err != nil {
+	data, kept, err := keepNewerShardMap(topo, SandboxTopologyYAML(b))
+	if err != nil {
+		return nil, false, nil, err
+	}
+	if err := os.WriteFile(topo, data, 0o644); err != nil {
 		return nil, false, nil, fmt.Errorf("testbed: write topology: %w", err)
+	}
+	if kept > 0 {
+		fmt.Fprintf(out, "sandbox: kept shard map version %d of %s (written by a resharding; the clusters hold their vshards there)\n", kept, topo)
 	}
 	replicas := 0
 	if len(b.Clusters) > 0 {
@@ -117,4 +126,38 @@ func SandboxEnsure(ctx context.Context, dir string, spec Spec, out io.Writer) (b
 	tw.Flush()
 	fmt.Fprintf(out, "\ntopology:    %s\ndescription: %s\n", topo, desc)
 	return b, false, restarted, nil
+}
+
+// keepNewerShardMap returns next, the regenerated topology file, with the
+// shard map of the file at path when that one is newer (a resharding
+// rewrote it): a rewrite must never put an older map over a newer one —
+// the router would refuse to start on it (the clusters' fences and owner
+// records are newer), and before that check, it routed vshards to
+// clusters that no longer held them. kept is the version kept, 0 when
+// next's own map is used. An existing file that cannot be read as a
+// topology is an error: the operator decides.
+func keepNewerShardMap(path string, next []byte) (out []byte, kept int64, err error) {
+	old, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return next, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("testbed: read topology: %w", err)
+	}
+	was, err := topology.Parse(path, old)
+	if err != nil {
+		return nil, 0, fmt.Errorf("testbed: the existing %s cannot be read (%w); move it away to regenerate it", path, err)
+	}
+	now, err := topology.Parse(path, next)
+	if err != nil {
+		return nil, 0, fmt.Errorf("testbed: generated topology: %w", err)
+	}
+	if was.Map.Version() <= now.Map.Version() {
+		return next, 0, nil
+	}
+	out, err = topology.ReplaceShardMap(next, was.Map)
+	if err != nil {
+		return nil, 0, fmt.Errorf("testbed: keep the shard map of %s: %w", path, err)
+	}
+	return out, was.Map.Version(), nil
 }

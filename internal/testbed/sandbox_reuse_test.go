@@ -3,6 +3,7 @@ package testbed_test
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -10,6 +11,9 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/routing"
+	"github.com/shardmq/shardmq/shard"
+	"github.com/shardmq/shardmq/topology"
 )
 
 // SandboxEnsure starts a sandbox where there is none, reuses a running one
@@ -67,6 +71,35 @@ func TestSandboxEnsureReusesAndRestartsOnlyWhatIsDown(t *testing.T) {
 	if !hasRow(t, r, "tb_reuse", 2) {
 		t.Fatal("the replica does not replicate from the restarted primary")
 	}
+	// A resharding rewrote the map (a newer version); the next reuse
+	// keeps it rather than writing version 1 over it.
+	topo := filepath.Join(dir, testbed.TopologyFile)
+	was, err := topology.LoadFile(topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resharded, err := was.Map.With(7, []shard.ID{0, 1023}, was.Map.Clusters()[0], routing.Serving)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, err = topology.ReplaceShardMap(data, resharded); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(topo, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if _, _, _, err := testbed.SandboxEnsure(ctx, dir, spec, &out); err != nil {
+		t.Fatal(err)
+	}
+	if now, err := topology.LoadFile(topo); err != nil || now.Map.Version() != 7 || !strings.Contains(out.String(), "kept shard map version 7") {
+		t.Fatalf("after a reuse the topology's map is %v (err %v), want version 7 kept; printed:\n%s", now.Map.Version(), err, out.String())
+	}
+
 	// The saved description names the new process, so `sandbox down` stops it.
 	saved, err := testbed.Attach(filepath.Join(dir, testbed.DescriptionFile))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -67,6 +68,12 @@ var errSessionLost = errors.New("consul session lost")
 // the session before lastOK + TTL, so giving up at that moment keeps a
 // leader from overlapping its successor.
 func (s *Source) keepAlive(ctx context.Context, id string, lastOK time.Time) error {
+	return s.keepAliveReporting(ctx, id, lastOK, nil)
+}
+
+// keepAliveReporting is keepAlive that calls renewed with the send time
+// of every successful renewal.
+func (s *Source) keepAliveReporting(ctx context.Context, id string, lastOK time.Time, renewed func(time.Time)) error {
 	ttl := s.cfg.SessionTTL
 	every := ttl / 3
 	for {
@@ -94,6 +101,9 @@ func (s *Source) keepAlive(ctx context.Context, id string, lastOK time.Time) err
 			return fmt.Errorf("%w: session %s expired", errSessionLost, id)
 		default:
 			lastOK, every = sent, ttl/3
+			if renewed != nil {
+				renewed(sent)
+			}
 		}
 	}
 }
@@ -148,12 +158,27 @@ type registration struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
+	// serving is set while a session holds the registration; renewedAt
+	// is the send time (unix nanoseconds) of its last renewal or
+	// creation. Current reads them.
+	serving   atomic.Bool
+	renewedAt atomic.Int64
+
 	mu   sync.Mutex
 	info RouterInfo
 }
 
 // Publish implements topology.Registration.
 func (r *registration) Publish(v int64) { r.publish(v, "") }
+
+// Current implements topology.SelfFencer: the registration is held and
+// was renewed within half the session TTL. Past that the router cannot
+// count on being among the live routers a resharding barrier waits for
+// (Consul invalidates the session one TTL after its last renewal), so it
+// stops writing before a barrier can pass without it.
+func (r *registration) Current(now time.Time) bool {
+	return r.serving.Load() && now.Sub(time.Unix(0, r.renewedAt.Load())) < r.s.cfg.SessionTTL/2
+}
 
 // PublishMap implements topology.MapPublisher.
 func (r *registration) PublishMap(m *routing.Map) { r.publish(m.Version(), m.Digest()) }
@@ -231,7 +256,12 @@ func (r *registration) serve(ctx context.Context, sid string, lastOK time.Time) 
 	kctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	lost := make(chan error, 2)
-	go func() { lost <- r.s.keepAlive(kctx, sid, lastOK) }()
+	r.renewedAt.Store(lastOK.UnixNano())
+	r.serving.Store(true)
+	defer r.serving.Store(false)
+	go func() {
+		lost <- r.s.keepAliveReporting(kctx, sid, lastOK, func(at time.Time) { r.renewedAt.Store(at.UnixNano()) })
+	}()
 	go func() {
 		if err := r.watchKey(kctx, sid); err != nil {
 			lost <- err
