@@ -35,6 +35,7 @@ type Mover interface {
 	RaiseFence(ctx context.Context, version int64, owners []store.VShardOwner, by string, at time.Time) error
 	RecordVShardOwners(ctx context.Context, owners []store.VShardOwner, at time.Time) error
 	VShardOwners(ctx context.Context) ([]store.VShardOwner, error)
+	EndStalledTransactions(ctx context.Context, idle time.Duration) (int, error)
 }
 
 var _ Mover = (*store.Store)(nil)
@@ -73,6 +74,11 @@ type Config struct {
 	// FreezeRetries times before it fails. Default 1s and 3.
 	FreezeBudget  time.Duration
 	FreezeRetries int
+	// StalledAfter is how long a transaction may stay open while its
+	// client sends nothing before a job kills it, ahead of the steps that
+	// need the range's locks (store.EndStalledTransactions). Defaults to
+	// 15s.
+	StalledAfter time.Duration
 	// BarrierTimeout bounds the wait for every router to apply a frozen
 	// map. Defaults to 30s.
 	BarrierTimeout time.Duration
@@ -112,6 +118,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FreezeRetries <= 0 {
 		c.FreezeRetries = 3
+	}
+	if c.StalledAfter <= 0 {
+		c.StalledAfter = 15 * time.Second
 	}
 	if c.BarrierTimeout <= 0 {
 		c.BarrierTimeout = 30 * time.Second

@@ -675,6 +675,9 @@ func (m *Manager) cutover(ctx context.Context, j *Job) error {
 	}
 	if !flipped {
 		for _, mv := range j.Moves {
+			if c, err := m.cluster(ctx, mv.Source); err == nil {
+				m.endStalled(ctx, c, mv.Source)
+			}
 			// Under freeze: not throttled, the pause is running.
 			if err := m.deleteAll(ctx, mv.Source, queueTable(), mv.VShards, false); err != nil {
 				return fmt.Errorf("delete source deliveries on %s: %w", mv.Source, err)
@@ -753,12 +756,27 @@ func (m *Manager) raiseFences(ctx context.Context, j *Job, v int64) error {
 		if err != nil {
 			return err
 		}
+		m.endStalled(ctx, c, mv.Source)
 		if err := c.RaiseFence(ctx, v, owners, "reshard "+j.ID, m.cfg.Now()); err != nil {
 			return fmt.Errorf("raise the fence of %s to map %d: %w", mv.Source, v, err)
 		}
 	}
 	m.cfg.Log.Info("reshard: sources fenced", "job", j.ID, "version", v)
 	return nil
+}
+
+// endStalled kills the transactions left open on cluster by stalled
+// clients (a router stopped mid-transaction holds the locks the next
+// step needs); a failure is only logged: the step's own lock waits are
+// bounded and retried.
+func (m *Manager) endStalled(ctx context.Context, c Mover, cluster string) {
+	n, err := c.EndStalledTransactions(ctx, m.cfg.StalledAfter)
+	if err != nil {
+		m.cfg.Log.Warn("reshard: cannot end stalled transactions", "cluster", cluster, "err", err)
+	}
+	if n > 0 {
+		m.cfg.Log.Warn("reshard: ended transactions of stalled clients", "cluster", cluster, "killed", n, "idle_at_least", m.cfg.StalledAfter)
+	}
 }
 
 // recordOwners records sm (the flipped map) on every source and target

@@ -51,6 +51,12 @@ WHERE epoch < ? AND opened_at >= NOW(6) - INTERVAL ? SECOND`
 	serverUptime         = `SHOW GLOBAL STATUS LIKE 'Uptime'`
 	forgetReshardSession = `DELETE FROM reshard_session WHERE epoch < ?`
 	forgetOwnSession     = `DELETE FROM reshard_session WHERE server_conn = CONNECTION_ID()`
+	// stalledTransactions lists the connections on this database (other
+	// than this one) whose transaction is open while their client has
+	// sent nothing for at least the given seconds.
+	stalledTransactions = `SELECT p.ID FROM information_schema.INNODB_TRX t
+JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
+WHERE p.COMMAND = 'Sleep' AND p.TIME >= ? AND p.DB = DATABASE() AND p.ID <> CONNECTION_ID()`
 )
 
 // errUnknownThread is MySQL's answer to a KILL of a connection that ended
@@ -263,4 +269,39 @@ func (c *sessionConnector) register(ctx context.Context, conn driver.Conn) error
 		return fmt.Errorf("%w: epoch %d registered, this leader's is %d", ErrSuperseded, newest, c.epoch)
 	}
 	return nil
+}
+
+// EndStalledTransactions kills the connections to this database whose
+// transaction has stayed open while their client sent nothing for at
+// least idle (other databases on the server are not shardmq's): a router
+// or leader stopped (SIGSTOP, a frozen VM, a half-open network) between
+// two statements of a transaction, still holding its locks. shardmq's own
+// transactions never wait on a client, so such a transaction is stalled,
+// not slow. A resharding job runs this before the steps that need a
+// range's locks (raising a source's fence, the cut-over's deletes), so a
+// stalled process cannot hold them. It returns how many it killed.
+func (s *Store) EndStalledTransactions(ctx context.Context, idle time.Duration) (int, error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("end stalled transactions: %w", translate(err))
+	}
+	defer conn.Close()
+	ids, err := queryRows(ctx, conn, "end stalled transactions: read them", stalledTransactions,
+		[]any{max(int64(idle/time.Second), 1)}, scanOne[uint64])
+	if err != nil {
+		return 0, translate(err)
+	}
+	killed := 0
+	for _, id := range ids {
+		_, err := conn.ExecContext(ctx, "KILL CONNECTION "+strconv.FormatUint(id, 10))
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == errUnknownThread {
+			continue
+		}
+		if err != nil {
+			return killed, fmt.Errorf("end stalled transactions: kill connection %d: %w", id, translate(err))
+		}
+		killed++
+	}
+	return killed, nil
 }

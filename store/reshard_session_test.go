@@ -87,3 +87,38 @@ func TestReshardSessionTakeOver(t *testing.T) {
 		t.Fatalf("%d sessions of epoch 1 still recorded", got)
 	}
 }
+
+// A transaction left open by a client that went quiet (a router stopped
+// mid-transaction) is ended by EndStalledTransactions once it has been
+// idle long enough; a busy connection is left alone.
+func TestEndStalledTransactions(t *testing.T) {
+	t.Parallel()
+	testbed.Need(t)
+	f := setup(t)
+	ctx := context.Background()
+	if _, err := f.st.Produce(ctx, []ProduceItem{f.item("t", "stalled", `{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := f.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "DELETE FROM message_queue WHERE vshard = 7"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.st.EndStalledTransactions(ctx, time.Hour); err != nil || n != 0 {
+		t.Fatalf("with a bound of an hour: killed %d, %v", n, err)
+	}
+	time.Sleep(2100 * time.Millisecond)
+	n, err := f.st.EndStalledTransactions(ctx, 2*time.Second)
+	if err != nil || n < 1 {
+		t.Fatalf("killed %d, %v; want the stalled transaction's connection", n, err)
+	}
+	if err := tx.Commit(); err == nil {
+		t.Fatal("the stalled transaction committed after it was ended")
+	}
+	if got := f.count(t, "SELECT COUNT(*) FROM message_queue WHERE vshard = 7"); got != 1 {
+		t.Fatalf("%d deliveries after the stalled delete was ended, want 1", got)
+	}
+}

@@ -151,7 +151,7 @@ func newWorld(t *testing.T, routers ...string) *world {
 		for _, r := range c.Replicas {
 			fmt.Fprintf(&y, "      - %q\n", r.DSN(w.dbName))
 		}
-		db, err := sql.Open("mysql", "root@unix("+c.Primary.Socket+")/"+w.dbName)
+		db, err := sql.Open("mysql", "root@unix("+c.Primary.Socket+")/"+w.dbName+"?parseTime=true")
 		if err != nil {
 			t.Fatal(err)
 		}
