@@ -91,9 +91,11 @@ func TestRouterFrozenThroughReshard(t *testing.T) {
 		}
 	}()
 	time.Sleep(3 * time.Second)
+	began := time.Now()
 	r1.signal(syscall.SIGSTOP)
 	job := w.reshardVia(r2)
 	r1.signal(syscall.SIGCONT)
+	t.Logf("reshard done %v after r1 stopped", time.Since(began).Round(time.Millisecond))
 	if job["state"] != "done" {
 		t.Fatalf("job: %v", job)
 	}
@@ -101,10 +103,13 @@ func TestRouterFrozenThroughReshard(t *testing.T) {
 	l1.Stop()
 	l2.Stop()
 	stopped = true
+	t.Logf("load stopped %v after r1 stopped", time.Since(began).Round(time.Millisecond))
 	l1.settle(time.Minute)
 	l2.settle(time.Minute)
+	t.Logf("settled %v after r1 stopped", time.Since(began).Round(time.Millisecond))
 	l1.drain()
 	l2.drain()
+	t.Logf("drained %v after r1 stopped", time.Since(began).Round(time.Millisecond))
 	l1.checkStored()
 	l2.checkStored()
 }

@@ -239,7 +239,11 @@ func (w *world) startRouter(host string, extra ...string) *router {
 	w.t.Cleanup(func() {
 		r.stop()
 		if w.t.Failed() {
-			w.t.Logf("%s log (tail):\n%s", host, tail(r.log, 40))
+			keep := filepath.Join(os.TempDir(), "shardmq-partition-logs", w.t.Name()+"-"+host+".log")
+			os.MkdirAll(filepath.Dir(keep), 0o755)
+			if data, err := os.ReadFile(r.log); err == nil && os.WriteFile(keep, data, 0o644) == nil {
+				w.t.Logf("%s log kept in %s; its tail:\n%s", host, keep, tail(r.log, 20))
+			}
 		}
 	})
 	r.start()
