@@ -109,7 +109,7 @@ test: deps browser-deps sqs-deps vet promtool-test
 # test-partitions runs the partition suite (docs/testing.md): routers and
 # MariaDB servers on test hosts of their own (network namespaces joined by
 # veth pairs; root on Linux with iproute2), links cut, slowed and healed
-# under load. About 3 minutes on 2 cores; not part of make test, which it
+# under load. About 8 minutes on 2 cores; not part of make test, which it
 # would take past its budget. Where namespaces are not allowed every test
 # skips and says why.
 .PHONY: test-partitions
