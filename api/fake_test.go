@@ -23,6 +23,8 @@ import (
 type recordingBroker struct {
 	mu    sync.Mutex
 	calls []call
+	// claimErr, when set, is what every claim fails with.
+	claimErr error
 }
 
 type call struct {
@@ -58,7 +60,7 @@ func (b *recordingBroker) Produce(_ context.Context, topic string, msgs []broker
 
 func (b *recordingBroker) Claim(_ context.Context, req broker.ClaimRequest) ([]broker.Delivery, error) {
 	b.record("claim", req)
-	return nil, nil
+	return nil, b.claimErr
 }
 
 func (b *recordingBroker) Ack(_ context.Context, rs []broker.Receipt) []broker.LeaseResult {

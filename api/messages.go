@@ -68,7 +68,7 @@ func (s *Server) produce(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		writeError(w, s.hide(r, CodeUnavailable, fmt.Errorf("produce to %s: %w", topic, err)))
+		writeError(w, s.failure(r, fmt.Errorf("produce to %s: %w", topic, err)))
 		return
 	}
 	out := make([]produceResult, len(res))
@@ -288,7 +288,7 @@ func (s *Server) claimWith(w http.ResponseWriter, r *http.Request, dead bool) {
 		writeError(w, fail(CodeUnknownSubscription, fmt.Sprintf("topic %s has no subscription %s", topic, sub)))
 		return
 	case err != nil:
-		writeError(w, s.hide(r, CodeUnavailable, fmt.Errorf("claim %s/%s: %w", topic, sub, err)))
+		writeError(w, s.failure(r, fmt.Errorf("claim %s/%s: %w", topic, sub, err)))
 		return
 	}
 	out := make([]claimedMessage, len(got))

@@ -8,6 +8,7 @@ import (
 	"github.com/shardmq/shardmq/auth"
 	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/circuit"
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/lookup"
 )
 
@@ -20,6 +21,27 @@ func (s *Server) hide(r *http.Request, code string, err error) *apiError {
 	id := RequestID(r.Context())
 	s.log.Warn("request failed", "request_id", id, "method", r.Method, "path", r.URL.Path, "code", code, "err", err)
 	return fail(code, publicMessage(code, err, id))
+}
+
+// failure answers a whole request that failed with err: 503 unavailable
+// (retry later) for an outage — a cluster down, frozen, fenced, too slow
+// or still locked after the retries — and 500 internal for anything else,
+// which is a bug to look for in the log under the request id, not a
+// reason for every client to retry.
+func (s *Server) failure(r *http.Request, err error) *apiError {
+	if outage(err) {
+		return s.hide(r, CodeUnavailable, err)
+	}
+	id := RequestID(r.Context())
+	s.log.Error("request failed unexpectedly", "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
+	return fail(CodeInternal, publicMessage(CodeInternal, err, id))
+}
+
+// outage reports err as one a retry may cure.
+func outage(err error) bool {
+	var notRepl *broker.NotReplicatedError
+	return errors.Is(err, domain.ErrUnavailable) || errors.Is(err, circuit.ErrOpen) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.As(err, &notRepl)
 }
 
 // hider is hide for the items of one batch: a detail shared by many items

@@ -142,7 +142,7 @@ func (s *Server) subscriptionError(w http.ResponseWriter, r *http.Request, topic
 	case errors.Is(err, broker.ErrBadCursor):
 		writeError(w, fail(CodeInvalidRequest, err.Error()))
 	default:
-		writeError(w, s.hide(r, CodeUnavailable, fmt.Errorf("subscription %s/%s: %w", topic, sub, err)))
+		writeError(w, s.failure(r, fmt.Errorf("subscription %s/%s: %w", topic, sub, err)))
 	}
 }
 

@@ -148,8 +148,13 @@ func writePrivate(path string, data []byte) error {
 
 // WriteSharedCredentials writes an AWS shared-credentials file (the INI
 // file SDKs and the AWS CLI read) at path, mode 0600, with one profile.
+// The profile also names a region (the router signs and accepts any):
+// botocore — the AWS CLI v1 and boto3, which do not read AWS_REGION —
+// takes a profile's settings from the credentials file too, so
+// AWS_SHARED_CREDENTIALS_FILE alone is enough for them; the Go SDK and the
+// AWS CLI v2 ignore it there and take AWS_REGION.
 func WriteSharedCredentials(path, profile, id, secret string) error {
-	return writePrivate(path, fmt.Appendf(nil, "[%s]\naws_access_key_id = %s\naws_secret_access_key = %s\n", profile, id, secret))
+	return writePrivate(path, fmt.Appendf(nil, "[%s]\naws_access_key_id = %s\naws_secret_access_key = %s\nregion = us-east-1\n", profile, id, secret))
 }
 
 // AccessKeys is the access-key file in use, reloaded when it changes (a

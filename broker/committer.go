@@ -152,7 +152,7 @@ func (c *committer) Stop() {
 	c.wg.Wait()
 }
 
-var errCommitterStopped = errors.New("router is shutting down")
+var errCommitterStopped = fmt.Errorf("%w: router is shutting down", ErrUnavailable)
 
 // submit queues items and waits for their outcome. A caller whose ctx ends
 // while waiting gets ctx's error; its items may still commit (a retry with

@@ -230,20 +230,20 @@ func (b *Broker) ClaimCluster(ctx context.Context, cluster string, req ClaimRequ
 	u := delivery.Unit{Cluster: cluster, Topic: req.Topic, Subscription: req.Subscription}
 	o, addr, err := b.owners.Route(ctx, u, true, 0)
 	if err != nil {
-		return nil, err
+		return nil, ownership(err)
 	}
 	if o == nil {
-		return nil, fmt.Errorf("%w: %s is owned by the router at %s", delivery.ErrNotOwner, u, addr)
+		return nil, fmt.Errorf("%w: %w: %s is owned by the router at %s", ErrUnavailable, delivery.ErrNotOwner, u, addr)
 	}
 	spec := delivery.ClaimSpec{Consumer: req.Consumer, Lease: req.Lease, Ordered: sub.Ordered, MaxAttempts: sub.Policy().MaxAttempts,
 		Exclude: m.FrozenVShards()}
 	cands, err := o.Reserve(ctx, req.Max, spec)
 	if err != nil {
-		return nil, err
+		return nil, ownership(err)
 	}
 	got, err := o.Take(ctx, cands, spec, req.MaxBytes, true, EncodedSize)
 	if err != nil {
-		return nil, err
+		return nil, ownership(err)
 	}
 	out := make([]Delivery, 0, len(got))
 	for _, c := range got {
@@ -252,6 +252,17 @@ func (b *Broker) ClaimCluster(ctx context.Context, cluster string, req ClaimRequ
 		out = append(out, Delivery{Claimed: c.Claimed, Receipt: r.Encode()})
 	}
 	return out, nil
+}
+
+// ownership marks a unit that changed hands under a request (this router
+// no longer owns it, or its epoch moved on) as unavailable: the caller
+// retries and finds the new owner. Not a cluster failure: only the
+// answer's status changes, no breaker counts it.
+func ownership(err error) error {
+	if !errors.Is(err, ErrUnavailable) && (errors.Is(err, delivery.ErrNotOwner) || errors.Is(err, store.ErrStaleOwner)) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
 }
 
 // Peer is what forwarding needs: the router at addr runs one cluster's

@@ -443,7 +443,10 @@ func (m *Manager) Route(ctx context.Context, u Unit, take bool, epoch uint64) (o
 		if o != nil {
 			return o, "", nil
 		}
-		if known && rec.Live && rec.Owner != m.cfg.Router && (epoch == 0 || rec.Epoch >= epoch) {
+		// A record naming this router's own address under another name is
+		// an earlier process here, dead: it is taken, not forwarded to.
+		mine := m.cfg.Addr != "" && rec.Addr == m.cfg.Addr
+		if known && rec.Live && rec.Owner != m.cfg.Router && !mine && (epoch == 0 || rec.Epoch >= epoch) {
 			if rec.Addr == "" {
 				// Its leases are in a memory no other router reaches: the
 				// table does not know them, so "lease lost" would be false.
@@ -553,6 +556,9 @@ func (cl *clusterState) choose(u Unit, stable bool) *store.Member {
 	var bestW uint64
 	for i := range cl.members {
 		mb := &cl.members[i]
+		if mb.Router != cl.m.cfg.Router && mb.Addr == cl.m.cfg.Addr {
+			continue // an earlier process at this router's address: dead
+		}
 		if stable && mb.Router != cl.m.cfg.Router && now.Sub(cl.memberSince[mb.Router]) < cl.m.cfg.HandOverAfter {
 			continue
 		}

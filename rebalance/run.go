@@ -140,8 +140,12 @@ func (m *Manager) step(ctx context.Context, j *Job) error {
 			return err
 		}
 		for _, mv := range j.Moves {
+			// Every delete checks the source's record again, in its own
+			// transaction: a runner that stalled past checkCleanup (a
+			// demoted leader) deletes nothing a later map gave back.
+			dctx := store.WithOwnerCheck(ctx, store.OwnerCheck{Cluster: mv.Target, MinVersion: j.FlippedAt, VShards: mv.VShards})
 			for _, t := range store.MoveTables() {
-				if err := m.deleteAll(ctx, mv.Source, t.Name, mv.VShards, true); err != nil {
+				if err := m.deleteAll(dctx, mv.Source, t.Name, mv.VShards, true); err != nil {
 					return fmt.Errorf("delete %s rows on %s: %w", t.Name, mv.Source, err)
 				}
 			}

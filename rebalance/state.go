@@ -98,12 +98,16 @@ type View struct {
 	StartedAt    time.Time  `json:"started_at"`
 	FinishedAt   *time.Time `json:"finished_at"`
 	Error        string     `json:"error"`
+	// FencedAt and FlippedAt are the map versions the sources' fences were
+	// raised to and that gave the vshards to their targets (0: not yet).
+	FencedAt  int64 `json:"fenced_at,omitempty"`
+	FlippedAt int64 `json:"flipped_at,omitempty"`
 }
 
 // View returns the public view of j.
 func (j *Job) View() View {
 	return View{Job: j.ID, State: j.State, Ranges: j.Ranges, RowsCopied: j.RowsCopied, RowsTotal: j.RowsTotal, RowsResynced: j.RowsResynced,
-		MaxPauseMS: j.MaxPauseMS, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt, Error: j.Error}
+		MaxPauseMS: j.MaxPauseMS, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt, Error: j.Error, FencedAt: j.FencedAt, FlippedAt: j.FlippedAt}
 }
 
 func (j *Job) clone() *Job {

@@ -158,16 +158,15 @@ func (l *reloader) run(ctx context.Context) {
 }
 
 // selfFencer is the router's side of Config.SelfFence: every tick it asks
-// whether the registration among the live routers is current and the
-// topology source follows its store; when either is not, the router
-// self-fences (broker.SetSelfFenced: writes and claims answer
+// whether the registration among the live routers is current; when it is
+// not, the router self-fences (broker.SetSelfFenced: writes and claims answer
 // unavailable) and hands every lease it holds in memory to the tables,
 // so that a resharding job that no longer waits for it copies them with
-// their rows. It lifts the fence once both hold again (the source then
-// delivered the current map). A service (Start/Stop).
+// their rows. It lifts the fence once the registration is current again;
+// a map older than a cluster's fence is refused there (fenceWatch) until
+// the watch delivers the current one. A service (Start/Stop).
 type selfFencer struct {
 	reg    topology.SelfFencer
-	source topology.Source
 	broker interface {
 		SetSelfFenced(bool)
 		SelfFenced() bool
@@ -219,26 +218,18 @@ func (f *selfFencer) run(ctx context.Context) {
 	}
 }
 
-// current reports whether the router may write: registered, and its
-// source not stale.
-func (f *selfFencer) current() bool {
-	if !f.reg.Current(time.Now()) {
-		return false
-	}
-	if s, ok := f.source.(staleSource); ok {
-		if stale, _ := s.Stale(); stale {
-			return false
-		}
-	}
-	return true
-}
+// current reports whether the router may write: its registration is
+// current. A source that is stale for another reason (a stored map it
+// refused) does not fence it: the router keeps the map it vouches for,
+// and the clusters' fences refuse it if that map is behind.
+func (f *selfFencer) current() bool { return f.reg.Current(time.Now()) }
 
 func (f *selfFencer) check(ctx context.Context) {
 	ok := f.current()
 	switch {
 	case !ok && !f.broker.SelfFenced():
 		f.broker.SetSelfFenced(true)
-		f.log.Warn("router registration not current (or the topology source is stale): not writing until it is; writing the leases held in memory to the tables")
+		f.log.Warn("router registration not renewed within two thirds of its TTL: not writing until it is; writing the leases held in memory to the tables")
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := f.writeOut(wctx)
 		cancel()
@@ -247,7 +238,7 @@ func (f *selfFencer) check(ctx context.Context) {
 		}
 	case ok && f.broker.SelfFenced():
 		f.broker.SetSelfFenced(false)
-		f.log.Info("router registered again with the current shard map: writing again")
+		f.log.Info("router registered again: writing again")
 	case !ok:
 		// Still fenced: a claim under way when the fence went up may
 		// have leased more in memory since. Cheap when there is none.

@@ -24,7 +24,7 @@ import (
 func startReshardConsulRouter(t *testing.T, addr, database, id string) *env {
 	t.Helper()
 	ctx := context.Background()
-	src, err := consul.New(consul.Config{Address: addr, DSN: consul.DSN{User: "root", Database: database}, SessionTTL: time.Second})
+	src, err := consul.New(consul.Config{Address: addr, DSN: consul.DSN{User: "root", Database: database}, SessionTTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

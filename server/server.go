@@ -85,8 +85,8 @@ type Config struct {
 	// Security: tokens, TLS, browser rules, load shedding (security.go).
 	Security SecurityConfig
 	// SelfFence, when set, is the router's registration among the live
-	// routers (Consul): while it is not current, or the topology source
-	// is stale, the router refuses writes and claims (unavailable) and
+	// routers (Consul): while it is not current (not renewed within two
+	// thirds of its TTL) the router refuses writes and claims (unavailable) and
 	// writes the leases it holds in memory to the tables; /readyz says
 	// not ready (docs/consul.md, "Self-fencing"). Nil: never (the static
 	// file's single router).
@@ -322,7 +322,7 @@ func (r *Router) start(ctx context.Context, top *topology.Topology) {
 	}
 	svcs = append(svcs, r.upkeep, r.record, r.obs.queue)
 	if r.cfg.SelfFence != nil {
-		svcs = append(svcs, &selfFencer{reg: r.cfg.SelfFence, source: r.cfg.Source, broker: r.broker, every: 50 * time.Millisecond, log: r.cfg.Log,
+		svcs = append(svcs, &selfFencer{reg: r.cfg.SelfFence, broker: r.broker, every: 50 * time.Millisecond, log: r.cfg.Log,
 			writeOut: func(ctx context.Context) error {
 				var errs []error
 				for name := range r.pools.Stores() {

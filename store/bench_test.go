@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -32,31 +33,52 @@ func BenchmarkProduceBatch(b *testing.B) {
 	pid := bed.Clusters[0].Primary.PID
 	payload := `{"order":"` + strings.Repeat("x", 180) + `"}`
 	for _, size := range []int{1, 20, 100} {
-		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
-			ctx := context.Background()
-			// Go calls this function again with a larger b.N: keys of each
-			// call are new, or the later calls would measure duplicates.
-			call := f.ids.Next()
-			items := make([]ProduceItem, size)
-			cpu0, okCPU := procstat.Process(pid)
-			start := time.Now()
-			for i := 0; i < b.N; i++ {
-				for j := range items {
-					items[j] = f.item("bench", fmt.Sprintf("b%d-%d-%d", call, i, j), payload)
-				}
-				if _, err := f.st.Produce(ctx, items); err != nil {
-					b.Fatal(err)
-				}
-			}
-			elapsed := time.Since(start)
-			msgs := float64(b.N * size)
-			b.ReportMetric(msgs/elapsed.Seconds(), "msgs/s")
-			if cpu1, ok := procstat.Process(pid); ok && okCPU {
-				used := float64((cpu1 - cpu0).Microseconds())
-				b.ReportMetric(used/float64(b.N), "server-cpu-µs/tx")
-				b.ReportMetric(used/msgs, "server-cpu-µs/msg")
-			}
-		})
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) { produceBatch(b, f, pid, payload, size, 0) })
+	}
+}
+
+// BenchmarkProduceBatchFenced is BenchmarkProduceBatch with every item
+// carrying a shard-map version, so each transaction first checks the
+// cluster's fence (shard_fence.go). Its server CPU per transaction,
+// against BenchmarkProduceBatch's in the same run, is the fence's cost
+// (docs/performance.md); run them alternately (-count) on a quiet
+// machine.
+func BenchmarkProduceBatchFenced(b *testing.B) {
+	testbed.Need(b)
+	f := setup(b)
+	pid := bed.Clusters[0].Primary.PID
+	payload := `{"order":"` + strings.Repeat("x", 180) + `"}`
+	for _, size := range []int{1, 20, 100} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) { produceBatch(b, f, pid, payload, size, 1) })
+	}
+}
+
+// produceBatch commits b.N batches of size new messages, each item routed
+// with mapVersion (0: unfenced), and reports rates and the server's CPU.
+func produceBatch(b *testing.B, f *fixture, pid int, payload string, size int, mapVersion int64) {
+	ctx := context.Background()
+	// Go calls this function again with a larger b.N: keys of each call
+	// are new, or the later calls would measure duplicates.
+	call := f.ids.Next()
+	items := make([]ProduceItem, size)
+	cpu0, okCPU := procstat.Process(pid)
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		for j := range items {
+			items[j] = f.item("bench", fmt.Sprintf("b%d-%d-%d", call, i, j), payload)
+			items[j].MapVersion = mapVersion
+		}
+		if _, err := f.st.Produce(ctx, items); err != nil {
+			b.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	msgs := float64(b.N * size)
+	b.ReportMetric(msgs/elapsed.Seconds(), "msgs/s")
+	if cpu1, ok := procstat.Process(pid); ok && okCPU {
+		used := float64((cpu1 - cpu0).Microseconds())
+		b.ReportMetric(used/float64(b.N), "server-cpu-µs/tx")
+		b.ReportMetric(used/msgs, "server-cpu-µs/msg")
 	}
 }
 
@@ -90,6 +112,33 @@ func BenchmarkClaimByteCap(b *testing.B) {
 				if _, err := f.st.Release(ctx, leases, true, time.Now().UTC()); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkFenceCheck isolates the fence's read: transactions that do
+// nothing but, with check=true, the fenced writers' first statement
+// (checkFence). The difference of server-cpu-µs/tx between the two is
+// what the fence adds to every fenced write transaction on the server.
+func BenchmarkFenceCheck(b *testing.B) {
+	testbed.Need(b)
+	f := setup(b)
+	pid := bed.Clusters[0].Primary.PID
+	for _, check := range []bool{false, true} {
+		b.Run(fmt.Sprintf("check=%v", check), func(b *testing.B) {
+			ctx := context.Background()
+			if check {
+				ctx = WithFence(ctx, Fence{MapVersion: 1})
+			}
+			cpu0, okCPU := procstat.Process(pid)
+			for i := 0; i < b.N; i++ {
+				if err := f.st.inTx(ctx, 1, nil, func(*sql.Tx) error { return nil }); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if cpu1, ok := procstat.Process(pid); ok && okCPU {
+				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "server-cpu-µs/tx")
 			}
 		})
 	}

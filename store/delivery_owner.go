@@ -129,7 +129,11 @@ VALUES (?, ?, ?, ? + INTERVAL ? MICROSECOND, ?)`, topic, sub, owner, now, micros
 			return fmt.Errorf("lock delivery_owner: %w", err)
 		}
 		cur.Topic, cur.Subscription = topic, sub
-		if cur.Live && cur.Owner != owner {
+		// A live record naming this caller's own address belongs to an
+		// earlier process at that address, which cannot still serve it:
+		// the address is the caller's now. It is taken like a lapsed one
+		// (its horizon still holds back redelivery).
+		if cur.Live && cur.Owner != owner && (addr == "" || cur.Addr != addr) {
 			rec = cur
 			return ErrOwned
 		}

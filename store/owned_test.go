@@ -68,6 +68,24 @@ func TestOwnerAcquireRenewRelease(t *testing.T) {
 	if err != nil || len(recs) != 1 || recs[0].Owner != "r3" || !recs[0].Live {
 		t.Fatalf("records: %+v, %v", recs, err)
 	}
+	// A router restarted on r3's address (a new name, r3 dead) takes the
+	// unit at once, its lease still running, and waits for its horizon.
+	if _, _, err := f.st.RenewOwners(ctx, "r3", time.Minute, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.st.AcquireOwner(ctx, "t", "s", "r3b", "10.0.0.3:8080", time.Second); !errors.Is(err, ErrOwned) {
+		t.Fatalf("another address while r3's lease runs: %v, want ErrOwned", err)
+	}
+	if _, _, err := f.st.AcquireOwner(ctx, "t", "s", "r3", "10.0.0.3:8080", time.Minute); err != nil {
+		t.Fatal(err) // r3 records its address
+	}
+	g4, _, err := f.st.AcquireOwner(ctx, "t", "s", "r3b", "10.0.0.3:8080", time.Second)
+	if err != nil || g4.Epoch != 5 {
+		t.Fatalf("restart on the owner's address: %+v, %v (want epoch 5)", g4, err)
+	}
+	if wait := g4.WaitUntil.Sub(g4.ServerNow); wait < time.Second {
+		t.Fatalf("restart on the owner's address waits %v, want r3's horizon (about 2s)", wait)
+	}
 	members, _, err := f.st.Beat(ctx, "r3", "x:1", time.Minute)
 	if err != nil || len(members) != 1 || members[0].Router != "r3" {
 		t.Fatalf("beat: %+v, %v", members, err)

@@ -174,3 +174,65 @@ func (s *Store) RaiseFence(ctx context.Context, version int64, owners []VShardOw
 	}
 	return nil
 }
+
+// OwnerCheck is what a resharding job's cleanup carries on its deletes:
+// the source's own record (vshard_owner) must give every one of VShards
+// to Cluster at MinVersion or later, read with a shared lock in the
+// delete's transaction. A demoted job runner that stalled past its check
+// therefore cannot delete rows of vshards that a later map gave back
+// (recording that map takes the rows' exclusive locks).
+type OwnerCheck struct {
+	Cluster    string
+	MinVersion int64
+	VShards    []uint16
+}
+
+type ownerCheckKey struct{}
+
+// WithOwnerCheck returns ctx carrying c for the write transactions run
+// with it.
+func WithOwnerCheck(ctx context.Context, c OwnerCheck) context.Context {
+	return context.WithValue(ctx, ownerCheckKey{}, c)
+}
+
+// ErrNotOwnerRecord: a write carrying an OwnerCheck found the cluster's
+// record giving a vshard elsewhere (or at an older version); nothing was
+// written.
+var ErrNotOwnerRecord = errors.New("the cluster's owner record does not allow it")
+
+// checkOwnerRecord runs ctx's OwnerCheck in tx, if any.
+func checkOwnerRecord(ctx context.Context, tx *sql.Tx) error {
+	c, ok := ctx.Value(ownerCheckKey{}).(OwnerCheck)
+	if !ok || len(c.VShards) == 0 {
+		return nil
+	}
+	args := make([]any, 0, len(c.VShards))
+	for _, v := range c.VShards {
+		args = append(args, v)
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT vshard, cluster, map_version FROM vshard_owner WHERE vshard IN ("+inList(len(c.VShards))+") LOCK IN SHARE MODE", args...)
+	if err != nil {
+		return fmt.Errorf("read vshard owners: %w", err)
+	}
+	defer rows.Close()
+	seen := 0
+	for rows.Next() {
+		var v int
+		var cluster string
+		var version int64
+		if err := rows.Scan(&v, &cluster, &version); err != nil {
+			return fmt.Errorf("read vshard owners: %w", err)
+		}
+		if cluster != c.Cluster || version < c.MinVersion {
+			return fmt.Errorf("%w: vshard %d is recorded as %s's at map %d, not %s's at %d or later", ErrNotOwnerRecord, v, cluster, version, c.Cluster, c.MinVersion)
+		}
+		seen++
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read vshard owners: %w", err)
+	}
+	if seen < len(c.VShards) {
+		return fmt.Errorf("%w: %d of %d vshards have no record", ErrNotOwnerRecord, len(c.VShards)-seen, len(c.VShards))
+	}
+	return nil
+}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"testing"
 	"time"
 )
@@ -12,6 +13,7 @@ import (
 // (duplicates: no answer from a stale writer) and the other transactions —
 // and lets the current and newer maps through.
 func TestFenceRefusesOlderMaps(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -84,6 +86,7 @@ func TestFenceRefusesOlderMaps(t *testing.T) {
 // the fence row): a write past the check commits before the raise does,
 // and none after it passes.
 func TestFenceRaiseWaitsForWritersInFlight(t *testing.T) {
+	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
@@ -112,5 +115,40 @@ func TestFenceRaiseWaitsForWritersInFlight(t *testing.T) {
 	it.MapVersion = 1
 	if _, err := f.st.Produce(ctx, []ProduceItem{it}); !errors.Is(err, ErrFenced) {
 		t.Fatalf("produce after the raise: %v, want refused", err)
+	}
+}
+
+// A cleanup's delete carries an OwnerCheck: it runs only while the
+// cluster's own record gives every vshard to the check's cluster at its
+// version or later.
+func TestOwnerCheckGuardsCleanupDeletes(t *testing.T) {
+	testbed.Need(t)
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	owners := []VShardOwner{{VShard: 7, Cluster: "c2", MapVersion: 5}, {VShard: 8, Cluster: "c2", MapVersion: 5}}
+	if err := f.st.RecordVShardOwners(ctx, owners, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		check OwnerCheck
+		ok    bool
+	}{
+		{"given to the target", OwnerCheck{Cluster: "c2", MinVersion: 5, VShards: []uint16{7, 8}}, true},
+		{"given at an older version than the job's", OwnerCheck{Cluster: "c2", MinVersion: 6, VShards: []uint16{7}}, false},
+		{"given to another cluster", OwnerCheck{Cluster: "c3", MinVersion: 5, VShards: []uint16{8}}, false},
+		{"a vshard with no record", OwnerCheck{Cluster: "c2", MinVersion: 1, VShards: []uint16{7, 9}}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := f.st.Ack(WithOwnerCheck(ctx, tc.check), nil, time.Now())
+			if tc.ok && err != nil || !tc.ok && !errors.Is(err, ErrNotOwnerRecord) {
+				t.Fatalf("check %+v: %v", tc.check, err)
+			}
+			if errors.Is(err, ErrUnavailable) {
+				t.Fatalf("a refusal by the record is not unavailable: %v", err)
+			}
+		})
 	}
 }

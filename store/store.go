@@ -205,13 +205,14 @@ func translate(err error) error {
 	// wrapping it again would turn a missing row into an outage.
 	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInvalidData) ||
 		errors.Is(err, ErrOwned) || errors.Is(err, ErrStaleOwner) || errors.Is(err, errFlushRecount) || errors.Is(err, ErrFenced) ||
-		errors.Is(err, ErrSuperseded) {
+		errors.Is(err, ErrNotOwnerRecord) || errors.Is(err, ErrSuperseded) {
 		return err
 	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		switch me.Number {
-		case errReadOnly, errReadOnlyTx, errTooManyConns, errServerShutdow:
+		case errReadOnly, errReadOnlyTx, errTooManyConns, errServerShutdow,
+			errDeadlock, errLockWait: // a lock still contended after the retries: try later
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		if invalidData(me.Number) {
@@ -285,6 +286,10 @@ func (s *Store) tryTx(ctx context.Context, wantGTID bool, fn func(tx *sql.Tx) er
 		return "", err
 	}
 	if err := checkFence(ctx, tx); err != nil {
+		tx.Rollback()
+		return "", err
+	}
+	if err := checkOwnerRecord(ctx, tx); err != nil {
 		tx.Rollback()
 		return "", err
 	}

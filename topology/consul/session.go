@@ -172,12 +172,14 @@ type registration struct {
 func (r *registration) Publish(v int64) { r.publish(v, "") }
 
 // Current implements topology.SelfFencer: the registration is held and
-// was renewed within half the session TTL. Past that the router cannot
-// count on being among the live routers a resharding barrier waits for
-// (Consul invalidates the session one TTL after its last renewal), so it
-// stops writing before a barrier can pass without it.
+// was renewed within two thirds of the session TTL (renewals go every
+// third: one was missed). Past that the router cannot count on being
+// among the live routers a resharding barrier waits for (Consul
+// invalidates the session one TTL after its last renewal), so it stops
+// writing, with a third of the TTL left to write its leases out, before
+// a barrier can pass without it.
 func (r *registration) Current(now time.Time) bool {
-	return r.serving.Load() && now.Sub(time.Unix(0, r.renewedAt.Load())) < r.s.cfg.SessionTTL/2
+	return r.serving.Load() && now.Sub(time.Unix(0, r.renewedAt.Load())) < r.s.cfg.SessionTTL*2/3
 }
 
 // PublishMap implements topology.MapPublisher.
