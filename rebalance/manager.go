@@ -35,6 +35,7 @@ type Mover interface {
 	RaiseFence(ctx context.Context, version int64, owners []store.VShardOwner, by string, at time.Time) error
 	RecordVShardOwners(ctx context.Context, owners []store.VShardOwner, at time.Time) error
 	VShardOwners(ctx context.Context) ([]store.VShardOwner, error)
+	EndStalledTransactions(ctx context.Context, idle time.Duration) (int, error)
 }
 
 var _ Mover = (*store.Store)(nil)
@@ -73,11 +74,22 @@ type Config struct {
 	// FreezeRetries times before it fails. Default 1s and 3.
 	FreezeBudget  time.Duration
 	FreezeRetries int
+	// StalledAfter is how long a transaction may stay open while its
+	// client sends nothing before a job kills it, ahead of the steps that
+	// need the range's locks (store.EndStalledTransactions). Defaults to
+	// 15s.
+	StalledAfter time.Duration
 	// BarrierTimeout bounds the wait for every router to apply a frozen
 	// map. Defaults to 30s.
 	BarrierTimeout time.Duration
 	// Leader elects the router that runs jobs; nil runs them here.
 	Leader topology.Leader
+	// Sessions opens a leader's own connections to a cluster for its
+	// epoch (rebalance/term.go): every statement of a job then runs under
+	// the session's time limits, and a new leader kills the connections
+	// of older ones before its first step on a cluster. Nil uses the
+	// clusters' shared pools as given (no takeover).
+	Sessions OpenSession
 	// OnState is called after every recorded change of a job's state
 	// (tests stop a runner at a chosen step with it).
 	OnState func(j *Job)
@@ -107,6 +119,9 @@ func (c Config) withDefaults() Config {
 	if c.FreezeRetries <= 0 {
 		c.FreezeRetries = 3
 	}
+	if c.StalledAfter <= 0 {
+		c.StalledAfter = 15 * time.Second
+	}
 	if c.BarrierTimeout <= 0 {
 		c.BarrierTimeout = 30 * time.Second
 	}
@@ -127,6 +142,8 @@ type Manager struct {
 	maps     ShardMaps
 	clusters func() map[string]Mover
 
+	terms *terms
+
 	pauses *prometheus.HistogramVec // per freeze: how long the vshards stopped serving
 	rows   prometheus.Counter       // rows copied, synced and deleted
 
@@ -140,7 +157,9 @@ type Manager struct {
 // clusters' primaries (every cluster of the topology, those that own no
 // vshard yet included).
 func New(cfg Config, state StateStore, maps ShardMaps, clusters func() map[string]Mover) *Manager {
-	return &Manager{cfg: cfg.withDefaults(), state: state, maps: maps, clusters: clusters, wake: make(chan struct{}, 1),
+	cfg = cfg.withDefaults()
+	return &Manager{cfg: cfg, state: state, maps: maps, clusters: clusters, wake: make(chan struct{}, 1),
+		terms: &terms{open: cfg.Sessions, log: cfg.Log},
 		pauses: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardmq_reshard_pause_seconds",
 			Help:    "How long the vshards of a resharding job stayed frozen, per freeze (outcome=flipped or given_up); every vshard of a job pauses together.",
 			Buckets: []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30}}, []string{"outcome"}),
@@ -212,7 +231,39 @@ func (m *Manager) loop(ctx context.Context) {
 				cancel()
 			}()
 		}
-		m.runWhileLeading(runCtx)
+		if m.cfg.Sessions == nil {
+			m.runWhileLeading(runCtx)
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		epoch, err := m.newEpoch(runCtx)
+		for err != nil && runCtx.Err() == nil {
+			m.cfg.Log.Warn("reshard: cannot take a leader epoch; retrying", "err", err)
+			wait(runCtx, time.Second)
+			epoch, err = m.newEpoch(runCtx)
+		}
+		if err == nil {
+			m.cfg.Log.Info("reshard: leading", "epoch", epoch)
+			superseded := m.terms.begin(epoch)
+			termCtx, stop := context.WithCancel(runCtx)
+			go func() {
+				select {
+				case <-superseded:
+				case <-termCtx.Done():
+				}
+				stop()
+			}()
+			m.runWhileLeading(termCtx)
+			stop()
+			m.terms.end()
+			// Superseded while the election still says this router
+			// leads: wait until it says otherwise rather than take the
+			// clusters back from the newer leader.
+			<-runCtx.Done()
+		}
 		cancel()
 		if ctx.Err() != nil {
 			return

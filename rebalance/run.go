@@ -42,6 +42,9 @@ func (m *Manager) run(ctx context.Context, id string) {
 			continue
 		case ctx.Err() != nil:
 			return
+		case superseded(err):
+			m.terms.supersede(err)
+			return
 		}
 		failures++
 		m.cfg.Log.Warn("reshard step failed; retrying", "job", id, "state", j.State, "failures", failures, "err", err)
@@ -181,18 +184,24 @@ func (m *Manager) reverse(j *Job) *Job {
 	return back
 }
 
-func (m *Manager) cluster(name string) (Mover, error) {
+// cluster is the primary of cluster name as this leader's jobs use it:
+// with Config.Sessions, the leader's own connections of its epoch, opened
+// (and the cluster taken over from older leaders) on first use.
+func (m *Manager) cluster(ctx context.Context, name string) (Mover, error) {
 	c, ok := m.clusters()[name]
 	if !ok {
 		return nil, fmt.Errorf("cluster %s has no connection on this router", name)
 	}
-	return c, nil
+	if m.cfg.Sessions == nil {
+		return c, nil
+	}
+	return m.terms.session(ctx, name)
 }
 
 func (m *Manager) countRows(ctx context.Context, j *Job) (int64, error) {
 	var total int64
 	for _, mv := range j.Moves {
-		src, err := m.cluster(mv.Source)
+		src, err := m.cluster(ctx, mv.Source)
 		if err != nil {
 			return 0, err
 		}
@@ -256,11 +265,11 @@ func cursorKey(mv Move, table string) string { return mv.Source + "/" + mv.Targe
 // target in batches, recording the position after each.
 func (m *Manager) copyAll(ctx context.Context, j *Job) error {
 	for _, mv := range j.Moves {
-		src, err := m.cluster(mv.Source)
+		src, err := m.cluster(ctx, mv.Source)
 		if err != nil {
 			return err
 		}
-		dst, err := m.cluster(mv.Target)
+		dst, err := m.cluster(ctx, mv.Target)
 		if err != nil {
 			return err
 		}
@@ -345,11 +354,11 @@ func (m *Manager) syncAll(ctx context.Context, j *Job, withQueue bool) (int64, m
 	g.SetLimit(4)
 	for _, tk := range tasks {
 		g.Go(func() error {
-			src, err := m.cluster(tk.mv.Source)
+			src, err := m.cluster(gctx, tk.mv.Source)
 			if err != nil {
 				return err
 			}
-			dst, err := m.cluster(tk.mv.Target)
+			dst, err := m.cluster(gctx, tk.mv.Target)
 			if err != nil {
 				return err
 			}
@@ -670,6 +679,9 @@ func (m *Manager) cutover(ctx context.Context, j *Job) error {
 	}
 	if !flipped {
 		for _, mv := range j.Moves {
+			if c, err := m.cluster(ctx, mv.Source); err == nil {
+				m.endStalled(ctx, c, mv.Source)
+			}
 			// Under freeze: not throttled, the pause is running.
 			if err := m.deleteAll(ctx, mv.Source, queueTable(), mv.VShards, false); err != nil {
 				return fmt.Errorf("delete source deliveries on %s: %w", mv.Source, err)
@@ -744,16 +756,31 @@ func (m *Manager) raiseFences(ctx context.Context, j *Job, v int64) error {
 			continue
 		}
 		done[mv.Source] = true
-		c, err := m.cluster(mv.Source)
+		c, err := m.cluster(ctx, mv.Source)
 		if err != nil {
 			return err
 		}
+		m.endStalled(ctx, c, mv.Source)
 		if err := c.RaiseFence(ctx, v, owners, "reshard "+j.ID, m.cfg.Now()); err != nil {
 			return fmt.Errorf("raise the fence of %s to map %d: %w", mv.Source, v, err)
 		}
 	}
 	m.cfg.Log.Info("reshard: sources fenced", "job", j.ID, "version", v)
 	return nil
+}
+
+// endStalled kills the transactions left open on cluster by stalled
+// clients (a router stopped mid-transaction holds the locks the next
+// step needs); a failure is only logged: the step's own lock waits are
+// bounded and retried.
+func (m *Manager) endStalled(ctx context.Context, c Mover, cluster string) {
+	n, err := c.EndStalledTransactions(ctx, m.cfg.StalledAfter)
+	if err != nil {
+		m.cfg.Log.Warn("reshard: cannot end stalled transactions", "cluster", cluster, "err", err)
+	}
+	if n > 0 {
+		m.cfg.Log.Warn("reshard: ended transactions of stalled clients", "cluster", cluster, "killed", n, "idle_at_least", m.cfg.StalledAfter)
+	}
 }
 
 // recordOwners records sm (the flipped map) on every source and target
@@ -767,7 +794,7 @@ func (m *Manager) recordOwners(ctx context.Context, j *Job, sm *routing.Map) err
 				continue
 			}
 			done[name] = true
-			c, err := m.cluster(name)
+			c, err := m.cluster(ctx, name)
 			if err != nil {
 				return err
 			}
@@ -789,7 +816,7 @@ var ErrNotGiven = errors.New("source's record does not give the vshards to the t
 // later.
 func (m *Manager) checkCleanup(ctx context.Context, j *Job) error {
 	for _, mv := range j.Moves {
-		c, err := m.cluster(mv.Source)
+		c, err := m.cluster(ctx, mv.Source)
 		if err != nil {
 			return err
 		}
@@ -826,7 +853,7 @@ func queueTable() string {
 // deliveries go by vshard, 10,000 per statement, without reading them
 // first.
 func (m *Manager) deleteAll(ctx context.Context, cluster string, table string, vs []uint16, throttled bool) error {
-	c, err := m.cluster(cluster)
+	c, err := m.cluster(ctx, cluster)
 	if err != nil {
 		return err
 	}

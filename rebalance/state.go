@@ -133,6 +133,9 @@ func (j *Job) vshards() map[uint16]bool {
 type Jobs struct {
 	Version int64  `json:"version"`
 	Jobs    []*Job `json:"jobs"`
+	// LeaderEpoch is the epoch of the latest leader to run jobs: each new
+	// leader takes the next one (rebalance/term.go).
+	LeaderEpoch int64 `json:"leader_epoch,omitempty"`
 }
 
 // StateStore keeps the jobs durably where every router can read them:

@@ -246,9 +246,8 @@ func (j *Job) copySpan(ctx context.Context, src, dst *store.Store, from, to stri
 		}
 		n += int64(len(rows))
 		after = last
-		if len(rows) < j.cfg.BatchRows {
-			return n, nil
-		}
+		// A short batch is not the end: reads stop early on large rows
+		// (store.TierRead); the next read's empty answer is.
 		if err := ctxwait.Sleep(ctx, j.cfg.Pause); err != nil {
 			return n, err
 		}

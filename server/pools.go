@@ -157,6 +157,27 @@ func (p *pools) movers() map[string]rebalance.Mover {
 	return out
 }
 
+// reshardSessions opens a resharding leader's own connections to a
+// cluster's primary for its epoch, taking the cluster over from older
+// leaders (store.OpenReshardSession); router names the leader in the
+// clusters' record.
+func (p *pools) reshardSessions(router string, log *slog.Logger) rebalance.OpenSession {
+	return func(ctx context.Context, cluster string, epoch int64) (rebalance.Session, error) {
+		st, ok := p.Stores()[cluster]
+		if !ok {
+			return nil, fmt.Errorf("cluster %s has no connection on this router", cluster)
+		}
+		s, killed, err := st.OpenReshardSession(ctx, store.ReshardSession{Epoch: epoch, Router: router})
+		if err != nil {
+			return nil, err
+		}
+		if killed > 0 {
+			log.Warn("reshard: ended the connections of an older leader", "cluster", cluster, "epoch", epoch, "killed", killed)
+		}
+		return s, nil
+	}
+}
+
 // close closes every pool in use: the primaries', the replicas' and the
 // archive cluster's.
 func (p *pools) close() {

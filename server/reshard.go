@@ -87,6 +87,9 @@ func (r *Router) setupReshard(ctx context.Context) error {
 			return rep.Lag, true
 		}
 	}
+	if cfg.Sessions == nil {
+		cfg.Sessions = r.pools.reshardSessions("router-"+r.cfg.Listen, cfg.Log)
+	}
 	rs.manager = rebalance.New(cfg, rs.state, rs.backend, r.pools.movers)
 	r.api.RouteReshard(rs.manager)
 	r.reshard = rs

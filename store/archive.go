@@ -98,7 +98,9 @@ func (t *tierTable) rowText() string {
 }
 
 // TierRead reads up to limit rows of table in span with ids above after,
-// in id order, and the id of the last one (after when none).
+// in id order, and the id of the last one (after when none). Like
+// MoveRead it returns fewer when theirs would make too large a statement;
+// only an empty answer means there are no more.
 func (s *Store) TierRead(ctx context.Context, table string, sp Span, after uint64, limit int) ([]MoveRow, uint64, error) {
 	t, err := tierNamed(table)
 	if err != nil {
@@ -108,11 +110,16 @@ func (s *Store) TierRead(ctx context.Context, table string, sp Span, after uint6
 	b.WriteString("SELECT " + strings.Join(t.cols, ", ") + " FROM " + t.name)
 	args := t.where(&b, nil, sp)
 	b.WriteString(" AND id > ? ORDER BY id LIMIT ?")
-	args = append(args, after, limit)
-	out, err := queryRows(ctx, s.db, "read "+t.name+" "+sp.String(), b.String(), args, scanMoveRow(len(t.cols)))
+	budget, err := s.copyBudget(ctx)
+	if err != nil {
+		return nil, after, err
+	}
+	args = append(args, after, s.rowsWithin("tier:"+t.name, limit, budget))
+	out, _, err := s.readSized(ctx, "read "+t.name+" "+sp.String(), b.String(), args, len(t.cols), budget)
 	if err != nil {
 		return nil, after, translate(err)
 	}
+	s.noteRows("tier:"+t.name, out)
 	if len(out) == 0 {
 		return nil, after, nil
 	}

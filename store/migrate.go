@@ -36,6 +36,7 @@ var migrations = []migration{
 	{14, "delivery owners and router members", func(time.Time) []string { return []string{createDeliveryOwner, createRouterMember} }},
 	{15, "delivery owners' leases apart", func(time.Time) []string { return []string{createDeliveryLease, copyOwnerLeases, dropOwnerLeaseColumns} }},
 	{16, "shard fence", func(time.Time) []string { return []string{createShardFence, seedShardFence} }},
+	{17, "reshard leaders' sessions", func(time.Time) []string { return []string{createReshardSession} }},
 }
 
 // SchemaVersion is the newest migration this build knows.

@@ -177,7 +177,9 @@ func (s *Store) MoveCount(ctx context.Context, table string, vshards []uint16) (
 }
 
 // MoveRead reads up to limit rows of vshards after cursor, in primary-key
-// order, and the cursor of the last one (the same cursor when none).
+// order, and the cursor of the last one (the same cursor when none). It
+// returns fewer rows when theirs would make a statement too large to write
+// as one (packet.go); only an empty answer means there are no more.
 func (s *Store) MoveRead(ctx context.Context, table string, vshards []uint16, after MoveCursor, limit int) ([]MoveRow, MoveCursor, error) {
 	return s.moveRead(ctx, table, vshards, after, limit, false)
 }
@@ -201,10 +203,17 @@ func (s *Store) moveRead(ctx context.Context, table string, vshards []uint16, af
 	args := vshardIn(&b, nil, "vshard", vshards)
 	args = t.afterCursor(&b, args, after)
 	b.WriteString(" ORDER BY " + strings.Join(t.pk, ", ") + " LIMIT ?")
-	args = append(args, limit)
-	out, err := queryRows(ctx, s.db, "read "+t.name, b.String(), args, scanMoveRow(len(cols)))
+	budget, err := s.copyBudget(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	args = append(args, s.rowsWithin(t.name, limit, budget))
+	out, _, err := s.readSized(ctx, "read "+t.name, b.String(), args, len(cols), budget)
 	if err != nil {
 		return nil, nil, translate(err)
+	}
+	if !keysOnly {
+		s.noteRows(t.name, out)
 	}
 	if len(out) == 0 {
 		return nil, after, nil
@@ -225,7 +234,9 @@ func (s *Store) moveRead(ctx context.Context, table string, vshards []uint16, af
 }
 
 // MoveWrite upserts rows (read by MoveRead from another cluster) into
-// table: a row already there takes the values given.
+// table: a row already there takes the values given. Rows go in as many
+// statements as their size needs (each within the server's
+// max_allowed_packet).
 func (s *Store) MoveWrite(ctx context.Context, table string, rows []MoveRow) error {
 	t, err := moveTableNamed(table)
 	if err != nil {

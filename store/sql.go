@@ -118,14 +118,29 @@ func vshardIn(b *strings.Builder, args []any, col string, vshards []uint16) []an
 	return appendArgs(args, vshards)
 }
 
-// upsertRows writes rows (each in cols' order) into table in one
-// statement and transaction: a row whose key is already there takes the
-// values of the update columns, so writing the same rows twice (a resumed
-// copy) is harmless. op names the retry hook.
+// upsertRows writes rows (each in cols' order) into table, in statements
+// (each its own transaction) that stay within the server's
+// max_allowed_packet: a row whose key is already there takes the values of
+// the update columns, so writing the same rows twice (a resumed copy) is
+// harmless. op names the retry hook.
 func (s *Store) upsertRows(ctx context.Context, op, table string, cols, update []string, rows []MoveRow) error {
 	if len(rows) == 0 {
 		return nil
 	}
+	budget, err := s.copyBudget(ctx)
+	if err != nil {
+		return err
+	}
+	for _, part := range byBytes(rows, budget) {
+		if err := s.upsertStatement(ctx, op, table, cols, update, part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// upsertStatement is one statement of upsertRows.
+func (s *Store) upsertStatement(ctx context.Context, op, table string, cols, update []string, rows []MoveRow) error {
 	var b strings.Builder
 	b.WriteString("INSERT INTO " + table + " (" + strings.Join(cols, ", ") + ") VALUES " + placeholders(len(rows), len(cols)))
 	b.WriteString(" ON DUPLICATE KEY UPDATE ")

@@ -71,6 +71,12 @@ type Store struct {
 	onRetry func(op string)
 	onDeliv func(topic, subscription, event string, n int)
 	mariadb bool // else MySQL: GTID functions differ
+	// cfg is the driver configuration the pool was opened with (a
+	// leader's reshard sessions open a pool of their own from it).
+	cfg *mysql.Config
+	// packet and rowBytes size the copies' statements (packet.go).
+	packet   packetLimit
+	rowBytes rowSizes
 }
 
 // Open connects to dsn (go-sql-driver form) with the session settings
@@ -117,7 +123,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("connect %s: %w", cfg.Addr, translate(err))
 	}
-	return &Store{db: db, ids: p.IDs, onRetry: p.OnRetry, onDeliv: p.OnDeliveries, mariadb: mariadb}, nil
+	return &Store{db: db, ids: p.IDs, onRetry: p.OnRetry, onDeliv: p.OnDeliveries, mariadb: mariadb, cfg: cfg}, nil
 }
 
 func (s *Store) retryHook(op string) func() {
@@ -200,7 +206,7 @@ func translate(err error) error {
 	// wrapping it again would turn a missing row into an outage.
 	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInvalidData) || errors.Is(err, ErrOutcomeUnknown) ||
 		errors.Is(err, ErrOwned) || errors.Is(err, ErrStaleOwner) || errors.Is(err, errFlushRecount) || errors.Is(err, ErrFenced) ||
-		errors.Is(err, ErrNotOwnerRecord) {
+		errors.Is(err, ErrNotOwnerRecord) || errors.Is(err, ErrSuperseded) {
 		return err
 	}
 	var me *mysql.MySQLError

@@ -43,6 +43,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -101,6 +102,13 @@ type session struct {
 
 // New starts a double on a loopback port. Close it when done.
 func New(opts Options) *Server {
+	return NewOn(opts, nil)
+}
+
+// NewOn starts a double that serves on ln (a loopback port when nil): a
+// listener made elsewhere, such as inside a test host's network
+// namespace (internal/netbed). Close it when done.
+func NewOn(opts Options, ln net.Listener) *Server {
 	if opts.Node == "" {
 		opts.Node = "consuldouble"
 	}
@@ -120,7 +128,12 @@ func New(opts Options) *Server {
 	}
 	s.index = 1
 	s.nodes[opts.Node] = &api.Node{ID: newID(), Node: opts.Node, Address: "127.0.0.1", Datacenter: "dc1", CreateIndex: 1, ModifyIndex: 1}
-	s.http = httptest.NewServer(s.routes())
+	s.http = httptest.NewUnstartedServer(s.routes())
+	if ln != nil {
+		s.http.Listener.Close()
+		s.http.Listener = ln
+	}
+	s.http.Start()
 	return s
 }
 

@@ -69,14 +69,20 @@ func ping(ctx context.Context, inst *Instance) error {
 // sql.go), then checks that its DSN works over TCP.
 func (b *Bed) prepare(ctx context.Context, inst *Instance) error {
 	err := withConn(ctx, inst, func(conn *sql.Conn) error {
-		stmts := []string{sqlSkipBinlog, sqlCreateRootTCP, sqlGrantRootTCP}
+		h := b.clientHost()
+		stmts := []string{sqlSkipBinlog, fmt.Sprintf(sqlCreateRootTCP, h), fmt.Sprintf(sqlGrantRootTCP, h)}
 		if inst.readOnly {
-			stmts = append(stmts, sqlRevokeReadOnlyAdmin)
+			stmts = append(stmts, fmt.Sprintf(sqlRevokeReadOnlyAdmin, h))
 		}
 		return execAll(ctx, conn, stmts...)
 	})
 	if err != nil {
 		return err
+	}
+	if b.spec.Place != nil {
+		// On a host of its own the server is out of this process's
+		// reach over TCP; its clients check their own links.
+		return nil
 	}
 	db, err := sql.Open("mysql", inst.DSN(""))
 	if err != nil {
@@ -98,10 +104,10 @@ func (b *Bed) replicate(ctx context.Context, c *Cluster) error {
 		return nil
 	}
 	err := withConn(ctx, c.Primary, func(conn *sql.Conn) error {
-		if _, err := conn.ExecContext(ctx, sqlCreateReplUser, b.replPassword); err != nil {
+		if _, err := conn.ExecContext(ctx, fmt.Sprintf(sqlCreateReplUser, b.clientHost()), b.replPassword); err != nil {
 			return fmt.Errorf("create replication user: %w", err)
 		}
-		return execAll(ctx, conn, sqlGrantRepl)
+		return execAll(ctx, conn, fmt.Sprintf(sqlGrantRepl, b.clientHost()))
 	})
 	if err != nil {
 		return err
@@ -111,7 +117,7 @@ func (b *Bed) replicate(ctx context.Context, c *Cluster) error {
 			if err := execAll(ctx, conn, sqlResetSlavePos); err != nil {
 				return err
 			}
-			if _, err := conn.ExecContext(ctx, sqlChangeMaster, c.Primary.Port, b.replPassword); err != nil {
+			if _, err := conn.ExecContext(ctx, sqlChangeMaster, c.Primary.Host, c.Primary.Port, b.replPassword); err != nil {
 				return fmt.Errorf("CHANGE MASTER: %w", err)
 			}
 			return execAll(ctx, conn, sqlStartSlave)
@@ -248,7 +254,7 @@ func (b *Bed) Promote(ctx context.Context, replica *Instance) error {
 				return fmt.Errorf("promote: apply fetched transactions: %w", err)
 			}
 		}
-		return execAll(ctx, conn, sqlSkipBinlog, sqlStopSlave, sqlResetSlaveAll, sqlSetReadWrite, sqlGrantReadOnlyAdmin)
+		return execAll(ctx, conn, sqlSkipBinlog, sqlStopSlave, sqlResetSlaveAll, sqlSetReadWrite, fmt.Sprintf(sqlGrantReadOnlyAdmin, b.clientHost()))
 	})
 	if err != nil {
 		return err

@@ -57,7 +57,7 @@ func (b *Bed) serverArgs(inst *Instance) []string {
 		"--datadir=" + inst.DataDir,
 		"--socket=" + inst.Socket,
 		"--port=" + strconv.Itoa(inst.Port),
-		"--bind-address=127.0.0.1",
+		"--bind-address=" + inst.Host,
 		"--pid-file=" + inst.PIDFile,
 		"--log-error=" + inst.ErrorLog,
 		"--log-bin=mysql-bin",
@@ -135,6 +135,11 @@ func (b *Bed) spawn(inst *Instance) (*process, error) {
 	}
 	defer out.Close() // the child has its own copy
 	cmd := exec.Command(b.bins.mariadbd, b.serverArgs(inst)...)
+	if inst.netns != "" {
+		// ip execs mariadbd after entering the namespace: the PID is the
+		// server's.
+		cmd = exec.Command("ip", append([]string{"netns", "exec", inst.netns, b.bins.mariadbd}, b.serverArgs(inst)...)...)
+	}
 	cmd.Dir = inst.dir()
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = sysProcAttr(b.spec.Detach)

@@ -115,6 +115,11 @@ type Spec struct {
 	// ServerArgs are extra mariadbd flags for every instance (e.g. the
 	// --ssl-* flags of a TLS test).
 	ServerArgs []string
+	// Place, when set, puts each instance on a host of its own: mariadbd
+	// runs in the network namespace netns (`ip netns exec`) and listens on
+	// addr, which its DSN names; the accounts then accept root and the
+	// replicas from any address (internal/netbed's partition tests).
+	Place func(inst *Instance) (netns, addr string)
 
 	// firstCluster numbers the first cluster (1 when zero); an added
 	// cluster continues a running bed's numbering.
@@ -169,6 +174,7 @@ type Instance struct {
 	// while a Restart runs.
 	PID int `json:"pid"`
 
+	netns    string   // network namespace to run in (Spec.Place); "" for the caller's
 	readOnly bool     // start with --read-only; cleared by Promote
 	proc     *process // nil until started by this process; guarded by Bed.mu
 }
@@ -306,7 +312,7 @@ func (b *Bed) layout() {
 
 func (b *Bed) newInstance(cluster, role, name string, serverID int) *Instance {
 	dir := filepath.Join(b.Dir, name)
-	return &Instance{
+	inst := &Instance{
 		Name:     name,
 		Cluster:  cluster,
 		Role:     role,
@@ -318,6 +324,20 @@ func (b *Bed) newInstance(cluster, role, name string, serverID int) *Instance {
 		ServerID: serverID,
 		readOnly: role == RoleReplica,
 	}
+	if b.spec.Place != nil {
+		inst.netns, inst.Host = b.spec.Place(inst)
+	}
+	return inst
+}
+
+// clientHost is the host part of the accounts the servers' clients use:
+// 127.0.0.1, or any address when the instances are placed on hosts of
+// their own.
+func (b *Bed) clientHost() string {
+	if b.spec.Place != nil {
+		return "%"
+	}
+	return "127.0.0.1"
 }
 
 // socketPath puts the socket in the instance's directory unless the path
