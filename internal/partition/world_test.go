@@ -68,9 +68,12 @@ type world struct {
 	bed    *testbed.Bed
 	dbName string
 	topo   string
-	client *http.Client
-	checks map[string]*sql.DB // each primary through its socket, for the checks
-	consul string             // the Consul double's address, once onConsul ran
+	// receiptKey is the file of the key every router of the world signs
+	// receipts with: they forward claims and acks to each other.
+	receiptKey string
+	client     *http.Client
+	checks     map[string]*sql.DB // each primary through its socket, for the checks
+	consul     string             // the Consul double's address, once onConsul ran
 }
 
 // hostOf names the host of a test bed instance.
@@ -163,6 +166,10 @@ func newWorld(t *testing.T, routers ...string) *world {
 	if err := os.WriteFile(w.topo, []byte(y.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	w.receiptKey = filepath.Join(t.TempDir(), "receipt.key")
+	if err := os.WriteFile(w.receiptKey, []byte("the partition tests' routers sign receipts with this key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	client := w.hosts["client"]
 	w.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		DialContext: client.DialContext, MaxIdleConnsPerHost: 32, ResponseHeaderTimeout: 30 * time.Second}}
@@ -229,7 +236,7 @@ func (w *world) startRouter(host string, extra ...string) *router {
 	w.t.Helper()
 	h := w.hosts[host]
 	r := &router{w: w, host: h, url: "http://" + h.Addr + ":8080", log: filepath.Join(w.t.TempDir(), host+".log"),
-		args: []string{"-listen", h.Addr + ":8080", "-retention-off", "-insecure", "-log-level", "info"}}
+		args: []string{"-listen", h.Addr + ":8080", "-retention-off", "-insecure", "-log-level", "info", "-receipt-key-file", w.receiptKey}}
 	if w.consul != "" {
 		r.args = append(r.args, "-consul-addr", w.consul, "-mysql-database", w.dbName, "-router-id", host)
 	} else {
