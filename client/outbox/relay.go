@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/shardmq/shardmq/client"
 )
 
@@ -179,7 +180,26 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	return len(rows), nil
 }
 
+// claim leases a batch, again when the lease transaction met a deadlock
+// or a lock wait timeout with another relay (both roll the whole
+// transaction back, and two relays' claims can cross on the same rows):
+// up to five tries, a few milliseconds apart.
 func (r *Relay) claim(ctx context.Context) (uint64, []*row, error) {
+	for try := 1; ; try++ {
+		token, rows, err := r.claimOnce(ctx)
+		var me *mysql.MySQLError
+		if try >= 5 || !errors.As(err, &me) || (me.Number != 1213 && me.Number != 1205) {
+			return token, rows, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, nil, err
+		case <-time.After(time.Duration(try) * 5 * time.Millisecond):
+		}
+	}
+}
+
+func (r *Relay) claimOnce(ctx context.Context) (uint64, []*row, error) {
 	var tb [8]byte
 	if _, err := rand.Read(tb[:]); err != nil {
 		return 0, nil, err
