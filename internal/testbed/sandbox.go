@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -283,12 +284,19 @@ func TopologyYAML(b *Bed, database string) []byte {
 	return w.Bytes()
 }
 
+// SandboxServerArgsEnv names extra mariadbd flags for a sandbox's servers,
+// separated by spaces, e.g. "--performance-schema=ON" to read where the
+// servers' time goes per statement (docs/performance.md, "Where the
+// servers' time goes"). A running sandbox keeps the flags it started with.
+const SandboxServerArgsEnv = "SHARDMQ_SANDBOX_SERVER_ARGS"
+
 // sandboxSized gives a sandbox's spec the deployment's server settings
-// unless it names its own.
+// unless it names its own, and the flags SandboxServerArgsEnv adds.
 func sandboxSized(spec Spec) Spec {
 	if spec.Server == (ServerSettings{}) {
 		spec.Server = DeploymentSettings()
 	}
+	spec.ServerArgs = append(spec.ServerArgs, strings.Fields(os.Getenv(SandboxServerArgsEnv))...)
 	return spec
 }
 
