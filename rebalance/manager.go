@@ -143,6 +143,9 @@ type Manager struct {
 	clusters func() map[string]Mover
 
 	terms *terms
+	// sleep waits between a failed step and its retry (wait; tests
+	// count the waits instead).
+	sleep func(ctx context.Context, d time.Duration)
 
 	pauses *prometheus.HistogramVec // per freeze: how long the vshards stopped serving
 	rows   prometheus.Counter       // rows copied, synced and deleted
@@ -158,7 +161,7 @@ type Manager struct {
 // vshard yet included).
 func New(cfg Config, state StateDoc, maps ShardMaps, clusters func() map[string]Mover) *Manager {
 	cfg = cfg.withDefaults()
-	return &Manager{cfg: cfg, state: stateStore{doc: state}, maps: maps, clusters: clusters, wake: make(chan struct{}, 1),
+	return &Manager{cfg: cfg, state: stateStore{doc: state}, maps: maps, clusters: clusters, wake: make(chan struct{}, 1), sleep: wait,
 		terms: &terms{open: cfg.Sessions, log: cfg.Log},
 		pauses: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardmq_reshard_pause_seconds",
 			Help:    "How long the vshards of a resharding job stayed frozen, per freeze (outcome=flipped or given_up); every vshard of a job pauses together.",

@@ -55,7 +55,7 @@ func (m *Manager) run(ctx context.Context, id string) {
 				return
 			}
 		}
-		wait(ctx, time.Duration(min(failures, 10))*500*time.Millisecond)
+		m.sleep(ctx, time.Duration(min(failures, 10))*500*time.Millisecond)
 	}
 }
 

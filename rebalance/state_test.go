@@ -14,36 +14,28 @@ type memDoc struct {
 	mu   sync.Mutex
 	data []byte
 	rev  uint64
-	// fail, when set, answers every call (a store that is down).
-	fail error
 }
 
-func (d *memDoc) Get(context.Context) ([]byte, uint64, error) {
+func (d *memDoc) Get(ctx context.Context) ([]byte, uint64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.fail != nil {
-		return nil, 0, d.fail
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
 	}
 	return d.data, d.rev, nil
 }
 
-func (d *memDoc) CompareAndSwap(_ context.Context, rev uint64, data []byte) (bool, error) {
+func (d *memDoc) CompareAndSwap(ctx context.Context, rev uint64, data []byte) (bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.fail != nil {
-		return false, d.fail
+	if err := ctx.Err(); err != nil {
+		return false, err
 	}
 	if rev != d.rev {
 		return false, nil
 	}
 	d.data, d.rev = append([]byte(nil), data...), d.rev+1
 	return true, nil
-}
-
-func (d *memDoc) setFail(err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.fail = err
 }
 
 func TestMemDocSuite(t *testing.T) {
