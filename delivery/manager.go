@@ -93,6 +93,9 @@ type Config struct {
 	// Flush tunes each cluster's flushes (batch.Config; MaxBytes counts
 	// outcomes). Defaults to 2000 outcomes per flush, one in flight.
 	Flush batch.Config
+	// Bodies, when not nil, keeps the messages this router produced so
+	// that handing them out reads nothing back (see Bodies).
+	Bodies *Bodies
 	// MapVersion is the version of the shard map in use. A flush is
 	// fenced (store.WithFence) with the oldest map among its items: a
 	// request's outcomes carry the map the request was routed with (its
@@ -162,6 +165,14 @@ func New(cfg Config, now func() time.Time, log *slog.Logger) *Manager {
 	m := &Manager{cfg: cfg.withDefaults(), now: now, log: log, clusters: map[string]*clusterState{}, stop: make(chan struct{}), done: make(chan struct{})}
 	return m
 }
+
+// Remember keeps msgs, just committed as new messages, for the owners'
+// claims (Config.Bodies; nothing without it). The caller must not modify
+// them afterwards.
+func (m *Manager) Remember(msgs []*store.Message) { m.cfg.Bodies.Remember(msgs) }
+
+// BodiesStats reads the body cache's figures.
+func (m *Manager) BodiesStats() BodiesStats { return m.cfg.Bodies.Stats() }
 
 // Router is this router's instance name.
 func (m *Manager) Router() string { return m.cfg.Router }
