@@ -125,14 +125,14 @@ type Server struct {
 	routes []string // the patterns registered on mux, in order
 	// What the handlers of routes.go serve from, each set by the call
 	// that registers them.
-	subs      Subscriptions // New
-	tracer    Tracer        // RouteOps
-	admin     Admin         // RouteOps
-	resharder Resharder     // RouteReshard
-	uiFiles   http.Handler  // RouteUI
-	uiSources UISources     // RouteUI
-	retention Retention     // RouteRetention; also adds its status to the stats when set
-	metricsH  http.Handler  // RouteMetrics
+	subs        Subscriptions // New
+	tracer      Tracer        // RouteOps
+	admin       Admin         // RouteOps
+	resharder   Resharder     // RouteReshard
+	uiFiles     http.Handler  // RouteUI
+	uiSources   UISources     // RouteUI
+	retention   Retention     // RouteRetention; also adds its status to the stats when set
+	metricsPage http.Handler  // RouteMetrics
 	// metrics count requests when set (Instrument; metrics.go).
 	metrics *HTTPMetrics
 }
@@ -152,11 +152,11 @@ func New(b Broker, limits Limits, ready Health, log *slog.Logger) *Server {
 
 // RouteMetrics serves h (the metrics registry's page) at GET /metrics.
 func (s *Server) RouteMetrics(h http.Handler) {
-	s.metricsH = h
+	s.metricsPage = h
 	s.register(byRouteMetrics)
 }
 
-func (s *Server) scrape(w http.ResponseWriter, r *http.Request) { s.metricsH.ServeHTTP(w, r) }
+func (s *Server) scrape(w http.ResponseWriter, r *http.Request) { s.metricsPage.ServeHTTP(w, r) }
 
 // ServeHTTP implements http.Handler. Unknown paths and methods answer with
 // the JSON error shape too.
