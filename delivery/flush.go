@@ -31,6 +31,20 @@ func (o *Owner) fenced(ctx context.Context, item flushItem) flushItem {
 	return item
 }
 
+// leavesReady says the item's outcomes leave deliveries claimable in the
+// table (leases written out, retries), not only deleted or dead ones.
+func (it flushItem) leavesReady() bool {
+	if len(it.leases) > 0 {
+		return true
+	}
+	for _, n := range it.nacks {
+		if !n.Dead {
+			return true
+		}
+	}
+	return false
+}
+
 func (it flushItem) ops() int { return len(it.acks) + len(it.nacks) + len(it.leases) + len(it.parks) }
 
 // flushTimeout bounds one flush; its callers wait for it whatever their
@@ -69,6 +83,20 @@ func (cl *clusterState) runFlush(ctx context.Context, items []flushItem) []flush
 		res, err = s.FlushOwned(ctx, batch, cl.m.now().UTC())
 		return err
 	})
+	if err == nil {
+		var done []uint64 // acked or dead: no claim needs their bodies again
+		for _, it := range items {
+			for _, a := range it.acks {
+				done = append(done, a.MessageID)
+			}
+			for _, n := range it.nacks {
+				if n.Dead {
+					done = append(done, n.MessageID)
+				}
+			}
+		}
+		cl.m.cfg.Bodies.forget(done)
+	}
 	out := make([]flushAnswer, len(items))
 	for i, it := range items {
 		if err != nil {
