@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/idgen"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/store"
 )
 
@@ -79,19 +80,12 @@ func TestAckerCoalescesWaitingAcks(t *testing.T) {
 	wg.Add(2)
 	go ack(1)
 	go ack(2)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testtime.WithinState(t, 10*time.Second, "two acks queued", func() (bool, string) {
 		a.mu.Lock()
 		n := len(a.queue)
 		a.mu.Unlock()
-		if n == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d acks queued, want 2", n)
-		}
-		time.Sleep(time.Millisecond) // polling the queue, not waiting for an effect
-	}
+		return n == 2, fmt.Sprint(n, " queued")
+	})
 	close(g.gate)
 	wg.Wait()
 	if fmt.Sprint(g.calls) != "[1 2]" {
@@ -117,16 +111,9 @@ func TestAckerCoalescesWaitingAcks(t *testing.T) {
 	if left != 1 {
 		t.Errorf("%d deliveries left, want 1 (the lost lease's)", left)
 	}
-	for {
+	testtime.Within(t, 10*time.Second, "the worker stopping with nothing queued", func() bool {
 		a.mu.Lock()
-		running := a.running
-		a.mu.Unlock()
-		if !running {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the worker still runs with nothing queued")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer a.mu.Unlock()
+		return !a.running
+	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shardmq/shardmq/internal/ctxwait"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
 	"github.com/shardmq/shardmq/store"
@@ -143,8 +144,8 @@ type Manager struct {
 	clusters func() map[string]Mover
 
 	terms *terms
-	// sleep waits between a failed step and its retry (wait; tests
-	// count the waits instead).
+	// sleep waits between a failed step and its retry (ctxwait.Sleep;
+	// tests count the waits instead).
 	sleep func(ctx context.Context, d time.Duration)
 
 	pauses *prometheus.HistogramVec // per freeze: how long the vshards stopped serving
@@ -161,7 +162,8 @@ type Manager struct {
 // vshard yet included).
 func New(cfg Config, state StateDoc, maps ShardMaps, clusters func() map[string]Mover) *Manager {
 	cfg = cfg.withDefaults()
-	return &Manager{cfg: cfg, state: stateStore{doc: state}, maps: maps, clusters: clusters, wake: make(chan struct{}, 1), sleep: wait,
+	return &Manager{cfg: cfg, state: stateStore{doc: state}, maps: maps, clusters: clusters, wake: make(chan struct{}, 1),
+		sleep: func(ctx context.Context, d time.Duration) { ctxwait.Sleep(ctx, d) },
 		terms: &terms{open: cfg.Sessions, log: cfg.Log},
 		pauses: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardmq_reshard_pause_seconds",
 			Help:    "How long the vshards of a resharding job stayed frozen, per freeze (outcome=flipped or given_up); every vshard of a job pauses together.",
@@ -245,7 +247,7 @@ func (m *Manager) loop(ctx context.Context) {
 		epoch, err := m.newEpoch(runCtx)
 		for err != nil && runCtx.Err() == nil {
 			m.cfg.Log.Warn("reshard: cannot take a leader epoch; retrying", "err", err)
-			wait(runCtx, time.Second)
+			ctxwait.Sleep(runCtx, time.Second)
 			epoch, err = m.newEpoch(runCtx)
 		}
 		if err == nil {

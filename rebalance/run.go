@@ -59,15 +59,6 @@ func (m *Manager) run(ctx context.Context, id string) {
 	}
 }
 
-func wait(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
 // step takes j one state further.
 func (m *Manager) step(ctx context.Context, j *Job) error {
 	switch j.State {
