@@ -400,6 +400,17 @@ func emptyStoreRefusedWithHint(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its registration publishes its map in the background: the store
+	// must hold it before router-2 is cut off.
+	testtime.Until(t, "router-2's map in the store", func() bool {
+		applied, err := r1.src.Applied(context.Background())
+		for _, a := range applied {
+			if a.Router == "router-2" && a.Version == 1 {
+				return err == nil
+			}
+		}
+		return false
+	})
 	r1.stop()
 	cut.Cut() // router-2 is alive but cut off: it cannot write the map back
 	if _, err := e.api.KV().Delete(e.prefix+"shardmap", nil); err != nil {
