@@ -139,11 +139,14 @@ func (c Config) withDefaults() Config {
 // time in the order they were asked for.
 type Manager struct {
 	cfg      Config
-	state    StateStore
+	state    stateStore
 	maps     ShardMaps
 	clusters func() map[string]Mover
 
 	terms *terms
+	// sleep waits between a failed step and its retry (ctxwait.Sleep;
+	// tests count the waits instead).
+	sleep func(ctx context.Context, d time.Duration)
 
 	pauses *prometheus.HistogramVec // per freeze: how long the vshards stopped serving
 	rows   prometheus.Counter       // rows copied, synced and deleted
@@ -154,12 +157,13 @@ type Manager struct {
 	done   chan struct{}
 }
 
-// New returns a manager over the state store, the shard maps and the
+// New returns a manager over the jobs' document, the shard maps and the
 // clusters' primaries (every cluster of the topology, those that own no
 // vshard yet included).
-func New(cfg Config, state StateStore, maps ShardMaps, clusters func() map[string]Mover) *Manager {
+func New(cfg Config, state StateDoc, maps ShardMaps, clusters func() map[string]Mover) *Manager {
 	cfg = cfg.withDefaults()
-	return &Manager{cfg: cfg, state: state, maps: maps, clusters: clusters, wake: make(chan struct{}, 1),
+	return &Manager{cfg: cfg, state: stateStore{doc: state}, maps: maps, clusters: clusters, wake: make(chan struct{}, 1),
+		sleep: func(ctx context.Context, d time.Duration) { ctxwait.Sleep(ctx, d) },
 		terms: &terms{open: cfg.Sessions, log: cfg.Log},
 		pauses: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardmq_reshard_pause_seconds",
 			Help:    "How long the vshards of a resharding job stayed frozen, per freeze (outcome=flipped or given_up); every vshard of a job pauses together.",

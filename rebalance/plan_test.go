@@ -1,9 +1,7 @@
 package rebalance
 
 import (
-	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 
 	"github.com/shardmq/shardmq/routing"
@@ -115,28 +113,6 @@ func TestPlanDrainGivesEverythingAway(t *testing.T) {
 	}
 	if _, err := Plan(rs, m, map[string]bool{"c1": true, "c2": true, "c3": true}, nil); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestFileStateCheckAndSet(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	st := &FileState{Path: filepath.Join(t.TempDir(), "topology.yaml.reshard.json")}
-	js, err := st.Load(ctx)
-	if err != nil || js.Version != 0 {
-		t.Fatalf("empty: %+v %v", js, err)
-	}
-	js.Jobs = []*Job{{ID: "rs-1", State: StatePending}}
-	if err := st.Save(ctx, 0, js); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Save(ctx, 0, &Jobs{}); !errors.Is(err, ErrConflict) {
-		t.Fatalf("stale write: %v", err)
-	}
-	// A second store over the same file (a restarted router) reads it.
-	again, err := (&FileState{Path: st.Path}).Load(ctx)
-	if err != nil || again.Version != 1 || len(again.Jobs) != 1 || again.Jobs[0].ID != "rs-1" {
-		t.Fatalf("reloaded: %+v %v", again, err)
 	}
 }
 

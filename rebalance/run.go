@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/shardmq/shardmq/internal/ctxwait"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
 	"github.com/shardmq/shardmq/store"
@@ -56,7 +55,7 @@ func (m *Manager) run(ctx context.Context, id string) {
 				return
 			}
 		}
-		ctxwait.Sleep(ctx, time.Duration(min(failures, 10))*500*time.Millisecond)
+		m.sleep(ctx, time.Duration(min(failures, 10))*500*time.Millisecond)
 	}
 }
 

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/shardmq/shardmq/store"
@@ -138,56 +135,54 @@ type Jobs struct {
 	LeaderEpoch int64 `json:"leader_epoch,omitempty"`
 }
 
-// StateStore keeps the jobs durably where every router can read them:
-// a file beside the static topology, or Consul KV.
-type StateStore interface {
-	// Load returns the stored jobs (an empty document when none).
-	Load(ctx context.Context) (*Jobs, error)
-	// Save replaces the document read at version prev by next (whose
-	// Version the store sets to prev+1); ErrConflict when it changed.
-	Save(ctx context.Context, prev int64, next *Jobs) error
+// StateDoc is what the jobs need from the topology backend: one document
+// where every router reads them, replaced only with check-and-set, so
+// that the leader's progress and an operator's pause or abort through any
+// router are never lost. The backends keep it opaque: a file beside the
+// static topology (topology.FileBackend.ReshardState) or a Consul KV key
+// (consul.Source.ReshardState).
+type StateDoc interface {
+	// Get returns the stored document (nil when none was written) and its
+	// revision.
+	Get(ctx context.Context) (data []byte, rev uint64, err error)
+	// CompareAndSwap replaces the document read at revision rev (0: none
+	// stored) by data; false, and nothing written, when it changed since.
+	CompareAndSwap(ctx context.Context, rev uint64, data []byte) (bool, error)
 }
 
 // ErrConflict marks a state write refused because the document changed.
 var ErrConflict = errors.New("reshard state changed concurrently")
 
-// FileState is the state store of the static topology: a JSON file
-// (conventionally the topology file's path + ".reshard.json"), replaced
-// atomically through a temporary file and a rename.
-type FileState struct {
-	Path string
-	mu   sync.Mutex
+// stateStore keeps the jobs in a StateDoc as JSON.
+type stateStore struct {
+	doc StateDoc
 }
 
-var _ StateStore = (*FileState)(nil)
-
-// Load implements StateStore.
-func (f *FileState) Load(context.Context) (*Jobs, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.load()
-}
-
-func (f *FileState) load() (*Jobs, error) {
-	data, err := os.ReadFile(f.Path)
-	if errors.Is(err, os.ErrNotExist) {
-		return &Jobs{}, nil
-	}
+func (s stateStore) get(ctx context.Context) (*Jobs, uint64, error) {
+	data, rev, err := s.doc.Get(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read reshard state: %w", err)
+		return nil, 0, fmt.Errorf("read reshard state: %w", err)
+	}
+	if data == nil {
+		return &Jobs{}, rev, nil
 	}
 	var js Jobs
 	if err := json.Unmarshal(data, &js); err != nil {
-		return nil, fmt.Errorf("read reshard state %s: %w", f.Path, err)
+		return nil, 0, fmt.Errorf("read reshard state: %w", err)
 	}
-	return &js, nil
+	return &js, rev, nil
 }
 
-// Save implements StateStore.
-func (f *FileState) Save(_ context.Context, prev int64, next *Jobs) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	cur, err := f.load()
+// Load returns the stored jobs (an empty document when none).
+func (s stateStore) Load(ctx context.Context) (*Jobs, error) {
+	js, _, err := s.get(ctx)
+	return js, err
+}
+
+// Save replaces the document read at version prev by next, whose Version
+// it sets to prev+1; ErrConflict when it changed.
+func (s stateStore) Save(ctx context.Context, prev int64, next *Jobs) error {
+	cur, rev, err := s.get(ctx)
 	if err != nil {
 		return err
 	}
@@ -195,32 +190,16 @@ func (f *FileState) Save(_ context.Context, prev int64, next *Jobs) error {
 		return fmt.Errorf("%w: expected version %d, stored %d", ErrConflict, prev, cur.Version)
 	}
 	next.Version = prev + 1
-	data, err := json.MarshalIndent(next, "", "  ")
+	data, err := json.Marshal(next)
 	if err != nil {
 		return fmt.Errorf("write reshard state: %w", err)
 	}
-	return writeFileAtomic(f.Path, data)
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	ok, err := s.doc.CompareAndSwap(ctx, rev, data)
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return fmt.Errorf("write reshard state: %w", err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	if !ok {
+		return fmt.Errorf("%w: the document changed while it was written", ErrConflict)
 	}
 	return nil
 }

@@ -574,7 +574,7 @@ func TestFenceRefusesOlderStaticMapAfterCrashInCleanup(t *testing.T) {
 	}
 	movers["c1"] = ownRecord{movers["c1"]}
 	id := sub["job"].(string)
-	state := &rebalance.FileState{Path: path + ".reshard.json"}
+	state := &topology.FileDoc{Path: path + ".reshard.json"}
 	blocked := rebalance.New(rebalance.Config{RowsPerSecond: -1}, state, topology.NewFileBackend(path, 0, nil),
 		func() map[string]rebalance.Mover { return movers })
 	blocked.Start(context.Background())

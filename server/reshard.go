@@ -20,9 +20,13 @@ import (
 // one an operation in flight still routes with), so the barrier of a
 // freeze waits for writes routed with the map before it.
 
+// The topology backends keep the jobs' document (consul.ReshardState is
+// checked where cmd/router wires it).
+var _ rebalance.StateDoc = (*topology.FileDoc)(nil)
+
 type reshard struct {
 	backend topology.Backend
-	state   rebalance.StateStore
+	state   rebalance.StateDoc
 	manager *rebalance.Manager
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -38,7 +42,7 @@ func (r *Router) setupReshard(ctx context.Context) error {
 		rs.backend = fb
 	}
 	if rs.state == nil && onFile {
-		rs.state = &rebalance.FileState{Path: fb.Path + ".reshard.json"}
+		rs.state = fb.ReshardState()
 	}
 	if rs.backend == nil || rs.state == nil {
 		return nil

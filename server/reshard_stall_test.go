@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -89,7 +90,11 @@ func TestReshardStalledLeaderReleasesRange(t *testing.T) {
 		if j.State != rebalance.StateCutover {
 			return
 		}
-		js, err := rs.state.Load(ctx)
+		var js rebalance.Jobs
+		data, _, err := rs.state.Get(ctx)
+		if err == nil {
+			err = json.Unmarshal(data, &js)
+		}
 		if err != nil {
 			t.Error(err)
 			return

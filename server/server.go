@@ -101,7 +101,7 @@ type Config struct {
 	Backend topology.Backend
 	// ReshardState is where resharding jobs are recorded. Defaults, on
 	// the static file, to a file beside it (TopologyFile + ".reshard.json").
-	ReshardState rebalance.StateStore
+	ReshardState rebalance.StateDoc
 	// Reshard tunes resharding jobs (see rebalance.Config for each
 	// default); its Leader defaults to Leader.
 	Reshard rebalance.Config

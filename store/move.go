@@ -46,13 +46,20 @@ type MoveTableInfo struct {
 	// FrozenOnly: copy only while the vshards are frozen (message_queue:
 	// its rows are claimable wherever they are).
 	FrozenOnly bool
+	// Columns are the columns of a MoveRow, in order; Key the primary
+	// key's; BucketBy the router-generated id that MoveBuckets groups
+	// rows by (shifted right by 32). A fake Mover lays its rows out so.
+	Columns  []string
+	Key      []string
+	BucketBy string
 }
 
 // MoveTables lists the tables that hold vshard rows, in copy order.
 func MoveTables() []MoveTableInfo {
 	out := make([]MoveTableInfo, len(moveTables))
 	for i, t := range moveTables {
-		out[i] = MoveTableInfo{Name: t.name, FrozenOnly: t.frozenOnly}
+		out[i] = MoveTableInfo{Name: t.name, FrozenOnly: t.frozenOnly, Columns: append([]string(nil), t.cols...),
+			Key: append([]string(nil), t.pk...), BucketBy: t.idCol}
 	}
 	return out
 }

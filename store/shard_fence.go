@@ -195,6 +195,13 @@ func WithOwnerCheck(ctx context.Context, c OwnerCheck) context.Context {
 	return context.WithValue(ctx, ownerCheckKey{}, c)
 }
 
+// OwnerCheckFrom returns the OwnerCheck ctx carries, if any (for a fake
+// Mover to honour it as the store does).
+func OwnerCheckFrom(ctx context.Context) (OwnerCheck, bool) {
+	c, ok := ctx.Value(ownerCheckKey{}).(OwnerCheck)
+	return c, ok
+}
+
 // ErrNotOwnerRecord: a write carrying an OwnerCheck found the cluster's
 // record giving a vshard elsewhere (or at an older version); nothing was
 // written.
@@ -202,7 +209,7 @@ var ErrNotOwnerRecord = errors.New("the cluster's owner record does not allow it
 
 // checkOwnerRecord runs ctx's OwnerCheck in tx, if any.
 func checkOwnerRecord(ctx context.Context, tx *sql.Tx) error {
-	c, ok := ctx.Value(ownerCheckKey{}).(OwnerCheck)
+	c, ok := OwnerCheckFrom(ctx)
 	if !ok || len(c.VShards) == 0 {
 		return nil
 	}

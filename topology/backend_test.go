@@ -123,3 +123,29 @@ func TestSoleLeaderStopsWithContext(t *testing.T) {
 		t.Fatal("leads after its context ended")
 	}
 }
+
+func TestFileDocSuite(t *testing.T) {
+	t.Parallel()
+	topologytest.RunDoc(t, func(t *testing.T) topologytest.Doc {
+		return topology.NewFileBackend(filepath.Join(t.TempDir(), "topology.yaml"), 0, nil).ReshardState()
+	})
+}
+
+// The jobs' document lies beside the topology file, indented, and one
+// backend hands out one document (one lock over the file).
+func TestFileBackendReshardState(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "topology.yaml")
+	b := topology.NewFileBackend(path, 0, nil)
+	d := b.ReshardState()
+	if d != b.ReshardState() || d.Path != path+".reshard.json" {
+		t.Fatalf("ReshardState: %p at %s, then %p", d, d.Path, b.ReshardState())
+	}
+	if ok, err := d.CompareAndSwap(context.Background(), 0, []byte(`{"version":1,"jobs":[]}`)); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	data, err := os.ReadFile(path + ".reshard.json")
+	if err != nil || string(data) != "{\n  \"version\": 1,\n  \"jobs\": []\n}" {
+		t.Fatalf("file: %q %v", data, err)
+	}
+}

@@ -27,11 +27,12 @@ type FileBackend struct {
 	Every time.Duration // how often the file is checked; defaults to 1s
 	Log   *slog.Logger
 
-	mu      sync.Mutex // serializes UpdateShardMap; guards regs, changed and loaded
+	mu      sync.Mutex // serializes UpdateShardMap; guards regs, changed, loaded and reshard
 	regs    map[*fileRegistration]AppliedMap
 	changed chan struct{} // closed and replaced when a registration changes
 	loaded  []byte        // the file as Load last read it
 	written chan struct{} // buffered 1: UpdateShardMap wrote the file; Watch reads it at once
+	reshard *FileDoc      // ReshardState's, made on first use
 }
 
 var _ Backend = (*FileBackend)(nil)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shardmq/shardmq/rebalance"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/server"
 	"github.com/shardmq/shardmq/topology"
@@ -17,6 +18,9 @@ import (
 
 // consulOptions are the flags of a router that takes its topology from
 // Consul instead of a file (-consul-addr set).
+// Consul keeps the resharding jobs' document.
+var _ rebalance.StateDoc = (*consul.ReshardState)(nil)
+
 type consulOptions struct {
 	addr, prefix, service, routerID  string
 	user, password, database, params string

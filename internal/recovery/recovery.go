@@ -1,7 +1,11 @@
-// Package recovery rebuilds a shard map that the topology store lost from
-// what the clusters themselves recorded (store.VShardOwners) and what the
-// live routers report, and keeps seeds above both (docs/consul.md,
-// Recovery). cmd/consul-seed runs it.
+// Package recovery is shard-map recovery in one place: it rebuilds a
+// shard map that the topology store lost from what the clusters
+// themselves recorded (the vshard_owner table, store.VShardOwners), checks
+// it against what the live routers report, writes it above every version
+// in sight, and keeps seeds above the records (docs/consul.md, Recovery).
+// cmd/consul-seed runs it. The records are written by the routers
+// (server's map recorder) and by resharding jobs; their SQL is in
+// store/vshard_owner.go.
 package recovery
 
 import (
@@ -29,7 +33,7 @@ import (
 // map written.
 func Recover(ctx context.Context, top *topology.Topology, src *consul.Source, force bool, info io.Writer) (*routing.Map, error) {
 	names := sortedNames(top)
-	records := map[string][]topology.OwnerRecord{}
+	records := map[string][]store.VShardOwner{}
 	var unread []error
 	for _, name := range names {
 		rows, from, err := readOwners(ctx, top.Clusters[name])
@@ -39,21 +43,21 @@ func Recover(ctx context.Context, top *topology.Topology, src *consul.Source, fo
 			continue
 		}
 		fmt.Fprintf(info, "cluster %s: record read from %s\n", name, from)
-		for _, r := range rows {
-			records[name] = append(records[name], topology.OwnerRecord{VShard: r.VShard, Cluster: r.Cluster, Version: r.MapVersion, Frozen: r.Frozen})
+		if len(rows) > 0 {
+			records[name] = rows
 		}
 	}
 	if len(unread) > 0 && !force {
 		return nil, fmt.Errorf("recover: %w (every cluster must answer, or pass -force)", errors.Join(unread...))
 	}
-	rb, err := topology.Rebuild(records, top.Map)
+	rb, err := Rebuild(records, top.Map)
 	if err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
 	for _, n := range rb.Notes {
 		fmt.Fprintln(info, n)
 	}
-	m, err := consul.RecoverMap(ctx, src, rb, force)
+	m, err := RecoverMap(ctx, src, rb, force)
 	if err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
@@ -128,4 +132,39 @@ func sortedNames(top *topology.Topology) []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// RecoverMap writes rb, a shard map rebuilt from the clusters' own
+// records (Rebuild), after the topology store lost or rolled back its
+// map. The version written is above the stored map's, above every live
+// router's and above every record, so that every router takes it. Unless
+// force is set it first checks that the live routers route as the
+// rebuilt map does (CheckRebuilt), so that recovering moves no vshard
+// under a running router.
+func RecoverMap(ctx context.Context, s *consul.Source, rb *Rebuilt, force bool) (*routing.Map, error) {
+	applied, err := s.Applied(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !force {
+		if err := CheckRebuilt(rb, applied); err != nil {
+			return nil, err
+		}
+	}
+	var stored int64
+	switch cur, err := s.ShardMap(ctx); {
+	case err == nil:
+		stored = cur.Version()
+	case errors.Is(err, topology.ErrInvalid):
+	default:
+		return nil, err
+	}
+	next, err := routing.NewMap(max(topology.NextVersion(stored, applied), rb.Newest+1), rb.Ranges, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", topology.ErrInvalid, err)
+	}
+	if err := s.UpdateShardMap(ctx, stored, next); err != nil {
+		return nil, fmt.Errorf("write recovered shard map: %w", err)
+	}
+	return next, nil
 }

@@ -1,40 +1,28 @@
 package consul_test
 
 import (
-	"errors"
+	"os"
 	"testing"
 
-	"github.com/shardmq/shardmq/internal/testtime"
-	"github.com/shardmq/shardmq/rebalance"
+	"github.com/shardmq/shardmq/topology/topologytest"
 )
 
-// The job document is replaced only by a writer that read its version.
-func TestReshardStateCheckAndSet(t *testing.T) {
+// The jobs' document is replaced only by a writer that read its revision.
+func TestReshardStateOnDouble(t *testing.T) {
 	t.Parallel()
-	e := newDoubleEnv(t)
-	st := e.source(t, e.config(t)).ReshardState()
-	ctx := testtime.Context(t)
-	js, err := st.Load(ctx)
-	if err != nil || js.Version != 0 || len(js.Jobs) != 0 {
-		t.Fatalf("empty store: %+v %v", js, err)
+	topologytest.RunDoc(t, func(t *testing.T) topologytest.Doc {
+		e := newDoubleEnv(t)
+		return e.source(t, e.config(t)).ReshardState()
+	})
+}
+
+func TestReshardStateOnAgent(t *testing.T) {
+	if os.Getenv("CONSUL_HTTP_ADDR") == "" {
+		t.Skip("CONSUL_HTTP_ADDR is not set: no real Consul agent to test against")
 	}
-	js.Jobs = append(js.Jobs, &rebalance.Job{ID: "rs-1", State: rebalance.StatePending})
-	if err := st.Save(ctx, 0, js); err != nil {
-		t.Fatal(err)
-	}
-	stale := &rebalance.Jobs{Jobs: []*rebalance.Job{{ID: "rs-2"}}}
-	if err := st.Save(ctx, 0, stale); !errors.Is(err, rebalance.ErrConflict) {
-		t.Fatalf("stale write: %v, want a conflict", err)
-	}
-	got, err := st.Load(ctx)
-	if err != nil || got.Version != 1 || len(got.Jobs) != 1 || got.Jobs[0].ID != "rs-1" {
-		t.Fatalf("after one write: %+v %v", got, err)
-	}
-	got.Jobs[0].State = rebalance.StateCopying
-	if err := st.Save(ctx, 1, got); err != nil {
-		t.Fatal(err)
-	}
-	if again, _ := st.Load(ctx); again.Version != 2 || again.Jobs[0].State != rebalance.StateCopying {
-		t.Fatalf("after two writes: %+v", again)
-	}
+	t.Parallel()
+	topologytest.RunDoc(t, func(t *testing.T) topologytest.Doc {
+		e := newAgentEnv(t)
+		return e.source(t, e.config(t)).ReshardState()
+	})
 }

@@ -20,10 +20,10 @@ import (
 // in Consul. When a map is already stored it is refused with
 // *topology.ConflictError unless replace is set; so is a store without a
 // map while live routers report one applied (the store lost its data:
-// recover with RecoverMap, or force with replace). The version written is
-// m's, raised to topology.NextVersion when that is higher, so that it is
-// above the stored map and above every map a live router applied. It
-// returns the version written.
+// recover with internal/recovery, or force with replace). The version
+// written is m's, raised to topology.NextVersion when that is higher, so
+// that it is above the stored map and above every map a live router
+// applied. It returns the version written.
 func SeedMap(ctx context.Context, s *Source, m *routing.Map, replace bool) (int64, error) {
 	for attempt := 0; ; attempt++ {
 		v, err := seedOnce(ctx, s, m, replace)

@@ -1,4 +1,4 @@
-package topology
+package recovery
 
 import (
 	"fmt"
@@ -7,17 +7,9 @@ import (
 
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
+	"github.com/shardmq/shardmq/store"
+	"github.com/shardmq/shardmq/topology"
 )
-
-// OwnerRecord is one row of a cluster's own copy of the shard map
-// (store.VShardOwner): the owner of a vshard in the newest map version
-// that cluster's primary was told about.
-type OwnerRecord struct {
-	VShard  int
-	Cluster string
-	Version int64
-	Frozen  bool
-}
 
 // Rebuilt is a shard map put back together from the clusters' records.
 type Rebuilt struct {
@@ -34,15 +26,15 @@ type Rebuilt struct {
 }
 
 // Rebuild puts the shard map back together from the records of every
-// cluster that answered (cluster name → its rows): each vshard goes to
+// cluster that answered (cluster name → its vshard_owner rows): each vshard goes to
 // the owner in the highest version recorded for it anywhere. Two records
 // of one version naming different owners mean that version was rewritten
 // by hand: Rebuild refuses, naming the vshard. Vshards nobody recorded take
 // fallback's owner (a static file's map, say); without a fallback they
 // are an error.
-func Rebuild(records map[string][]OwnerRecord, fallback *routing.Map) (*Rebuilt, error) {
+func Rebuild(records map[string][]store.VShardOwner, fallback *routing.Map) (*Rebuilt, error) {
 	type best struct {
-		rec OwnerRecord
+		rec store.VShardOwner
 		by  string // the cluster whose record it is
 	}
 	var top [shard.Count]*best
@@ -56,16 +48,16 @@ func Rebuild(records map[string][]OwnerRecord, fallback *routing.Map) (*Rebuilt,
 		var newest int64
 		for _, r := range records[by] {
 			if r.VShard < 0 || r.VShard >= shard.Count {
-				return nil, fmt.Errorf("%w: cluster %s records vshard %d", ErrInvalid, by, r.VShard)
+				return nil, fmt.Errorf("%w: cluster %s records vshard %d", topology.ErrInvalid, by, r.VShard)
 			}
-			newest = max(newest, r.Version)
+			newest = max(newest, r.MapVersion)
 			b := top[r.VShard]
 			switch {
-			case b == nil || r.Version > b.rec.Version:
+			case b == nil || r.MapVersion > b.rec.MapVersion:
 				top[r.VShard] = &best{rec: r, by: by}
-			case r.Version == b.rec.Version && r.Cluster != b.rec.Cluster:
+			case r.MapVersion == b.rec.MapVersion && r.Cluster != b.rec.Cluster:
 				return nil, fmt.Errorf("%w: vshard %d has two owners in version %d: %s (recorded by %s) and %s (recorded by %s); the map was rewritten under one version",
-					ErrInvalid, r.VShard, r.Version, b.rec.Cluster, b.by, r.Cluster, by)
+					topology.ErrInvalid, r.VShard, r.MapVersion, b.rec.Cluster, b.by, r.Cluster, by)
 			}
 		}
 		out.Notes = append(out.Notes, fmt.Sprintf("cluster %s: %d vshards recorded, newest version %d", by, len(records[by]), newest))
@@ -90,11 +82,11 @@ func Rebuild(records map[string][]OwnerRecord, fallback *routing.Map) (*Rebuilt,
 		if len(missing) > 10 {
 			missing = append(missing[:10], "…")
 		}
-		return nil, fmt.Errorf("%w: no cluster recorded an owner of %d vshards (%s) and there is no fallback map", ErrInvalid, shard.Count-len(out.Ranges), strings.Join(missing, ", "))
+		return nil, fmt.Errorf("%w: no cluster recorded an owner of %d vshards (%s) and there is no fallback map", topology.ErrInvalid, shard.Count-len(out.Ranges), strings.Join(missing, ", "))
 	}
 	m, err := routing.NewMap(max(out.Newest, 1), out.Ranges, nil)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %v", topology.ErrInvalid, err)
 	}
 	out.Ranges = m.Ranges() // merged into contiguous ranges
 	if out.FromFallback > 0 {
@@ -107,10 +99,10 @@ func Rebuild(records map[string][]OwnerRecord, fallback *routing.Map) (*Rebuilt,
 // router ahead of every record, or at the newest recorded version with
 // another map, routes differently from the rebuilt map, and writing it
 // would move those vshards under that router's feet. The error says who.
-func CheckRebuilt(rb *Rebuilt, applied []AppliedMap) error {
+func CheckRebuilt(rb *Rebuilt, applied []topology.AppliedMap) error {
 	m, err := routing.NewMap(max(rb.Newest, 1), rb.Ranges, nil)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: %v", topology.ErrInvalid, err)
 	}
 	var problems []string
 	for _, a := range applied {
@@ -123,7 +115,7 @@ func CheckRebuilt(rb *Rebuilt, applied []AppliedMap) error {
 	}
 	if len(problems) > 0 {
 		sort.Strings(problems)
-		return fmt.Errorf("%w: %s", ErrBehind, strings.Join(problems, "; "))
+		return fmt.Errorf("%w: %s", topology.ErrBehind, strings.Join(problems, "; "))
 	}
 	return nil
 }
