@@ -81,9 +81,7 @@ func TestAckerCoalescesWaitingAcks(t *testing.T) {
 	go ack(2)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		a.mu.Lock()
-		n := len(a.queue)
-		a.mu.Unlock()
+		n, _ := a.batch.Queued()
 		if n == 2 {
 			break
 		}
@@ -118,10 +116,7 @@ func TestAckerCoalescesWaitingAcks(t *testing.T) {
 		t.Errorf("%d deliveries left, want 1 (the lost lease's)", left)
 	}
 	for {
-		a.mu.Lock()
-		running := a.running
-		a.mu.Unlock()
-		if !running {
+		if !a.batch.Busy() {
 			break
 		}
 		if time.Now().After(deadline) {

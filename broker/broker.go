@@ -796,7 +796,7 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 			r := Receipt{VShard: shard.ID(c.Message.VShard), Topic: req.Topic,
 				Lease: store.Lease{MessageID: c.Message.ID, Subscription: req.Subscription, Token: c.Token, Ordered: ordered}}
 			out = append(out, Delivery{Claimed: c, Receipt: b.cfg.Receipts.Encode(r)})
-			bytes += EncodedSize(c.Message)
+			bytes += domain.EncodedSize(c.Message)
 		}
 	}
 	for _, name := range order {

@@ -147,7 +147,8 @@ func TestProduceGroupCommitsConcurrentRequests(t *testing.T) {
 
 // queued is how many messages wait for cluster's committers.
 func queued(b *Broker, cluster string) int64 {
-	return (*b.clusters.Load())[cluster].commit.queued.Load()
+	_, n := (*b.clusters.Load())[cluster].commit.batch.Queued()
+	return int64(n)
 }
 
 // Consumers of one subscription that claim at the same time get

@@ -2,11 +2,11 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/shardmq/shardmq/internal/batch"
 	"github.com/shardmq/shardmq/internal/reqid"
 	"github.com/shardmq/shardmq/store"
 )
@@ -36,9 +36,8 @@ type claimKey struct {
 
 type claimCall struct {
 	req   store.ClaimRequest
-	rid   string           // the caller's request id (trace events)
-	fence store.Fence      // the map the claim was routed with
-	done  chan claimAnswer // buffered 1
+	rid   string      // the caller's request id (trace events)
+	fence store.Fence // the map the claim was routed with
 }
 
 type claimAnswer struct {
@@ -46,32 +45,21 @@ type claimAnswer struct {
 	err error
 }
 
-// claimers runs one worker per claimKey while claims for it are queued or
-// running; a worker exits as soon as no caller waits for it, so keys that
-// are claimed once (a made-up topic name) leave no goroutine behind.
-// Claims queued while a worker's transaction runs are coalesced into its
-// next one.
+// claimers coalesces claims per claimKey: a group of batchers
+// (internal/batch), one per key while claims for it are queued or
+// running, so keys that are claimed once (a made-up topic name) leave no
+// goroutine behind. Claims queued while a key's transaction runs are
+// coalesced into its next one.
 type claimers struct {
-	runs    atomic.Int64 // coalesced claim transactions run
-	mu      sync.Mutex
-	workers map[claimKey]*claimWorker
-	stopped bool
-	wg      sync.WaitGroup
+	group *batch.Group[claimKey, *claimCall, claimAnswer]
 }
 
-// claimWorker is one key's queue. pending counts callers that found it and
-// have not been received yet, so that it never exits under a caller about
-// to send (both change under claimers.mu).
-type claimWorker struct {
-	in      chan *claimCall
-	pending int
-	// kick wakes the worker to count pending again after a caller gave up
-	// before sending.
-	kick chan struct{}
-}
+// claimQueue is how many claims of one key may wait before claim blocks.
+const claimQueue = 256
 
 func newClaimers() *claimers {
-	return &claimers{workers: map[claimKey]*claimWorker{}}
+	return &claimers{group: batch.NewGroup(batch.Config{MaxItems: maxCoalescedClaim, MaxQueued: claimQueue}, runClaims, nil,
+		batch.Count(func(c *claimCall) int { return c.req.Max }))}
 }
 
 // errClaimersStopped answers claims that arrive after stop.
@@ -80,105 +68,32 @@ var errClaimersStopped = fmt.Errorf("%w: router is shutting down", ErrUnavailabl
 // claim queues req and waits for its share of a coalesced claim.
 func (c *claimers) claim(ctx context.Context, k claimKey, req store.ClaimRequest) ([]store.Claimed, error) {
 	f, _ := store.FenceFrom(ctx)
-	call := &claimCall{req: req, rid: reqid.From(ctx), fence: f, done: make(chan claimAnswer, 1)}
-	c.mu.Lock()
-	if c.stopped {
-		c.mu.Unlock()
+	call := &claimCall{req: req, rid: reqid.From(ctx), fence: f}
+	done, err := c.group.Enqueue(ctx, k, call)
+	if errors.Is(err, batch.ErrStopped) {
 		return nil, errClaimersStopped
 	}
-	w, ok := c.workers[k]
-	if !ok {
-		w = &claimWorker{in: make(chan *claimCall, 256), kick: make(chan struct{}, 1)}
-		c.workers[k] = w
-		c.wg.Add(1)
-		go c.work(k, w)
-	}
-	w.pending++
-	c.mu.Unlock()
-	select {
-	case w.in <- call:
-	case <-ctx.Done():
-		c.mu.Lock()
-		w.pending--
-		c.mu.Unlock()
-		select {
-		case w.kick <- struct{}{}:
-		default:
-		}
-		return nil, ctx.Err()
+	if err != nil {
+		return nil, err
 	}
 	// The claim runs to the end even if ctx ends meanwhile; the caller
 	// then releases what it cannot deliver (Broker.Claim).
-	a := <-call.done
+	a := <-done
 	return a.got, a.err
 }
 
-// work serves k's queue until no caller is left. A caller that counted
-// itself in pending is always received: the worker leaves the map, under
-// the same lock, only when pending is zero.
-func (c *claimers) work(k claimKey, w *claimWorker) {
-	defer c.wg.Done()
-	received := func(call *claimCall) *claimCall {
-		c.mu.Lock()
-		w.pending--
-		c.mu.Unlock()
-		return call
-	}
-	for {
-		c.mu.Lock()
-		if w.pending == 0 {
-			delete(c.workers, k)
-			c.mu.Unlock()
-			return
-		}
-		c.mu.Unlock()
-		var first *claimCall
-		select {
-		case call := <-w.in:
-			first = received(call)
-		case <-w.kick:
-			continue
-		}
-		calls := []*claimCall{first}
-		n := first.req.Max
-	drain:
-		for n < maxCoalescedClaim {
-			select {
-			case call := <-w.in:
-				calls = append(calls, received(call))
-				n += call.req.Max
-			default:
-				break drain
-			}
-		}
-		c.run(k, calls)
-	}
-}
-
-// Stop refuses new claims and waits for the running ones to be answered.
-// Safe to call twice.
-func (c *claimers) Stop() {
-	c.mu.Lock()
-	c.stopped = true
-	c.mu.Unlock()
-	c.wg.Wait()
-}
+// Stop refuses new claims and waits for the queued and running ones to be
+// answered. Safe to call twice.
+func (c *claimers) Stop() { c.group.Stop() }
 
 // closed says whether Stop was called (claims are refused).
-func (c *claimers) closed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.stopped
-}
+func (c *claimers) closed() bool { return c.group.Stopped() }
 
-// size is how many claim workers exist (tests).
-func (c *claimers) size() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.workers)
-}
+// size is how many keys have claims queued or running (tests).
+func (c *claimers) size() int { return c.group.Len() }
 
-func (c *claimers) run(k claimKey, calls []*claimCall) {
+// run is one coalesced claim transaction of k.
+func runClaims(_ context.Context, k claimKey, calls []*claimCall) []claimAnswer {
 	reqs := make([]store.ClaimRequest, len(calls))
 	for i, call := range calls {
 		reqs[i] = call.req
@@ -196,19 +111,20 @@ func (c *claimers) run(k claimKey, calls []*claimCall) {
 		got, err = s.ClaimMany(ctx, reqs)
 		return err
 	})
-	c.runs.Add(1)
-	for i, call := range calls {
+	out := make([]claimAnswer, len(calls))
+	for i := range calls {
 		if err != nil {
-			call.done <- claimAnswer{err: err}
+			out[i] = claimAnswer{err: err}
 			continue
 		}
-		call.done <- claimAnswer{got: got[i]}
+		out[i] = claimAnswer{got: got[i]}
 	}
+	return out
 }
 
 // ClaimTransactions is how many claim transactions (one per cluster,
 // coalesced) the broker ran: what waiting claims cost the databases.
-func (b *Broker) ClaimTransactions() int64 { return b.claims.runs.Load() }
+func (b *Broker) ClaimTransactions() int64 { return b.claims.group.Runs() }
 
 // Waiting reports what long-polls and claims hold right now: the topics
 // with a waiting claim and the claim workers. Both fall back to zero once

@@ -90,7 +90,7 @@ func TestCommitterStopAnswersEveryone(t *testing.T) {
 	<-held
 	queued := make(chan produceResp, 1)
 	go func() { queued <- c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "z")}) }()
-	testtime.Until(t, "one request queued", func() bool { return len(c.in) == 1 })
+	testtime.Until(t, "one request queued", func() bool { n, _ := c.batch.Queued(); return n == 1 })
 	stopped := make(chan struct{})
 	go func() { c.Stop(); close(stopped) }()
 	close(hold)
@@ -252,7 +252,7 @@ func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 	startsAtOnce(1)
 	// While it runs, 5 requests queue up (≥ LingerAfter).
 	submit(5)
-	testtime.Until(t, "5 requests are queued", func() bool { return len(c.in) == 5 })
+	testtime.Until(t, "5 requests are queued", func() bool { n, _ := c.batch.Queued(); return n == 5 })
 	finish(1)
 	// The next batch begins with those 5 and lingers: 3 more requests
 	// sent now join it instead of waiting for a transaction of their own
@@ -263,11 +263,14 @@ func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 	}
 	finish(8)
 	// The batch after a backlog lingers too, even when it begins alone:
-	// a request sent once the first is taken joins it.
-	first := &produceReq{items: []store.ProduceItem{item(100, "k")}, done: make(chan produceResp, 1)}
-	c.queued.Add(1) // as submit does
-	c.in <- first
-	testtime.Until(t, "the request is taken", func() bool { return len(c.in) == 0 })
+	// requests sent while it lingers join it.
+	testtime.Until(t, "the busy batch is over", func() bool { return !c.batch.Busy() })
+	first := make(chan struct{})
+	go func() {
+		c.submit(ctx, []store.ProduceItem{item(100, "k")})
+		close(first)
+	}()
+	testtime.Until(t, "the request is queued", func() bool { n, _ := c.batch.Queued(); return n == 1 })
 	select {
 	case n := <-g.started:
 		t.Fatalf("the batch after the busy one started at once with %d items: it did not linger", n)
@@ -278,7 +281,7 @@ func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 		t.Fatalf("batch after the busy one: %d items, want 8 (it lingered for the 7 sent after it began)", n)
 	}
 	finish(7)
-	<-first.done
+	<-first
 	// That batch began without a backlog: quiet again.
 	submit(1)
 	startsAtOnce(1)

@@ -136,7 +136,7 @@ func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscript
 			p.owner.Release(chosen[k])
 			continue
 		}
-		got, err := p.owner.Take(ctx, chosen[k], spec, room(), len(out) == 0, EncodedSize)
+		got, err := p.owner.Take(ctx, chosen[k], spec, room(), len(out) == 0, domain.EncodedSize)
 		if err != nil {
 			failed++
 			lastErr = err
@@ -148,7 +148,7 @@ func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscript
 			r := Receipt{VShard: shard.ID(c.Message.VShard), Topic: req.Topic, Epoch: epoch,
 				Lease: store.Lease{MessageID: c.Message.ID, Subscription: req.Subscription, Token: c.Token, Ordered: sub.Ordered}}
 			out = append(out, Delivery{Claimed: c.Claimed, Receipt: b.cfg.Receipts.Encode(r)})
-			bytes += EncodedSize(c.Message)
+			bytes += domain.EncodedSize(c.Message)
 		}
 	}
 	// Clusters whose unit another router owns are asked last, for what
@@ -174,7 +174,7 @@ func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscript
 		}
 		for _, d := range got {
 			out = append(out, d)
-			bytes += EncodedSize(d.Message)
+			bytes += domain.EncodedSize(d.Message)
 		}
 	}
 	if len(out) == 0 && failed == len(parts) && len(parts) > 0 {
@@ -240,7 +240,7 @@ func (b *Broker) ClaimCluster(ctx context.Context, cluster string, req ClaimRequ
 	if err != nil {
 		return nil, ownership(err)
 	}
-	got, err := o.Take(ctx, cands, spec, req.MaxBytes, true, EncodedSize)
+	got, err := o.Take(ctx, cands, spec, req.MaxBytes, true, domain.EncodedSize)
 	if err != nil {
 		return nil, ownership(err)
 	}
@@ -385,10 +385,6 @@ func (b *Broker) releaseOwned(ctx context.Context, req ClaimRequest, receipts []
 	})
 	return durable
 }
-
-// EncodedSize is what a delivered message counts against a claim's
-// max_bytes (domain.EncodedSize).
-func EncodedSize(m *store.Message) int { return domain.EncodedSize(m) }
 
 // nackPolicy is the retry policy an owner applies to a nack (a deleted
 // subscription's deliveries are being dropped: the default policy serves

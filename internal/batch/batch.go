@@ -268,6 +268,14 @@ func (b *Batcher[T, R]) work() {
 			items[i] = c.item
 		}
 		res := b.run(context.Background(), items)
+		count := 0
+		for _, c := range calls {
+			count += c.count
+		}
+		b.mu.Lock()
+		b.runs++
+		b.items += int64(count)
+		b.mu.Unlock()
 		for i, c := range calls {
 			c.done <- res[i]
 		}
@@ -312,8 +320,6 @@ func (b *Batcher[T, R]) take() []*call[T, R] {
 	b.queue = b.queue[n:]
 	b.bytes -= bytes
 	b.counted -= count
-	b.runs++
-	b.items += int64(count)
 	return calls
 }
 
@@ -338,8 +344,9 @@ func (b *Batcher[T, R]) Stopped() bool {
 	return b.stopped
 }
 
-// Stats reports how many batches ran and how many items they carried
-// (as Count weighs them).
+// Stats reports how many batches ran to the end and how many items they
+// carried (as Count weighs them); a batch counts before its items are
+// answered.
 func (b *Batcher[T, R]) Stats() (runs, items int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -354,5 +361,12 @@ func (b *Batcher[T, R]) Queued() (items, counted int) {
 	return len(b.queue), b.counted
 }
 
-// busy says whether items wait or a batch runs. Called with mu held.
+// Busy says whether items wait or a batch runs (or lingers).
+func (b *Batcher[T, R]) Busy() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.busy()
+}
+
+// busy is Busy with mu held.
 func (b *Batcher[T, R]) busy() bool { return len(b.queue) > 0 || b.running > 0 }
