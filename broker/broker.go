@@ -19,6 +19,7 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
 
+	"github.com/shardmq/shardmq/cluster"
 	"github.com/shardmq/shardmq/delivery"
 	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/internal/idgen"
@@ -29,77 +30,41 @@ import (
 	"github.com/shardmq/shardmq/subscription"
 )
 
-// Store is what the broker needs from one cluster's primary: the store
-// operations it runs there, always through the cluster's call point
-// (Cluster).
-type Store interface {
-	Produce(ctx context.Context, items []store.ProduceItem) ([]store.ProduceResult, error)
-	ClaimMany(ctx context.Context, reqs []store.ClaimRequest) ([][]store.Claimed, error)
-	// PeekClaimable reads, without locks, the claim order of what a claim
-	// would take now (claims that span clusters merge these).
-	PeekClaimable(ctx context.Context, topic, sub string, now time.Time, max int, dead bool, errorCode string, exclude []uint16) ([]store.ClaimHead, error)
-	Ack(ctx context.Context, leases []store.Lease, now time.Time) ([]store.LeaseStatus, error)
-	// AckMany acks several requests' leases together (the acker's
-	// coalesced transaction), a result per group.
-	AckMany(ctx context.Context, groups []store.AckGroup, now time.Time) []store.AckResult
-	Nack(ctx context.Context, items []store.NackItem, policy func(topic, sub string) store.RetryPolicy, rnd func() float64, now time.Time) ([]store.NackResult, error)
-	Extend(ctx context.Context, leases []store.Lease, lease time.Duration, now time.Time) ([]store.LeaseStatus, time.Time, error)
-	// Release gives back leases a claim took but could not hand over.
-	Release(ctx context.Context, leases []store.Lease, countAttempt bool, now time.Time) (int64, error)
-
-	// Dead letters and subscription upkeep: rarer, per cluster.
-	ListDead(ctx context.Context, topic, sub, errorCode string, before uint64, limit, maxBytes int, now time.Time) ([]store.DeadLetter, map[uint64]*store.Message, bool, error)
-	Redrive(ctx context.Context, req store.RedriveRequest) (int64, error)
-	PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error)
-	DeleteDead(ctx context.Context, topic, sub string, ids []uint64) (int64, error)
-	CountDead(ctx context.Context, topic, sub string) (int64, error)
-	DeadByCode(ctx context.Context, req store.RedriveRequest) (map[string]int64, error)
-	ArchiveDead(ctx context.Context, topic, sub string, cutoff, now time.Time) (int64, error)
-	DropSubscription(ctx context.Context, topic, sub string, now time.Time) (int64, error)
-	Unpark(ctx context.Context, topic, sub string, now time.Time) (int64, error)
-	Stats(ctx context.Context, now time.Time) ([]store.QueueStats, error)
-	// AppendEvents writes trace events on their own, exactly once per
-	// event id (the recent-keys cache's duplicate and conflict answers).
-	AppendEvents(ctx context.Context, evs []store.Event) error
-
-	// What the owners of units need (delivery.Store).
-	delivery.Store
-}
-
-var _ Store = (*store.Store)(nil)
+// Store is what the broker runs on one cluster's primary (cluster.Store).
+type Store = cluster.Store
 
 // Cluster is the one call point to a cluster's primary: every store
 // operation the broker runs on a cluster is a call of Do, which carries
-// what all of them share. In the router that is the endpoint's breaker,
-// the failover hand-over and the per-cluster latency histogram
-// (circuit.Cluster); in tests, an in-memory store. op names the operation
-// (the Op constants) for metrics. fn must use the context it is given:
+// what all of them share. In the router that is a cluster.Primary (the
+// endpoint's breaker, the failover hand-over and the per-cluster latency
+// histogram); in tests, an in-memory store. op names the operation (the
+// cluster.Op constants) for metrics. fn must use the context it is given:
 // the call point may bound or cancel it.
 type Cluster interface {
 	Do(ctx context.Context, op string, fn func(ctx context.Context, s Store) error) error
 }
 
-// The operations a Cluster is told about, one per Store method.
+// The operations a Cluster is told about (cluster's constants).
 const (
-	OpProduce          = "produce"
-	OpClaim            = "claim"
-	OpPeekClaim        = "peek_claim"
-	OpAck              = "ack"
-	OpNack             = "nack"
-	OpExtend           = "extend"
-	OpRelease          = "release"
-	OpListDead         = "list_dead"
-	OpRedrive          = "redrive"
-	OpPurgeDead        = "purge_dead"
-	OpDeleteDead       = "delete_dead"
-	OpLeaseHolders     = "lease_holders"
-	OpCountDead        = "count_dead"
-	OpDeadByCode       = "dead_by_code"
-	OpArchiveDead      = "archive_dead"
-	OpDropSubscription = "drop_subscription"
-	OpUnpark           = "unpark"
-	OpStats            = "stats"
-	OpAppendEvents     = "append_events"
+	OpProduce          = cluster.OpProduce
+	OpClaim            = cluster.OpClaim
+	OpPeekClaim        = cluster.OpPeekClaim
+	OpAck              = cluster.OpAck
+	OpNack             = cluster.OpNack
+	OpExtend           = cluster.OpExtend
+	OpRelease          = cluster.OpRelease
+	OpListDead         = cluster.OpListDead
+	OpRedrive          = cluster.OpRedrive
+	OpPurgeDead        = cluster.OpPurgeDead
+	OpDeleteDead       = cluster.OpDeleteDead
+	OpLeaseHolders     = cluster.OpLeaseHolders
+	OpCountDead        = cluster.OpCountDead
+	OpDeadByCode       = cluster.OpDeadByCode
+	OpArchiveDead      = cluster.OpArchiveDead
+	OpDropSubscription = cluster.OpDropSubscription
+	OpUnpark           = cluster.OpUnpark
+	OpStats            = cluster.OpStats
+	OpAppendEvents     = cluster.OpAppendEvents
 )
 
 // Errors callers match with errors.Is.
@@ -188,7 +153,7 @@ func (c Config) withDefaults() Config {
 type Broker struct {
 	cfg      Config
 	table    *routing.Table
-	clusters atomic.Pointer[map[string]*cluster]
+	clusters atomic.Pointer[map[string]*clusterConn]
 	subs     Subscriptions
 	replicas ReplicaWaiter
 	ids      *idgen.Gen
@@ -213,8 +178,8 @@ type Broker struct {
 	peer       Peer
 }
 
-// cluster is a cluster's call point and its group committer.
-type cluster struct {
+// clusterConn is a cluster's call point and its group committer.
+type clusterConn struct {
 	conn   Cluster
 	commit *committer
 	ack    *acker
@@ -245,7 +210,7 @@ func New(cfg Config, table *routing.Table, clusters map[string]Cluster, subs Sub
 		b.recent = expirable.NewLRU[string, recentKey](b.cfg.RecentKeys, nil, b.cfg.RecentKeysTTL)
 		b.rejected = newRejectedTrace(b)
 	}
-	empty := map[string]*cluster{}
+	empty := map[string]*clusterConn{}
 	b.clusters.Store(&empty)
 	b.SetClusters(clusters)
 	b.owners.Start(context.Background())
@@ -266,13 +231,13 @@ func (b *Broker) SetClusters(clusters map[string]Cluster) {
 		return // a topology applied during shutdown starts no committer that nobody stops
 	}
 	old := *b.clusters.Load()
-	m := make(map[string]*cluster, len(clusters))
+	m := make(map[string]*clusterConn, len(clusters))
 	for name, s := range clusters {
 		if cs, ok := old[name]; ok && cs.conn == s {
 			m[name] = cs
 			continue
 		}
-		m[name] = &cluster{conn: s, commit: newCommitter(name, s, b.cfg.Commit), ack: newAcker(s)}
+		m[name] = &clusterConn{conn: s, commit: newCommitter(name, s, b.cfg.Commit), ack: newAcker(s)}
 	}
 	b.clusters.Store(&m)
 	for name, cs := range old {
@@ -456,7 +421,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 	}
 	var mu sync.Mutex
 	var waits []replicaWait
-	errs := b.dispatch(ctx, vs, skip, func(ctx context.Context, name string, cs *cluster, idx []int, keep func() func()) {
+	errs := b.dispatch(ctx, vs, skip, func(ctx context.Context, name string, cs *clusterConn, idx []int, keep func() func()) {
 		gtid := b.produceOn(ctx, cs, topic, idx, items, results, keep)
 		if dur == DurabilityReplicated {
 			mu.Lock()
@@ -480,7 +445,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 
 // produceOn commits one cluster's share of a request, fills its results
 // and returns the GTID to wait for under replicated durability.
-func (b *Broker) produceOn(ctx context.Context, cs *cluster, topic string, idx []int, items []store.ProduceItem, results []ProduceResult, keep func() func()) string {
+func (b *Broker) produceOn(ctx context.Context, cs *clusterConn, topic string, idx []int, items []store.ProduceItem, results []ProduceResult, keep func() func()) string {
 	fence, _ := store.FenceFrom(ctx) // dispatch's: the map idx was routed with
 	batch := make([]store.ProduceItem, len(idx))
 	for j, i := range idx {
@@ -716,7 +681,7 @@ func (b *Broker) release(req ClaimRequest, out []Delivery) {
 	if !req.Dead {
 		receipts = b.releaseOwned(ctx, req, receipts)
 	}
-	b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *cluster, idx []int, _ func() func()) {
+	b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *clusterConn, idx []int, _ func() func()) {
 		leases := make([]store.Lease, len(idx))
 		for j, i := range idx {
 			leases[j] = receipts[i].Lease
@@ -875,7 +840,7 @@ func (p claimPlan) empty() bool {
 // them: the first req.Max of the merged order say how many to take from
 // each cluster. A cluster whose peek failed is claimed last, for what is
 // left.
-func (b *Broker) planClaim(ctx context.Context, req ClaimRequest, order []string, clusters map[string]*cluster, exclude []uint16) claimPlan {
+func (b *Broker) planClaim(ctx context.Context, req ClaimRequest, order []string, clusters map[string]*clusterConn, exclude []uint16) claimPlan {
 	type peeked struct {
 		heads []store.ClaimHead
 		err   error
@@ -981,7 +946,7 @@ func (b *Broker) ack(ctx context.Context, receipts []Receipt, forward bool) []Le
 	b.orderedNow(ctx, receipts)
 	out := make([]LeaseResult, len(receipts))
 	rid := reqid.From(ctx)
-	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *cluster, idx []int, _ func() func()) {
+	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *clusterConn, idx []int, _ func() func()) {
 		durable := b.ownedOps(ctx, name, receipts, idx, forward,
 			func(o *delivery.Owner, ids []int) []delivery.Outcome { return o.Ack(ctx, ops(receipts, ids, rid, nil)) },
 			func(addr string, ids []int) error {
@@ -1034,7 +999,7 @@ func (b *Broker) ExtendHere(ctx context.Context, receipts []Receipt, lease time.
 
 func (b *Broker) extend(ctx context.Context, receipts []Receipt, lease time.Duration, forward bool) []LeaseResult {
 	out := make([]LeaseResult, len(receipts))
-	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *cluster, idx []int, _ func() func()) {
+	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *clusterConn, idx []int, _ func() func()) {
 		durable := b.ownedOps(ctx, name, receipts, idx, forward,
 			func(o *delivery.Owner, ids []int) []delivery.Outcome {
 				return o.Extend(ctx, ops(receipts, ids, "", nil), lease)
@@ -1123,7 +1088,7 @@ func (b *Broker) nack(ctx context.Context, items []NackItem, forward bool) []Nac
 	out := make([]NackResult, len(items))
 	policy := func(topic, sub string) store.RetryPolicy { return b.nackPolicy(ctx, topic, sub) }
 	rid := reqid.From(ctx)
-	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *cluster, idx []int, _ func() func()) {
+	errs := b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *clusterConn, idx []int, _ func() func()) {
 		durable := b.ownedOps(ctx, name, receipts, idx, forward,
 			func(o *delivery.Owner, ids []int) []delivery.Outcome {
 				u := o.Unit()

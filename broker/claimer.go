@@ -23,7 +23,7 @@ import (
 const maxCoalescedClaim = 1000
 
 type claimKey struct {
-	cluster   *cluster
+	cluster   *clusterConn
 	topic     string
 	sub       string
 	ordered   bool

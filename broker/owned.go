@@ -366,7 +366,7 @@ func (b *Broker) releaseOwned(ctx context.Context, req ClaimRequest, receipts []
 		durable = append(durable, r)
 		mu.Unlock()
 	}
-	b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *cluster, idx []int, _ func() func()) {
+	b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *clusterConn, idx []int, _ func() func()) {
 		for k, ids := range unitGroups(receipts, idx) {
 			u := delivery.Unit{Cluster: name, Topic: k[0], Subscription: k[1]}
 			o, _, err := b.owners.Route(ctx, u, false, 0)

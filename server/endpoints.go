@@ -9,13 +9,14 @@ import (
 
 	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/circuit"
+	"github.com/shardmq/shardmq/cluster"
 	"github.com/shardmq/shardmq/replica"
 	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/topology"
 )
 
 // endpoints are the router's MySQL endpoints as the call points that reach
-// them: each cluster's primary in use (a circuit.Cluster, the broker's call
+// them: each cluster's primary in use (a cluster.Primary, the broker's call
 // point), one breaker per endpoint, and the replica monitor that measures
 // lag and picks replicas for reads. It is built from the HA configuration
 // alone and given the pools it guards; it knows nothing of the router.
@@ -36,7 +37,7 @@ type primaryEndpoint struct {
 	dsn      string
 	endpoint string
 	store    *store.Store
-	guard    *circuit.Cluster
+	guard    *cluster.Primary
 }
 
 // The monitor writes heartbeats on a primary's store through the
@@ -55,20 +56,20 @@ func newEndpoints(cfg HAConfig) *endpoints {
 // primaryCluster returns the broker's call point for a cluster's primary:
 // its breaker-guarded endpoint, observed by observe. A changed primary
 // gets a new call point and the old one hands over to it
-// (circuit.Cluster.Retire).
-func (e *endpoints) primaryCluster(cluster, dsn string, st *store.Store, observe circuit.Observer) broker.Cluster {
+// (cluster.Primary.Retire).
+func (e *endpoints) primaryCluster(name, dsn string, st *store.Store, observe cluster.Observer) broker.Cluster {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if p, ok := e.prim[cluster]; ok && p.dsn == dsn && p.store == st {
+	if p, ok := e.prim[name]; ok && p.dsn == dsn && p.store == st {
 		return p.guard
 	}
 	ep := replica.Addr(dsn)
-	p := &primaryEndpoint{cluster: cluster, dsn: dsn, endpoint: ep, store: st, guard: circuit.NewCluster(st, e.breakers.For(ep), observe)}
-	if old, ok := e.prim[cluster]; ok {
+	p := &primaryEndpoint{cluster: name, dsn: dsn, endpoint: ep, store: st, guard: cluster.NewPrimary(st, e.breakers.For(ep), observe)}
+	if old, ok := e.prim[name]; ok {
 		old.guard.Retire(p.guard)
-		e.log.Info("cluster primary switched", "cluster", cluster, "from", old.endpoint, "to", ep)
+		e.log.Info("cluster primary switched", "cluster", name, "from", old.endpoint, "to", ep)
 	}
-	e.prim[cluster] = p
+	e.prim[name] = p
 	return p.guard
 }
 
