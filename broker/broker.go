@@ -111,6 +111,10 @@ type Config struct {
 	PollMin, PollMax time.Duration
 	// Owners tunes the owners of delivery state (see delivery.Config).
 	Owners delivery.Config
+	// BodyCacheBytes bounds the messages this router keeps after
+	// producing them, so that its owners hand them out without reading
+	// them back (delivery.Bodies). Defaults to 64 MiB; -1 disables.
+	BodyCacheBytes int
 	// Peer forwards operations on units another router owns; nil: this
 	// router serves alone (Owners.Addr empty).
 	Peer Peer
@@ -139,6 +143,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FrozenMaxHeld <= 0 {
 		c.FrozenMaxHeld = 10000
+	}
+	if c.BodyCacheBytes == 0 {
+		c.BodyCacheBytes = 64 << 20
 	}
 	if c.PollMin <= 0 {
 		c.PollMin = 20 * time.Millisecond
@@ -205,6 +212,7 @@ func New(cfg Config, table *routing.Table, clusters map[string]Cluster, subs Sub
 		claims: newClaimers(), draining: make(chan struct{}), pins: newPins(), polls: newPollGate(), peer: cfg.Peer}
 	ocfg := b.cfg.Owners
 	ocfg.MapVersion = func() int64 { return table.Load().Version() }
+	ocfg.Bodies = delivery.NewBodies(b.cfg.BodyCacheBytes)
 	b.owners = delivery.New(ocfg, now, log)
 	if b.cfg.RecentKeys > 0 {
 		b.recent = expirable.NewLRU[string, recentKey](b.cfg.RecentKeys, nil, b.cfg.RecentKeysTTL)
@@ -464,6 +472,8 @@ func (b *Broker) produceOn(ctx context.Context, cs *clusterConn, topic string, i
 		}()
 	}
 	var gtid string
+	var created []*store.Message
+	defer func() { b.owners.Remember(created) }()
 	for j, i := range idx {
 		if err := resp.errs[j]; err != nil {
 			results[i].Status, results[i].Err = domain.ProduceUnavailable, err
@@ -480,6 +490,9 @@ func (b *Broker) produceOn(ctx context.Context, cs *clusterConn, topic string, i
 		r := resp.res[j]
 		results[i].ID = r.ID
 		results[i].Status = r.Status
+		if r.Status == store.Created {
+			created = append(created, items[i].Msg)
+		}
 		if r.Status == store.Duplicate || r.Status == store.Conflict {
 			results[i].VShard = shard.ID(r.VShard) // the holder's, with its id
 		}

@@ -69,6 +69,20 @@ func (cl *clusterState) runFlush(ctx context.Context, items []flushItem) []flush
 		res, err = s.FlushOwned(ctx, batch, cl.m.now().UTC())
 		return err
 	})
+	if err == nil {
+		var done []uint64 // acked or dead: no claim needs their bodies again
+		for _, it := range items {
+			for _, a := range it.acks {
+				done = append(done, a.MessageID)
+			}
+			for _, n := range it.nacks {
+				if n.Dead {
+					done = append(done, n.MessageID)
+				}
+			}
+		}
+		cl.m.cfg.Bodies.forget(done)
+	}
 	out := make([]flushAnswer, len(items))
 	for i, it := range items {
 		if err != nil {

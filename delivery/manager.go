@@ -91,8 +91,11 @@ type Config struct {
 	// units move to it. Defaults to 3s.
 	HandOverAfter time.Duration
 	// Flush tunes each cluster's flushes (batch.Config; MaxBytes counts
-	// outcomes). Defaults to 2000 outcomes per flush, one in flight.
+	// outcomes). Defaults to 2000 outcomes per flush, two in flight.
 	Flush batch.Config
+	// Bodies, when not nil, keeps the messages this router produced so
+	// that handing them out reads nothing back (see Bodies).
+	Bodies *Bodies
 	// MapVersion is the version of the shard map in use. A flush is
 	// fenced (store.WithFence) with the oldest map among its items: a
 	// request's outcomes carry the map the request was routed with (its
@@ -128,6 +131,11 @@ func (c Config) withDefaults() Config {
 	if c.Flush.MaxBytes <= 0 {
 		c.Flush.MaxBytes = 2000
 	}
+	if c.Flush.InFlight <= 0 {
+		// Two: one flush's statements run while the other's commit
+		// waits for the disk (group commit then syncs both at once).
+		c.Flush.InFlight = 2
+	}
 	return c
 }
 
@@ -162,6 +170,14 @@ func New(cfg Config, now func() time.Time, log *slog.Logger) *Manager {
 	m := &Manager{cfg: cfg.withDefaults(), now: now, log: log, clusters: map[string]*clusterState{}, stop: make(chan struct{}), done: make(chan struct{})}
 	return m
 }
+
+// Remember keeps msgs, just committed as new messages, for the owners'
+// claims (Config.Bodies; nothing without it). The caller must not modify
+// them afterwards.
+func (m *Manager) Remember(msgs []*store.Message) { m.cfg.Bodies.Remember(msgs) }
+
+// BodiesStats reads the body cache's figures.
+func (m *Manager) BodiesStats() BodiesStats { return m.cfg.Bodies.Stats() }
 
 // Router is this router's instance name.
 func (m *Manager) Router() string { return m.cfg.Router }

@@ -272,17 +272,19 @@ func (o *Owner) Take(ctx context.Context, cs []store.Candidate, spec ClaimSpec, 
 	if len(cs) == 0 {
 		return nil, nil
 	}
-	ids := make([]uint64, len(cs))
-	for i, c := range cs {
-		ids[i] = c.MessageID
-	}
-	var bodies map[uint64]*store.Message
-	err := o.cl.conn.Do(ctx, OpBodies, func(ctx context.Context, s Store) (err error) {
-		bodies, err = s.Messages(ctx, ids)
-		return err
-	})
-	if err != nil {
-		return nil, err
+	bodies, miss := o.m.cfg.Bodies.take(o.unit.Topic, cs)
+	if len(miss) > 0 {
+		var read map[uint64]*store.Message
+		err := o.cl.conn.Do(ctx, OpBodies, func(ctx context.Context, s Store) (err error) {
+			read, err = s.Messages(ctx, miss)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		for id, m := range read {
+			bodies[id] = m
+		}
 	}
 	now := o.m.now()
 	expires := now.Add(spec.Lease)

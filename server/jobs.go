@@ -76,13 +76,17 @@ var (
 		"Outcomes those flushes carried (outcomes/flushes is the batch size).", []string{"cluster"}, nil)
 	descOwnerRefused = prometheus.NewDesc("shardmq_owner_leases_refused_total",
 		"First attempts a claim did not hand out because the router held -max-leases leases in memory.", nil, nil)
+	descBodyBytes = prometheus.NewDesc("shardmq_body_cache_bytes",
+		"Bytes of messages this router keeps after producing them, for its owners' claims (-body-cache-mb).", nil, nil)
+	descBodyLookups = prometheus.NewDesc("shardmq_body_cache_lookups_total",
+		"Bodies an owner's claim looked for in that cache: result hit (read nothing back) or miss (read from the primary).", []string{"result"}, nil)
 )
 
 // ownerCollector reads the owners' state at scrape time.
 type ownerCollector struct{ b *broker.Broker }
 
 func (c ownerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descOwnerUnits, descOwnerLeases, descOwnerFlushes, descOwnerOutcomes, descOwnerRefused} {
+	for _, d := range []*prometheus.Desc{descOwnerUnits, descOwnerLeases, descOwnerFlushes, descOwnerOutcomes, descOwnerRefused, descBodyBytes, descBodyLookups} {
 		ch <- d
 	}
 }
@@ -96,4 +100,8 @@ func (c ownerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	_, refused := c.b.Owners().InFlight()
 	ch <- prometheus.MustNewConstMetric(descOwnerRefused, prometheus.CounterValue, float64(refused))
+	bs := c.b.Owners().BodiesStats()
+	ch <- prometheus.MustNewConstMetric(descBodyBytes, prometheus.GaugeValue, float64(bs.Bytes))
+	ch <- prometheus.MustNewConstMetric(descBodyLookups, prometheus.CounterValue, float64(bs.Hits), "hit")
+	ch <- prometheus.MustNewConstMetric(descBodyLookups, prometheus.CounterValue, float64(bs.Misses), "miss")
 }
