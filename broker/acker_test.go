@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"github.com/shardmq/shardmq/cluster/clustertest"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 // gatedShard holds its first AckMany until gate is closed and records how
 // many groups each call carried.
 type gatedShard struct {
-	*memStore
+	*clustertest.Store
 	started chan struct{}
 	gate    chan struct{}
 	once    sync.Once
@@ -30,14 +31,14 @@ func (g *gatedShard) AckMany(ctx context.Context, groups []store.AckGroup, now t
 	g.mu.Lock()
 	g.calls = append(g.calls, len(groups))
 	g.mu.Unlock()
-	return g.memStore.AckMany(ctx, groups, now)
+	return g.Store.AckMany(ctx, groups, now)
 }
 
 // Acks that arrive while the cluster's ack transaction runs go together
 // in the next one, and each caller gets its own statuses.
 func TestAckerCoalescesWaitingAcks(t *testing.T) {
 	t.Parallel()
-	st := newMemStore()
+	st := clustertest.NewStore()
 	ids := idgen.New(nil)
 	var items []store.ProduceItem
 	for i := range 30 {
@@ -64,7 +65,7 @@ func TestAckerCoalescesWaitingAcks(t *testing.T) {
 	}
 	leases[2][0].Token++ // one lost lease: that batch falls back per request
 
-	g := &gatedShard{memStore: st, started: make(chan struct{}), gate: make(chan struct{})}
+	g := &gatedShard{Store: st, started: make(chan struct{}), gate: make(chan struct{})}
 	a := newAcker(direct{g})
 	var wg sync.WaitGroup
 	results := make([][]store.LeaseStatus, 3)
@@ -109,9 +110,9 @@ func TestAckerCoalescesWaitingAcks(t *testing.T) {
 			}
 		}
 	}
-	st.mu.Lock()
-	left := len(st.dels)
-	st.mu.Unlock()
+	st.Mu.Lock()
+	left := len(st.Dels)
+	st.Mu.Unlock()
 	if left != 1 {
 		t.Errorf("%d deliveries left, want 1 (the lost lease's)", left)
 	}

@@ -60,7 +60,7 @@ func TestProduceRoutesEachItemToItsCluster(t *testing.T) {
 		if r.Status != domain.ProduceCreated || r.Key != keys[i] || r.VShard != shardOf(keys[i]) || r.ID == 0 {
 			t.Errorf("item %d: %+v", i, r)
 		}
-		if _, ok := f.cluster(keys[i]).st.keys["t\x00"+keys[i]]; !ok {
+		if _, ok := f.cluster(keys[i]).st.Keys["t\x00"+keys[i]]; !ok {
 			t.Errorf("key %s is not on the cluster serving vshard %d", keys[i], r.VShard)
 		}
 	}
@@ -114,7 +114,7 @@ func TestProduceGroupCommitsConcurrentRequests(t *testing.T) {
 	f := setup(t, Config{Commit: CommitConfig{Committers: 1, Linger: -1}})
 	on1, _ := keysOn(9)
 	hold, held := make(chan struct{}), make(chan struct{}, 16)
-	f.c1.st.gate = func(string) { held <- struct{}{}; <-hold }
+	f.c1.st.Gate = func(string) { held <- struct{}{}; <-hold }
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	produce := func(key string) {
@@ -134,9 +134,9 @@ func TestProduceGroupCommitsConcurrentRequests(t *testing.T) {
 	testtime.Until(t, "eight requests queued, none committed", func() bool { return f.b.CommitStats()["c1"].Transactions == 0 && queued(f.b, "c1") == 8 })
 	close(hold)
 	wg.Wait()
-	f.c1.st.mu.Lock()
-	batches := append([]int(nil), f.c1.st.batches...)
-	f.c1.st.mu.Unlock()
+	f.c1.st.Mu.Lock()
+	batches := append([]int(nil), f.c1.st.Batches...)
+	f.c1.st.Mu.Unlock()
 	if len(batches) != 2 || batches[0] != 1 || batches[1] != 8 {
 		t.Fatalf("transactions carried %v items, want [1 8]", batches)
 	}
@@ -164,7 +164,7 @@ func TestConcurrentClaimsNeverShareADelivery(t *testing.T) {
 	}
 	f.c2.down.Store(true) // every claim goes to c1 alone
 	var scanning, most atomic.Int32
-	f.c1.st.gate = func(op string) {
+	f.c1.st.Gate = func(op string) {
 		if op == OpClaim {
 			n := scanning.Add(1)
 			for {
@@ -253,11 +253,11 @@ func TestAckAndNackGoToEachReceiptsCluster(t *testing.T) {
 	if f.c1.calls(delivery.OpFlush) != 1 || f.c2.calls(delivery.OpFlush) != 1 {
 		t.Fatalf("flushes: c1 %d, c2 %d; want one per cluster", f.c1.calls(delivery.OpFlush), f.c2.calls(delivery.OpFlush))
 	}
-	f.c1.st.mu.Lock()
-	if len(f.c1.st.acks) != 1 || len(f.c1.st.acks[0]) != 2 {
-		t.Errorf("c1 acked %v, want its 2 leases in one flush (the receipt given twice answered by the owner)", f.c1.st.acks)
+	f.c1.st.Mu.Lock()
+	if len(f.c1.st.Acks) != 1 || len(f.c1.st.Acks[0]) != 2 {
+		t.Errorf("c1 acked %v, want its 2 leases in one flush (the receipt given twice answered by the owner)", f.c1.st.Acks)
 	}
-	f.c1.st.mu.Unlock()
+	f.c1.st.Mu.Unlock()
 
 	// c2's last lease is nacked while c2 is down; c1 has none left.
 	f.c2.down.Store(true)
@@ -287,7 +287,7 @@ func TestAbandonedClaimReleasesItsLeases(t *testing.T) {
 	}
 	f.c2.down.Store(true)
 	ctx, cancel := context.WithCancel(context.Background())
-	f.c1.st.gate = func(op string) {
+	f.c1.st.Gate = func(op string) {
 		if op == OpClaim {
 			cancel() // the caller leaves while its claim runs
 		}
@@ -295,9 +295,9 @@ func TestAbandonedClaimReleasesItsLeases(t *testing.T) {
 	if ds, err := f.b.Claim(ctx, ClaimRequest{Topic: "t", Subscription: "s", Consumer: "w", Max: 3, Lease: time.Minute}); !errors.Is(err, context.Canceled) || ds != nil {
 		t.Fatalf("abandoned claim: %v, %v", ds, err)
 	}
-	f.c1.st.mu.Lock()
-	f.c1.st.gate = nil
-	f.c1.st.mu.Unlock()
+	f.c1.st.Mu.Lock()
+	f.c1.st.Gate = nil
+	f.c1.st.Mu.Unlock()
 	ds, err := f.b.Claim(context.Background(), ClaimRequest{Topic: "t", Subscription: "s", Consumer: "w2", Max: 3, Lease: time.Minute})
 	if err != nil || len(ds) != 3 {
 		t.Fatalf("claim after the abandoned one: %d, %v; want the 3 given back", len(ds), err)

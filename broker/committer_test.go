@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"github.com/shardmq/shardmq/cluster/clustertest"
 	"testing"
 	"time"
 
@@ -27,7 +28,7 @@ func item(id uint64, key string) store.ProduceItem {
 // the refused item is.
 func TestCommitterIsolatesAFailingItem(t *testing.T) {
 	t.Parallel()
-	st := newMemStore()
+	st := clustertest.NewStore()
 	ids := idgen.New(nil)
 	c := newCommitter("c1", direct{st}, CommitConfig{Committers: 1}.withDefaults())
 	defer c.Stop()
@@ -40,13 +41,13 @@ func TestCommitterIsolatesAFailingItem(t *testing.T) {
 			t.Errorf("item %d (%s): created=%v err=%v, want created=%v", i, items[i].Msg.Key, ok, resp.errs[i], want)
 		}
 	}
-	if !errors.Is(resp.errs[2], errTakenID) {
+	if !errors.Is(resp.errs[2], clustertest.ErrTakenID) {
 		t.Errorf("the failing item's error: %v", resp.errs[2])
 	}
 	if c.splits.Load() == 0 {
 		t.Fatal("the batch was not split")
 	}
-	if _, ok := st.keys["t\x00clash"]; ok {
+	if _, ok := st.Keys["t\x00clash"]; ok {
 		t.Fatal("the failing item's key was registered: half-applied")
 	}
 }
@@ -74,7 +75,7 @@ func TestCommitterDoesNotSplitOnAnOutage(t *testing.T) {
 // A stopped committer still answers what was queued, and refuses new work.
 func TestCommitterStopAnswersEveryone(t *testing.T) {
 	t.Parallel()
-	st := newMemStore()
+	st := clustertest.NewStore()
 	ids := idgen.New(nil)
 	c := newCommitter("c1", direct{st}, CommitConfig{Committers: 2}.withDefaults())
 	resp := c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "x")})
@@ -84,7 +85,7 @@ func TestCommitterStopAnswersEveryone(t *testing.T) {
 	// A request queued behind a held transaction is answered by the
 	// drain on stop.
 	hold, held := make(chan struct{}), make(chan struct{}, 4)
-	st.gate = func(string) { held <- struct{}{}; <-hold }
+	st.Gate = func(string) { held <- struct{}{}; <-hold }
 	first := make(chan produceResp, 1)
 	go func() { first <- c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "y")}) }()
 	<-held
