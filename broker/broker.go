@@ -33,16 +33,32 @@ import (
 // Store is what the broker runs on one cluster's primary (cluster.Store).
 type Store = cluster.Store
 
-// Cluster is the one call point to a cluster's primary: every store
-// operation the broker runs on a cluster is a call of Do, which carries
-// what all of them share. In the router that is a cluster.Primary (the
-// endpoint's breaker, the failover hand-over and the per-cluster latency
-// histogram); in tests, an in-memory store. op names the operation (the
-// cluster.Op constants) for metrics. fn must use the context it is given:
-// the call point may bound or cancel it.
+// Cluster is what the broker needs of one cluster: the operations it
+// routes there, with their batching and the primary's breaker behind
+// them. In the router it is a *cluster.Cluster; in tests, one over an
+// in-memory store.
 type Cluster interface {
+	// Do runs fn on the primary through its call point (op names the
+	// operation, for metrics): the operations without a method of their
+	// own.
 	Do(ctx context.Context, op string, fn func(ctx context.Context, s Store) error) error
+	// Produce group-commits items (see cluster.Cluster.Produce).
+	Produce(ctx context.Context, items []store.ProduceItem) cluster.Produced
+	// Claim leases deliveries in a coalesced claim of k.
+	Claim(ctx context.Context, k cluster.ClaimKey, req store.ClaimRequest) ([]store.Claimed, error)
+	// Ack acks durable leases in a coalesced ack.
+	Ack(ctx context.Context, leases []store.Lease, now time.Time) ([]store.LeaseStatus, error)
+	// Owners is the call point the owners of delivery state use.
+	Owners() delivery.Cluster
+	CommitStats() cluster.CommitStats
+	ClaimStats() (transactions int64, keys int)
+	// StopClaims refuses new claims and waits for the running ones.
+	StopClaims()
+	// Stop commits the queued produce requests and refuses new ones.
+	Stop()
 }
+
+var _ Cluster = (*cluster.Cluster)(nil)
 
 // The operations a Cluster is told about (cluster's constants).
 const (
@@ -86,8 +102,6 @@ type ReplicaWaiter interface {
 
 // Config tunes the broker. Zero fields take the defaults named.
 type Config struct {
-	// Commit tunes group commit (see CommitConfig).
-	Commit CommitConfig
 	// ReplicatedTimeout bounds the wait for a replica under replicated
 	// durability; past it the items are answered unavailable (they are
 	// committed on the primary; a replicated retry answers duplicate once
@@ -125,7 +139,6 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	c.Commit = c.Commit.withDefaults()
 	if c.ReplicatedTimeout <= 0 {
 		c.ReplicatedTimeout = 5 * time.Second
 	}
@@ -170,10 +183,11 @@ type Broker struct {
 	rr       atomic.Uint64
 	recent   *expirable.LRU[string, recentKey]
 	setMu    sync.Mutex
-	claims   *claimers
-	polls    *pollGate // shared long-poll re-polls (longpoll.go)
-	rejected *rejectedTrace
-	closed   bool // set by Close under setMu: SetClusters does nothing after it
+	// claimsStopped refuses claims once Close began.
+	claimsStopped atomic.Bool
+	polls         *pollGate // shared long-poll re-polls (longpoll.go)
+	rejected      *rejectedTrace
+	closed        bool // set by Close under setMu: SetClusters does nothing after it
 	// draining is closed by Drain: long-polls answer at once.
 	draining  chan struct{}
 	drainOnce sync.Once
@@ -185,11 +199,9 @@ type Broker struct {
 	peer       Peer
 }
 
-// clusterConn is a cluster's call point and its group committer.
+// clusterConn is a cluster as the broker holds it.
 type clusterConn struct {
-	conn   Cluster
-	commit *committer
-	ack    *acker
+	conn Cluster
 }
 
 // recentKey is what the recent-keys cache remembers of a registered key.
@@ -209,7 +221,7 @@ func New(cfg Config, table *routing.Table, clusters map[string]Cluster, subs Sub
 		log = slog.New(slog.DiscardHandler)
 	}
 	b := &Broker{cfg: cfg.withDefaults(), table: table, subs: subs, replicas: replicas, ids: ids, now: now, log: log, wake: newNotifier(),
-		claims: newClaimers(), draining: make(chan struct{}), pins: newPins(), polls: newPollGate(), peer: cfg.Peer}
+		draining: make(chan struct{}), pins: newPins(), polls: newPollGate(), peer: cfg.Peer}
 	ocfg := b.cfg.Owners
 	ocfg.MapVersion = func() int64 { return table.Load().Version() }
 	ocfg.Bodies = delivery.NewBodies(b.cfg.BodyCacheBytes)
@@ -245,17 +257,17 @@ func (b *Broker) SetClusters(clusters map[string]Cluster) {
 			m[name] = cs
 			continue
 		}
-		m[name] = &clusterConn{conn: s, commit: newCommitter(name, s, b.cfg.Commit), ack: newAcker(s)}
+		m[name] = &clusterConn{conn: s}
 	}
 	b.clusters.Store(&m)
 	for name, cs := range old {
 		if m[name] != cs {
-			go cs.commit.Stop()
+			go cs.conn.Stop()
 		}
 	}
 	oc := make(map[string]delivery.Cluster, len(clusters))
 	for name, s := range clusters {
-		oc[name] = ownerCluster{s}
+		oc[name] = s.Owners()
 	}
 	b.owners.SetClusters(oc)
 }
@@ -268,6 +280,38 @@ func (b *Broker) Drain() {
 	b.drainOnce.Do(func() { close(b.draining) })
 }
 
+// CommitStats returns each cluster's group-commit counters.
+func (b *Broker) CommitStats() map[string]cluster.CommitStats {
+	out := map[string]cluster.CommitStats{}
+	for name, cs := range *b.clusters.Load() {
+		out[name] = cs.conn.CommitStats()
+	}
+	return out
+}
+
+// ClaimTransactions is how many claim transactions (one per cluster,
+// coalesced) the broker ran on the clusters in use: what waiting claims
+// cost the databases.
+func (b *Broker) ClaimTransactions() int64 {
+	var n int64
+	for _, cs := range *b.clusters.Load() {
+		runs, _ := cs.conn.ClaimStats()
+		n += runs
+	}
+	return n
+}
+
+// Waiting reports what long-polls and claims hold right now: the topics
+// with a waiting claim and the claim workers. Both fall back to zero once
+// no claim is in flight, however many topic names were claimed.
+func (b *Broker) Waiting() (topics, workers int) {
+	for _, cs := range *b.clusters.Load() {
+		_, keys := cs.conn.ClaimStats()
+		workers += keys
+	}
+	return b.wake.size(), workers
+}
+
 // Close shuts the broker down without dropping anything silently: it
 // drains long-polls, waits for running claims to be answered and refuses
 // new ones (unavailable), then stops the group committers after they
@@ -276,7 +320,10 @@ func (b *Broker) Drain() {
 // twice.
 func (b *Broker) Close() {
 	b.Drain()
-	b.claims.Stop()
+	b.claimsStopped.Store(true)
+	for _, cs := range *b.clusters.Load() {
+		cs.conn.StopClaims()
+	}
 	// Owners hand their units over: leases in memory go to the table, so
 	// the next owner (this router restarted, or another) starts at once.
 	b.owners.Stop()
@@ -287,7 +334,7 @@ func (b *Broker) Close() {
 	defer b.setMu.Unlock()
 	b.closed = true
 	for _, cs := range *b.clusters.Load() {
-		cs.commit.Stop()
+		cs.conn.Stop()
 	}
 }
 
@@ -460,14 +507,14 @@ func (b *Broker) produceOn(ctx context.Context, cs *clusterConn, topic string, i
 		batch[j] = items[i]
 		batch[j].MapVersion = fence.MapVersion
 	}
-	resp := cs.commit.submit(ctx, batch)
-	if resp.pending != nil {
+	resp := cs.conn.Produce(ctx, batch)
+	if resp.Pending != nil {
 		// Given up while queued: the batch may still commit on this
 		// cluster, so the map it was routed with stays pinned until it
 		// did (the resharding barrier must not pass before).
 		release := keep()
 		go func() {
-			<-resp.pending
+			<-resp.Pending
 			release()
 		}()
 	}
@@ -475,19 +522,19 @@ func (b *Broker) produceOn(ctx context.Context, cs *clusterConn, topic string, i
 	var created []*store.Message
 	defer func() { b.owners.Remember(created) }()
 	for j, i := range idx {
-		if err := resp.errs[j]; err != nil {
+		if err := resp.Errs[j]; err != nil {
 			results[i].Status, results[i].Err = domain.ProduceUnavailable, err
 			switch {
 			case errors.Is(err, store.ErrInvalidData):
 				results[i].Status = domain.ProduceRejected // deterministic: a retry cannot succeed
-			case resp.pending != nil || errors.Is(err, store.ErrOutcomeUnknown):
+			case resp.Pending != nil || errors.Is(err, store.ErrOutcomeUnknown):
 				// Queued or committing when the wait ended: it may be
 				// stored (or be stored yet). A retry with the key tells.
 				results[i].Status = domain.ProduceUnknown
 			}
 			continue
 		}
-		r := resp.res[j]
+		r := resp.Results[j]
 		results[i].ID = r.ID
 		results[i].Status = r.Status
 		if r.Status == store.Created {
@@ -715,8 +762,8 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 		return nil, errSelfFenced
 	}
 	ordered := sub.Ordered && !req.Dead
-	if b.claims.closed() {
-		return nil, errClaimersStopped // before a peek could answer "nothing to claim"
+	if b.claimsStopped.Load() {
+		return nil, cluster.ErrClaimsStopped // before a peek could answer "nothing to claim"
 	}
 	m, release := b.pin()
 	defer release()
@@ -754,15 +801,15 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 			return
 		}
 		token := rand.Uint64() | 1
-		key := claimKey{cluster: s, topic: req.Topic, sub: req.Subscription, ordered: ordered, dead: req.Dead, errorCode: req.ErrorCode,
-			mapVersion: m.Version()}
+		key := cluster.ClaimKey{Topic: req.Topic, Sub: req.Subscription, Ordered: ordered, Dead: req.Dead, ErrorCode: req.ErrorCode,
+			MapVersion: m.Version()}
 		sreq := store.ClaimRequest{Topic: req.Topic, Subscription: req.Subscription, Consumer: req.Consumer,
 			Max: max, Lease: req.Lease, Token: token, MaxAttempts: sub.Policy().MaxAttempts, Now: b.now().UTC(),
 			Ordered: ordered, Dead: req.Dead, ErrorCode: req.ErrorCode, ExcludeVShards: exclude}
 		if req.MaxBytes > 0 {
 			sreq.MaxBytes, sreq.AllowOversize = req.MaxBytes-bytes, len(out) == 0
 		}
-		got, err := b.claims.claim(ctx, key, sreq)
+		got, err := s.conn.Claim(ctx, key, sreq)
 		if err != nil {
 			failed[name] = true
 			lastErr = err
@@ -981,7 +1028,7 @@ func (b *Broker) ack(ctx context.Context, receipts []Receipt, forward bool) []Le
 		}
 		// Shared with the other acks that reach the cluster meanwhile
 		// (acker.go).
-		st, err := cs.ack.ack(ctx, leases, b.now().UTC())
+		st, err := cs.conn.Ack(ctx, leases, b.now().UTC())
 		for j, i := range durable {
 			if err != nil {
 				out[i] = LeaseResult{Status: domain.LeaseUnavailable, Err: fmt.Errorf("cluster %s: %w", name, err)}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shardmq/shardmq/cluster"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -111,7 +112,7 @@ func TestProduceFailureStaysWithItsItems(t *testing.T) {
 // committed together in its next transaction.
 func TestProduceGroupCommitsConcurrentRequests(t *testing.T) {
 	t.Parallel()
-	f := setup(t, Config{Commit: CommitConfig{Committers: 1, Linger: -1}})
+	f := setupWith(t, Config{}, cluster.Config{Commit: cluster.CommitConfig{Committers: 1, Linger: -1}})
 	on1, _ := keysOn(9)
 	hold, held := make(chan struct{}), make(chan struct{}, 16)
 	f.c1.st.Gate = func(string) { held <- struct{}{}; <-hold }
@@ -147,8 +148,7 @@ func TestProduceGroupCommitsConcurrentRequests(t *testing.T) {
 
 // queued is how many messages wait for cluster's committers.
 func queued(b *Broker, cluster string) int64 {
-	_, n := (*b.clusters.Load())[cluster].commit.batch.Queued()
-	return int64(n)
+	return b.CommitStats()[cluster].Queued
 }
 
 // Consumers of one subscription that claim at the same time get

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"github.com/shardmq/shardmq/cluster"
 	"github.com/shardmq/shardmq/cluster/clustertest"
 	"sort"
 	"sync"
@@ -32,7 +33,7 @@ type fakeCluster struct {
 	ops  map[string]int
 }
 
-var _ Cluster = (*fakeCluster)(nil)
+var _ cluster.Caller = (*fakeCluster)(nil)
 
 func newFakeCluster() *fakeCluster {
 	return &fakeCluster{st: clustertest.NewStore(), ops: map[string]int{}}
@@ -54,7 +55,7 @@ func (c *fakeCluster) calls(op string) int {
 	return c.ops[op]
 }
 
-// direct is a Cluster that runs every call on s as it is.
+// direct is a call point that runs every call on s as it is.
 type direct struct{ s Store }
 
 func (d direct) Do(ctx context.Context, _ string, fn func(context.Context, Store) error) error {
@@ -138,6 +139,11 @@ type fixture struct {
 }
 
 func setup(t *testing.T, cfg Config) *fixture {
+	return setupWith(t, cfg, cluster.Config{})
+}
+
+// setupWith is setup with the clusters' group commits tuned by ccfg.
+func setupWith(t *testing.T, cfg Config, ccfg cluster.Config) *fixture {
 	t.Helper()
 	m, err := routing.NewMap(1, []routing.Range{{From: 0, To: 511, Cluster: "c1"}, {From: 512, To: 1023, Cluster: "c2"}}, nil)
 	if err != nil {
@@ -145,7 +151,8 @@ func setup(t *testing.T, cfg Config) *fixture {
 	}
 	f := &fixture{table: routing.NewTable(m), c1: newFakeCluster(), c2: newFakeCluster()}
 	subs := newFixedSubs(subscription.Subscription{Topic: "t", Name: "s", MaxAttempts: 2})
-	f.b = New(cfg, f.table, map[string]Cluster{"c1": f.c1, "c2": f.c2}, subs, nil, idgen.New(nil), nil, nil)
+	clusters := map[string]Cluster{"c1": cluster.New("c1", f.c1, ccfg), "c2": cluster.New("c2", f.c2, ccfg)}
+	f.b = New(cfg, f.table, clusters, subs, nil, idgen.New(nil), nil, nil)
 	t.Cleanup(f.b.Close)
 	return f
 }

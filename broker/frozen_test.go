@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"github.com/shardmq/shardmq/cluster"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ func frozenMap(t *testing.T, version int64, frozen bool) *routing.Map {
 func frozenBroker(t *testing.T, cfg Config) (*Broker, *routing.Table) {
 	t.Helper()
 	table := routing.NewTable(frozenMap(t, 1, true))
-	b := New(cfg, table, map[string]Cluster{"c1": direct{fakeStore{}}}, nil, nil, idgen.New(nil), nil, nil)
+	b := New(cfg, table, map[string]Cluster{"c1": cluster.New("c1", direct{fakeStore{}}, cluster.Config{})}, nil, nil, idgen.New(nil), nil, nil)
 	t.Cleanup(b.Close)
 	return b, table
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardmq/shardmq/cluster"
 	"github.com/shardmq/shardmq/delivery"
 	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/shard"
@@ -23,13 +24,6 @@ import (
 // answers; an ack, nack or extend goes to the owner of its receipt's
 // unit, and to the table (the durable path, as before) when the owner
 // holds no such lease in memory.
-
-// ownerCluster adapts a cluster's call point to what owners need.
-type ownerCluster struct{ c Cluster }
-
-func (o ownerCluster) Do(ctx context.Context, op string, fn func(ctx context.Context, s delivery.Store) error) error {
-	return o.c.Do(ctx, op, func(ctx context.Context, s Store) error { return fn(ctx, s) })
-}
 
 // Owners is the broker's owner manager (metrics, traces, the page).
 func (b *Broker) Owners() *delivery.Manager { return b.owners }
@@ -48,8 +42,8 @@ func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscript
 	if b.selfFenced.Load() {
 		return nil, errSelfFenced
 	}
-	if b.claims.closed() {
-		return nil, errClaimersStopped
+	if b.claimsStopped.Load() {
+		return nil, cluster.ErrClaimsStopped
 	}
 	m, release := b.pin()
 	defer release()

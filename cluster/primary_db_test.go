@@ -46,7 +46,7 @@ func openDB(t *testing.T, b *testbed.Bed, inst *testbed.Instance, ids *idgen.Gen
 	return st, db
 }
 
-func item(ids *idgen.Gen, key string) store.ProduceItem {
+func nextItem(ids *idgen.Gen, key string) store.ProduceItem {
 	id := ids.Next()
 	return store.ProduceItem{
 		Msg:           &store.Message{ID: id, VShard: 1, Topic: "t", Key: key, PayloadJSON: true, Payload: []byte(`1`), CreatedAt: idgen.Time(id)},
@@ -74,14 +74,14 @@ func TestBreakerOpensOnDeadEndpointAndRecovers(t *testing.T) {
 		OnStateChange: func(_, from, to string) { changes = append(changes, from+"→"+to) }})
 	var observed opLog
 	sh := NewPrimary(st, set.For(own.Clusters[0].Primary.Addr()), observed.observe)
-	if _, err := produce(ctx, sh, []store.ProduceItem{item(ids, "a")}); err != nil {
+	if _, err := produce(ctx, sh, []store.ProduceItem{nextItem(ids, "a")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := own.Kill(own.Clusters[0].Primary); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; sh.Breaker().State() != "open"; i++ {
-		if _, err := produce(ctx, sh, []store.ProduceItem{item(ids, "b")}); !errors.Is(err, store.ErrUnavailable) {
+		if _, err := produce(ctx, sh, []store.ProduceItem{nextItem(ids, "b")}); !errors.Is(err, store.ErrUnavailable) {
 			t.Fatalf("produce on a dead primary: %v", err)
 		}
 		if i > 10 {
@@ -90,7 +90,7 @@ func TestBreakerOpensOnDeadEndpointAndRecovers(t *testing.T) {
 	}
 	// Refused by the open breaker, without reaching the store (no wall
 	// time asserted: the machine may be busy; circuit.ErrOpen says who answered).
-	_, err = produce(ctx, sh, []store.ProduceItem{item(ids, "c")})
+	_, err = produce(ctx, sh, []store.ProduceItem{nextItem(ids, "c")})
 	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, circuit.ErrOpen) {
 		t.Fatalf("open breaker: %v", err)
 	}
@@ -101,7 +101,7 @@ func TestBreakerOpensOnDeadEndpointAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	testtime.Until(t, "a produce on the restarted primary", func() bool {
-		_, err := produce(ctx, sh, []store.ProduceItem{item(ids, "d")})
+		_, err := produce(ctx, sh, []store.ProduceItem{nextItem(ids, "d")})
 		return err == nil
 	})
 	if sh.Breaker().State() != "closed" {

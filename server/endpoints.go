@@ -38,6 +38,7 @@ type primaryEndpoint struct {
 	endpoint string
 	store    *store.Store
 	guard    *cluster.Primary
+	conn     *cluster.Cluster // guard with its group commits: what the broker uses
 }
 
 // The monitor writes heartbeats on a primary's store through the
@@ -53,24 +54,25 @@ func newEndpoints(cfg HAConfig) *endpoints {
 		monitor: replica.New(cfg.Replicas), prim: map[string]*primaryEndpoint{}}
 }
 
-// primaryCluster returns the broker's call point for a cluster's primary:
-// its breaker-guarded endpoint, observed by observe. A changed primary
-// gets a new call point and the old one hands over to it
-// (cluster.Primary.Retire).
-func (e *endpoints) primaryCluster(name, dsn string, st *store.Store, observe cluster.Observer) broker.Cluster {
+// primaryCluster returns the broker's view of a cluster: its primary's
+// breaker-guarded endpoint, observed by observe, with the group commits
+// tuned by cfg. A changed primary gets a new one and the old endpoint
+// hands over to it (cluster.Primary.Retire).
+func (e *endpoints) primaryCluster(name, dsn string, st *store.Store, observe cluster.Observer, cfg cluster.Config) broker.Cluster {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if p, ok := e.prim[name]; ok && p.dsn == dsn && p.store == st {
-		return p.guard
+		return p.conn
 	}
 	ep := replica.Addr(dsn)
-	p := &primaryEndpoint{cluster: name, dsn: dsn, endpoint: ep, store: st, guard: cluster.NewPrimary(st, e.breakers.For(ep), observe)}
+	guard := cluster.NewPrimary(st, e.breakers.For(ep), observe)
+	p := &primaryEndpoint{cluster: name, dsn: dsn, endpoint: ep, store: st, guard: guard, conn: cluster.New(name, guard, cfg)}
 	if old, ok := e.prim[name]; ok {
 		old.guard.Retire(p.guard)
 		e.log.Info("cluster primary switched", "cluster", name, "from", old.endpoint, "to", ep)
 	}
 	e.prim[name] = p
-	return p.guard
+	return p.conn
 }
 
 // checkWritable makes sure a primary accepts writes before the router

@@ -22,6 +22,7 @@ import (
 
 	"github.com/shardmq/shardmq/api"
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/cluster"
 	"github.com/shardmq/shardmq/deadletter"
 	"github.com/shardmq/shardmq/internal/forward"
 	"github.com/shardmq/shardmq/internal/idgen"
@@ -56,6 +57,8 @@ type Config struct {
 	HTTP HTTPConfig
 	// Broker tunes routing and claims (see broker.Config).
 	Broker broker.Config
+	// Cluster tunes each cluster's group commits (see cluster.Config).
+	Cluster cluster.Config
 	// Store sizes each cluster's pool (see store.Options).
 	Store store.Options
 	// Subscriptions is where subscriptions are kept. Defaults to the
@@ -371,7 +374,7 @@ func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[strin
 	}
 	clusters := make(map[string]broker.Cluster, len(stores))
 	for name, st := range stores {
-		clusters[name] = r.eps.primaryCluster(name, top.Clusters[name].Primary, st, r.fence.observer(name, r.obs.clusters.For(name)))
+		clusters[name] = r.eps.primaryCluster(name, top.Clusters[name].Primary, st, r.fence.observer(name, r.obs.clusters.For(name)), r.cfg.Cluster)
 	}
 	return clusters, nil
 }

@@ -1,6 +1,6 @@
 //go:build dbbench
 
-package broker
+package cluster
 
 import (
 	"context"

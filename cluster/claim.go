@@ -1,4 +1,4 @@
-package broker
+package cluster
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/internal/batch"
 	"github.com/shardmq/shardmq/internal/reqid"
 	"github.com/shardmq/shardmq/store"
@@ -19,19 +20,27 @@ import (
 // consumers are added (measured here: 4 workers 17.4k/s, 16 workers on one
 // subscription 4.6k/s).
 
-// maxCoalescedClaim caps the rows one coalesced claim transaction leases.
+// maxCoalescedClaim caps the rows one coalesced claim transaction leases
+// (a single claim asking for more runs alone).
 const maxCoalescedClaim = 1000
 
-type claimKey struct {
-	cluster   *clusterConn
-	topic     string
-	sub       string
-	ordered   bool
-	dead      bool
-	errorCode string
-	// mapVersion keeps claims routed with different shard maps (other
+// claimQueue is how many claims of one key may wait before Claim blocks.
+const claimQueue = 256
+
+// claimTimeout bounds one coalesced claim transaction.
+const claimTimeout = 10 * time.Second
+
+// ClaimKey says which claims may share a transaction: those of one
+// subscription's channel, routed with one shard map.
+type ClaimKey struct {
+	Topic     string
+	Sub       string
+	Ordered   bool
+	Dead      bool
+	ErrorCode string
+	// MapVersion keeps claims routed with different shard maps (other
 	// frozen vshards to exclude) out of one coalesced transaction.
-	mapVersion int64
+	MapVersion int64
 }
 
 type claimCall struct {
@@ -45,33 +54,33 @@ type claimAnswer struct {
 	err error
 }
 
-// claimers coalesces claims per claimKey: a group of batchers
+// claimers coalesces a cluster's claims per ClaimKey: a group of batchers
 // (internal/batch), one per key while claims for it are queued or
 // running, so keys that are claimed once (a made-up topic name) leave no
 // goroutine behind. Claims queued while a key's transaction runs are
 // coalesced into its next one.
 type claimers struct {
-	group *batch.Group[claimKey, *claimCall, claimAnswer]
+	conn  Caller
+	group *batch.Group[ClaimKey, *claimCall, claimAnswer]
 }
 
-// claimQueue is how many claims of one key may wait before claim blocks.
-const claimQueue = 256
-
-func newClaimers() *claimers {
-	return &claimers{group: batch.NewGroup(batch.Config{MaxItems: maxCoalescedClaim, MaxQueued: claimQueue}, runClaims, nil,
-		batch.Count(func(c *claimCall) int { return c.req.Max }))}
+func newClaimers(conn Caller) *claimers {
+	c := &claimers{conn: conn}
+	c.group = batch.NewGroup(batch.Config{MaxItems: maxCoalescedClaim, MaxQueued: claimQueue}, c.run, nil,
+		batch.Count(func(c *claimCall) int { return c.req.Max }))
+	return c
 }
 
-// errClaimersStopped answers claims that arrive after stop.
-var errClaimersStopped = fmt.Errorf("%w: router is shutting down", ErrUnavailable)
+// ErrClaimsStopped answers claims that arrive after StopClaims.
+var ErrClaimsStopped = fmt.Errorf("%w: router is shutting down", domain.ErrUnavailable)
 
 // claim queues req and waits for its share of a coalesced claim.
-func (c *claimers) claim(ctx context.Context, k claimKey, req store.ClaimRequest) ([]store.Claimed, error) {
+func (c *claimers) claim(ctx context.Context, k ClaimKey, req store.ClaimRequest) ([]store.Claimed, error) {
 	f, _ := store.FenceFrom(ctx)
 	call := &claimCall{req: req, rid: reqid.From(ctx), fence: f}
 	done, err := c.group.Enqueue(ctx, k, call)
 	if errors.Is(err, batch.ErrStopped) {
-		return nil, errClaimersStopped
+		return nil, ErrClaimsStopped
 	}
 	if err != nil {
 		return nil, err
@@ -82,18 +91,8 @@ func (c *claimers) claim(ctx context.Context, k claimKey, req store.ClaimRequest
 	return a.got, a.err
 }
 
-// Stop refuses new claims and waits for the queued and running ones to be
-// answered. Safe to call twice.
-func (c *claimers) Stop() { c.group.Stop() }
-
-// closed says whether Stop was called (claims are refused).
-func (c *claimers) closed() bool { return c.group.Stopped() }
-
-// size is how many keys have claims queued or running (tests).
-func (c *claimers) size() int { return c.group.Len() }
-
 // run is one coalesced claim transaction of k.
-func runClaims(_ context.Context, k claimKey, calls []*claimCall) []claimAnswer {
+func (c *claimers) run(_ context.Context, k ClaimKey, calls []*claimCall) []claimAnswer {
 	reqs := make([]store.ClaimRequest, len(calls))
 	for i, call := range calls {
 		reqs[i] = call.req
@@ -104,10 +103,10 @@ func runClaims(_ context.Context, k claimKey, calls []*claimCall) []claimAnswer 
 	for _, call := range calls {
 		ctx = store.WithFence(ctx, call.fence) // the oldest map wins
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	defer cancel()
 	var got [][]store.Claimed
-	err := k.cluster.conn.Do(ctx, OpClaim, func(ctx context.Context, s Store) (err error) {
+	err := c.conn.Do(ctx, OpClaim, func(ctx context.Context, s Store) (err error) {
 		got, err = s.ClaimMany(ctx, reqs)
 		return err
 	})
@@ -120,15 +119,4 @@ func runClaims(_ context.Context, k claimKey, calls []*claimCall) []claimAnswer 
 		out[i] = claimAnswer{got: got[i]}
 	}
 	return out
-}
-
-// ClaimTransactions is how many claim transactions (one per cluster,
-// coalesced) the broker ran: what waiting claims cost the databases.
-func (b *Broker) ClaimTransactions() int64 { return b.claims.group.Runs() }
-
-// Waiting reports what long-polls and claims hold right now: the topics
-// with a waiting claim and the claim workers. Both fall back to zero once
-// no claim is in flight, however many topic names were claimed.
-func (b *Broker) Waiting() (topics, workers int) {
-	return b.wake.size(), b.claims.size()
 }

@@ -1,4 +1,4 @@
-package broker
+package cluster
 
 import (
 	"context"
@@ -32,11 +32,11 @@ type ackCall struct {
 // acker queues one cluster's acks: a batcher (internal/batch) whose runs
 // are coalesced ack transactions, holding no goroutine while idle.
 type acker struct {
-	conn  Cluster
+	conn  Caller
 	batch *batch.Batcher[*ackCall, store.AckResult]
 }
 
-func newAcker(conn Cluster) *acker {
+func newAcker(conn Caller) *acker {
 	a := &acker{conn: conn}
 	a.batch = batch.New(batch.Config{MaxItems: maxAckBatch}, a.run, nil,
 		batch.Count(func(c *ackCall) int { return len(c.group.Leases) }),

@@ -1,4 +1,4 @@
-package broker
+package cluster
 
 import (
 	"context"
@@ -53,7 +53,7 @@ type CommitConfig struct {
 	Timeout time.Duration
 }
 
-func (c CommitConfig) withDefaults() CommitConfig {
+func (c CommitConfig) WithDefaults() CommitConfig {
 	if c.MaxMessages <= 0 {
 		c.MaxMessages = 500
 	}
@@ -86,13 +86,14 @@ type produceReq struct {
 	bytes int // what its messages weigh against MaxBytes (domain.StoredSize)
 }
 
-type produceResp struct {
-	res  []store.ProduceResult
-	errs []error // per item; nil entries succeeded
-	// pending is set when the caller gave up (its ctx ended) on a
+// Produced is a produce request's outcome on one cluster, per item.
+type Produced struct {
+	Results []store.ProduceResult
+	Errs    []error // per item; nil entries succeeded
+	// Pending is set when the caller gave up (its ctx ended) on a
 	// request already queued: the batch may still commit, and this
 	// channel answers when it did.
-	pending <-chan produceResp
+	Pending <-chan Produced
 }
 
 // committer group-commits the produce requests of one cluster: a batcher
@@ -100,9 +101,9 @@ type produceResp struct {
 // are transactions.
 type committer struct {
 	name  string
-	conn  Cluster
+	conn  Caller
 	cfg   CommitConfig
-	batch *batch.Batcher[*produceReq, produceResp]
+	batch *batch.Batcher[*produceReq, Produced]
 
 	splits atomic.Int64
 	busy   atomic.Int64 // nanoseconds in transactions
@@ -118,9 +119,11 @@ type CommitStats struct {
 	// a split included, queueing excluded. Busy/Transactions is the mean
 	// time a batch took, as the router sees it.
 	Busy time.Duration
+	// Queued is how many messages wait for a transaction now.
+	Queued int64
 }
 
-func newCommitter(name string, conn Cluster, cfg CommitConfig) *committer {
+func newCommitter(name string, conn Caller, cfg CommitConfig) *committer {
 	c := &committer{name: name, conn: conn, cfg: cfg}
 	// One committer runs whenever requests wait; each further one only
 	// while a full batch waits behind the running ones. A busy cluster's
@@ -135,26 +138,27 @@ func newCommitter(name string, conn Cluster, cfg CommitConfig) *committer {
 // twice.
 func (c *committer) Stop() { c.batch.Stop() }
 
-var errCommitterStopped = fmt.Errorf("%w: router is shutting down", ErrUnavailable)
+// ErrCommitterStopped answers produce requests that arrive after Stop.
+var ErrCommitterStopped = fmt.Errorf("%w: router is shutting down", domain.ErrUnavailable)
 
 // submit queues items and waits for their outcome. A caller whose ctx ends
 // while waiting gets ctx's error; its items may still commit (a retry with
 // the same keys then answers duplicate).
-func (c *committer) submit(ctx context.Context, items []store.ProduceItem) produceResp {
+func (c *committer) submit(ctx context.Context, items []store.ProduceItem) Produced {
 	req := &produceReq{items: items}
 	for _, it := range items {
 		req.bytes += domain.StoredSize(it.Msg)
 	}
-	fail := func(err error) produceResp {
+	fail := func(err error) Produced {
 		errs := make([]error, len(items))
 		for i := range errs {
 			errs[i] = err
 		}
-		return produceResp{errs: errs}
+		return Produced{Errs: errs}
 	}
 	done, err := c.batch.Enqueue(ctx, req)
 	if errors.Is(err, batch.ErrStopped) {
-		return fail(errCommitterStopped)
+		return fail(ErrCommitterStopped)
 	}
 	if err != nil {
 		return fail(err)
@@ -165,13 +169,13 @@ func (c *committer) submit(ctx context.Context, items []store.ProduceItem) produ
 	case <-ctx.Done():
 		// Queued: the batch may still commit. pending says when it did.
 		r := fail(ctx.Err())
-		r.pending = done
+		r.Pending = done
 		return r
 	}
 }
 
 // commit runs one transaction for the batch and answers every request.
-func (c *committer) commit(_ context.Context, batch []*produceReq) []produceResp {
+func (c *committer) commit(_ context.Context, batch []*produceReq) []Produced {
 	var items []store.ProduceItem
 	for _, r := range batch {
 		items = append(items, r.items...)
@@ -179,11 +183,11 @@ func (c *committer) commit(_ context.Context, batch []*produceReq) []produceResp
 	start := time.Now()
 	res, errs := c.produceIsolated(items)
 	c.busy.Add(int64(time.Since(start)))
-	out := make([]produceResp, len(batch))
+	out := make([]Produced, len(batch))
 	off := 0
 	for i, r := range batch {
 		k := len(r.items)
-		out[i] = produceResp{res: res[off : off+k], errs: errs[off : off+k]}
+		out[i] = Produced{Results: res[off : off+k], Errs: errs[off : off+k]}
 		off += k
 	}
 	return out
@@ -216,15 +220,4 @@ func (c *committer) produceIsolated(items []store.ProduceItem) ([]store.ProduceR
 	r1, e1 := c.produceIsolated(items[:half])
 	r2, e2 := c.produceIsolated(items[half:])
 	return append(r1, r2...), append(e1, e2...)
-}
-
-// CommitStats returns each cluster's group-commit counters.
-func (b *Broker) CommitStats() map[string]CommitStats {
-	out := map[string]CommitStats{}
-	for name, cs := range *b.clusters.Load() {
-		c := cs.commit
-		runs, msgs := c.batch.Stats()
-		out[name] = CommitStats{Transactions: runs, Messages: msgs, Splits: c.splits.Load(), Busy: time.Duration(c.busy.Load())}
-	}
-	return out
 }
