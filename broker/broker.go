@@ -30,24 +30,37 @@ import (
 	"github.com/shardmq/shardmq/subscription"
 )
 
-// Store is what the broker runs on one cluster's primary (cluster.Store).
-type Store = cluster.Store
-
 // Cluster is what the broker needs of one cluster: the operations it
 // routes there, with their batching and the primary's breaker behind
 // them. In the router it is a *cluster.Cluster; in tests, one over an
-// in-memory store.
+// in-memory store (cluster/clustertest).
 type Cluster interface {
-	// Do runs fn on the primary through its call point (op names the
-	// operation, for metrics): the operations without a method of their
-	// own.
-	Do(ctx context.Context, op string, fn func(ctx context.Context, s Store) error) error
-	// Produce group-commits items (see cluster.Cluster.Produce).
+	// Produce group-commits items.
 	Produce(ctx context.Context, items []store.ProduceItem) cluster.Produced
 	// Claim leases deliveries in a coalesced claim of k.
 	Claim(ctx context.Context, k cluster.ClaimKey, req store.ClaimRequest) ([]store.Claimed, error)
+	PeekClaimable(ctx context.Context, topic, sub string, now time.Time, max int, dead bool, errorCode string, exclude []uint16) ([]store.ClaimHead, error)
+	AnyClaimable(ctx context.Context, topic, sub string, now time.Time, exclude []uint16) (bool, error)
 	// Ack acks durable leases in a coalesced ack.
 	Ack(ctx context.Context, leases []store.Lease, now time.Time) ([]store.LeaseStatus, error)
+	Nack(ctx context.Context, items []store.NackItem, policy func(topic, sub string) store.RetryPolicy, rnd func() float64, now time.Time) ([]store.NackResult, error)
+	Extend(ctx context.Context, leases []store.Lease, lease time.Duration, now time.Time) ([]store.LeaseStatus, time.Time, error)
+	Release(ctx context.Context, leases []store.Lease, countAttempt bool, now time.Time) (int64, error)
+	LeaseHolders(ctx context.Context, topic, sub string, now time.Time, limit int) ([]store.LeaseHolder, error)
+
+	// Dead letters and subscription upkeep.
+	ListDead(ctx context.Context, topic, sub, errorCode string, before uint64, limit, maxBytes int, now time.Time) ([]store.DeadLetter, map[uint64]*store.Message, bool, error)
+	Redrive(ctx context.Context, req store.RedriveRequest) (int64, error)
+	PurgeDead(ctx context.Context, topic, sub, errorCode string) (int64, error)
+	DeleteDead(ctx context.Context, topic, sub string, ids []uint64) (int64, error)
+	CountDead(ctx context.Context, topic, sub string) (int64, error)
+	DeadByCode(ctx context.Context, req store.RedriveRequest) (map[string]int64, error)
+	ArchiveDead(ctx context.Context, topic, sub string, cutoff, now time.Time) (int64, error)
+	DropSubscription(ctx context.Context, topic, sub string, now time.Time) (int64, error)
+	Unpark(ctx context.Context, topic, sub string, now time.Time) (int64, error)
+	Stats(ctx context.Context, now time.Time) ([]store.QueueStats, error)
+	AppendEvents(ctx context.Context, evs []store.Event) error
+
 	// Owners is the call point the owners of delivery state use.
 	Owners() delivery.Cluster
 	CommitStats() cluster.CommitStats
@@ -59,29 +72,6 @@ type Cluster interface {
 }
 
 var _ Cluster = (*cluster.Cluster)(nil)
-
-// The operations a Cluster is told about (cluster's constants).
-const (
-	OpProduce          = cluster.OpProduce
-	OpClaim            = cluster.OpClaim
-	OpPeekClaim        = cluster.OpPeekClaim
-	OpAck              = cluster.OpAck
-	OpNack             = cluster.OpNack
-	OpExtend           = cluster.OpExtend
-	OpRelease          = cluster.OpRelease
-	OpListDead         = cluster.OpListDead
-	OpRedrive          = cluster.OpRedrive
-	OpPurgeDead        = cluster.OpPurgeDead
-	OpDeleteDead       = cluster.OpDeleteDead
-	OpLeaseHolders     = cluster.OpLeaseHolders
-	OpCountDead        = cluster.OpCountDead
-	OpDeadByCode       = cluster.OpDeadByCode
-	OpArchiveDead      = cluster.OpArchiveDead
-	OpDropSubscription = cluster.OpDropSubscription
-	OpUnpark           = cluster.OpUnpark
-	OpStats            = cluster.OpStats
-	OpAppendEvents     = cluster.OpAppendEvents
-)
 
 // Errors callers match with errors.Is.
 var (
@@ -746,10 +736,7 @@ func (b *Broker) release(req ClaimRequest, out []Delivery) {
 		for j, i := range idx {
 			leases[j] = receipts[i].Lease
 		}
-		err := cs.conn.Do(ctx, OpRelease, func(ctx context.Context, s Store) error {
-			_, err := s.Release(ctx, leases, !req.Dead, b.now().UTC())
-			return err
-		})
+		_, err := cs.conn.Release(ctx, leases, !req.Dead, b.now().UTC())
 		if err != nil {
 			b.log.Warn("leases of an abandoned claim not released; they become claimable when they expire",
 				"cluster", name, "topic", req.Topic, "subscription", req.Subscription, "leases", len(leases), "err", err)
@@ -915,10 +902,7 @@ func (b *Broker) planClaim(ctx context.Context, req ClaimRequest, order []string
 			continue
 		}
 		wg.Go(func() {
-			res[k].err = cs.conn.Do(ctx, OpPeekClaim, func(ctx context.Context, s Store) (err error) {
-				res[k].heads, err = s.PeekClaimable(ctx, req.Topic, req.Subscription, now, req.Max, req.Dead, req.ErrorCode, exclude)
-				return err
-			})
+			res[k].heads, res[k].err = cs.conn.PeekClaimable(ctx, req.Topic, req.Subscription, now, req.Max, req.Dead, req.ErrorCode, exclude)
 		})
 	}
 	wg.Wait()
@@ -1083,12 +1067,7 @@ func (b *Broker) extend(ctx context.Context, receipts []Receipt, lease time.Dura
 		for j, i := range durable {
 			leases[j] = receipts[i].Lease
 		}
-		var st []store.LeaseStatus
-		var exp time.Time
-		err := cs.conn.Do(ctx, OpExtend, func(ctx context.Context, s Store) (err error) {
-			st, exp, err = s.Extend(ctx, leases, lease, b.now().UTC())
-			return err
-		})
+		st, exp, err := cs.conn.Extend(ctx, leases, lease, b.now().UTC())
 		for j, i := range durable {
 			if err != nil {
 				out[i] = LeaseResult{Status: domain.LeaseUnavailable, Err: fmt.Errorf("cluster %s: %w", name, err)}
@@ -1179,11 +1158,7 @@ func (b *Broker) nack(ctx context.Context, items []NackItem, forward bool) []Nac
 			batch[j] = store.NackItem{Lease: it.Receipt.Lease, ErrorCode: it.ErrorCode, Error: it.Error, RetryAfter: it.RetryAfter,
 				RetryNow: it.RetryNow}
 		}
-		var res []store.NackResult
-		err := cs.conn.Do(ctx, OpNack, func(ctx context.Context, s Store) (err error) {
-			res, err = s.Nack(ctx, batch, policy, rand.Float64, b.now().UTC())
-			return err
-		})
+		res, err := cs.conn.Nack(ctx, batch, policy, rand.Float64, b.now().UTC())
 		for j, i := range durable {
 			if err != nil {
 				out[i] = NackResult{Status: domain.NackUnavailable, Err: fmt.Errorf("cluster %s: %w", name, err)}

@@ -65,8 +65,8 @@ func TestProduceRoutesEachItemToItsCluster(t *testing.T) {
 			t.Errorf("key %s is not on the cluster serving vshard %d", keys[i], r.VShard)
 		}
 	}
-	if f.c1.calls(OpProduce) != 1 || f.c2.calls(OpProduce) != 1 {
-		t.Fatalf("produce calls: c1 %d, c2 %d; want one group commit each", f.c1.calls(OpProduce), f.c2.calls(OpProduce))
+	if f.c1.calls(cluster.OpProduce) != 1 || f.c2.calls(cluster.OpProduce) != 1 {
+		t.Fatalf("produce calls: c1 %d, c2 %d; want one group commit each", f.c1.calls(cluster.OpProduce), f.c2.calls(cluster.OpProduce))
 	}
 	// Sent again: duplicates, and a changed payload a conflict, all from
 	// the cache.
@@ -79,7 +79,7 @@ func TestProduceRoutesEachItemToItsCluster(t *testing.T) {
 	if res2[0].Status != "duplicate" || res2[0].ID != res[0].ID || res2[1].Status != "conflict" || res2[1].ID != res[1].ID {
 		t.Fatalf("re-sent: %+v", res2)
 	}
-	if f.c1.calls(OpProduce) != 1 || f.c2.calls(OpProduce) != 1 {
+	if f.c1.calls(cluster.OpProduce) != 1 || f.c2.calls(cluster.OpProduce) != 1 {
 		t.Fatal("the recent-keys cache did not answer the re-sent keys")
 	}
 }
@@ -165,7 +165,7 @@ func TestConcurrentClaimsNeverShareADelivery(t *testing.T) {
 	f.c2.down.Store(true) // every claim goes to c1 alone
 	var scanning, most atomic.Int32
 	f.c1.st.Gate = func(op string) {
-		if op == OpClaim {
+		if op == cluster.OpClaim {
 			n := scanning.Add(1)
 			for {
 				m := most.Load()
@@ -288,7 +288,7 @@ func TestAbandonedClaimReleasesItsLeases(t *testing.T) {
 	f.c2.down.Store(true)
 	ctx, cancel := context.WithCancel(context.Background())
 	f.c1.st.Gate = func(op string) {
-		if op == OpClaim {
+		if op == cluster.OpClaim {
 			cancel() // the caller leaves while its claim runs
 		}
 	}
@@ -330,7 +330,7 @@ func TestProduceToFrozenVShardIsHeldUntilTheMove(t *testing.T) {
 		done <- res
 	}()
 	testtime.Until(t, "the frozen item held", func() bool { return f.b.FrozenStats().Held == 1 })
-	if f.c1.calls(OpProduce)+f.c2.calls(OpProduce) != 0 {
+	if f.c1.calls(cluster.OpProduce)+f.c2.calls(cluster.OpProduce) != 0 {
 		t.Fatal("a held item reached a cluster")
 	}
 	moved, err := frozen.With(3, []shard.ID{v}, "c2", routing.Serving)
@@ -339,8 +339,8 @@ func TestProduceToFrozenVShardIsHeldUntilTheMove(t *testing.T) {
 	}
 	f.table.Store(moved)
 	res := <-done
-	if res[0].Status != "created" || f.c2.calls(OpProduce) != 1 || f.c1.calls(OpProduce) != 0 {
-		t.Fatalf("after the move: %+v; produce calls c1 %d, c2 %d", res, f.c1.calls(OpProduce), f.c2.calls(OpProduce))
+	if res[0].Status != "created" || f.c2.calls(cluster.OpProduce) != 1 || f.c1.calls(cluster.OpProduce) != 0 {
+		t.Fatalf("after the move: %+v; produce calls c1 %d, c2 %d", res, f.c1.calls(cluster.OpProduce), f.c2.calls(cluster.OpProduce))
 	}
 }
 

@@ -39,7 +39,7 @@ func newFakeCluster() *fakeCluster {
 	return &fakeCluster{st: clustertest.NewStore(), ops: map[string]int{}}
 }
 
-func (c *fakeCluster) Do(ctx context.Context, op string, fn func(context.Context, Store) error) error {
+func (c *fakeCluster) Do(ctx context.Context, op string, fn func(context.Context, cluster.Store) error) error {
 	c.mu.Lock()
 	c.ops[op]++
 	c.mu.Unlock()
@@ -56,9 +56,9 @@ func (c *fakeCluster) calls(op string) int {
 }
 
 // direct is a call point that runs every call on s as it is.
-type direct struct{ s Store }
+type direct struct{ s cluster.Store }
 
-func (d direct) Do(ctx context.Context, _ string, fn func(context.Context, Store) error) error {
+func (d direct) Do(ctx context.Context, _ string, fn func(context.Context, cluster.Store) error) error {
 	return fn(ctx, d.s)
 }
 

@@ -15,7 +15,7 @@ import (
 )
 
 // fakeStore stands for a cluster in tests that never reach it.
-type fakeStore struct{ Store }
+type fakeStore struct{ cluster.Store }
 
 func frozenMap(t *testing.T, version int64, frozen bool) *routing.Map {
 	t.Helper()

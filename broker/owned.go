@@ -197,13 +197,7 @@ func (b *Broker) anyClaimable(ctx context.Context, name, topic, sub string, excl
 	if !ok {
 		return false, fmt.Errorf("%w: cluster %s is not connected", ErrUnavailable, name)
 	}
-	var found bool
-	err := cs.conn.Do(ctx, delivery.OpScan, func(ctx context.Context, s Store) error {
-		got, err := s.ScanClaimable(ctx, topic, sub, b.now().UTC(), nil, 1, exclude)
-		found = len(got) > 0
-		return err
-	})
-	return found, err
+	return cs.conn.AnyClaimable(ctx, topic, sub, b.now().UTC(), exclude)
 }
 
 // ClaimCluster serves a claim forwarded by another router: one cluster's

@@ -29,7 +29,9 @@ type fakeCaller struct {
 	ops  map[string]int
 }
 
-func newFakeCaller() *fakeCaller { return &fakeCaller{st: clustertest.NewStore(), ops: map[string]int{}} }
+func newFakeCaller() *fakeCaller {
+	return &fakeCaller{st: clustertest.NewStore(), ops: map[string]int{}}
+}
 
 func (c *fakeCaller) Do(ctx context.Context, op string, fn func(context.Context, Store) error) error {
 	c.mu.Lock()
