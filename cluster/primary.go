@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/shardmq/shardmq/circuit"
 	"github.com/shardmq/shardmq/store"
@@ -14,9 +13,9 @@ import (
 
 // Primary is the one call point to a cluster's primary: every store
 // operation the router runs on the cluster goes through Do,
-// which carries what all of them share — the endpoint's breaker, the
-// failover hand-over and the per-cluster latency observation — so that
-// no operation needs a wrapper of its own.
+// which carries what all of them share — the endpoint's breaker and the
+// failover hand-over — so that no operation needs a wrapper of its own.
+// The per-cluster latency observation decorates it (Observe).
 //
 // When a failover names another primary, Retire hands the endpoint over to
 // its successor: calls in flight on the old endpoint are cancelled and,
@@ -26,9 +25,8 @@ import (
 // run failed is thus either committed by the successor or answered with
 // the error — never reported created without a commit.
 type Primary struct {
-	s       Store
-	b       *circuit.Breaker
-	observe Observer
+	s Store
+	b *circuit.Breaker
 
 	retireOnce sync.Once
 	retired    context.Context // done once retired
@@ -36,16 +34,9 @@ type Primary struct {
 	next       atomic.Pointer[Primary]
 }
 
-// Observer is told every call's operation, time and outcome (metrics). The
-// time covers the whole call: the breaker, the store's transaction with
-// its retries and its wait for a pooled connection, and a run on the
-// successor after a hand-over.
-type Observer func(op string, took time.Duration, err error)
-
-// NewPrimary guards the primary s with its endpoint's breaker b; observe
-// may be nil.
-func NewPrimary(s Store, b *circuit.Breaker, observe Observer) *Primary {
-	c := &Primary{s: s, b: b, observe: observe}
+// NewPrimary guards the primary s with its endpoint's breaker b.
+func NewPrimary(s Store, b *circuit.Breaker) *Primary {
+	c := &Primary{s: s, b: b}
 	c.retired, c.retire = context.WithCancel(context.Background())
 	return c
 }
@@ -53,17 +44,11 @@ func NewPrimary(s Store, b *circuit.Breaker, observe Observer) *Primary {
 // Breaker is the endpoint's breaker.
 func (c *Primary) Breaker() *circuit.Breaker { return c.b }
 
-// Do runs fn on the primary through its
-// breaker (bounded by the breaker's CallTimeout), following retirement as
-// the type's comment says, and reports the call to the observer. fn must
-// use the context it is given.
-func (c *Primary) Do(ctx context.Context, op string, fn func(ctx context.Context, s Store) error) error {
-	start := time.Now()
-	err := c.call(ctx, false, fn)
-	if c.observe != nil {
-		c.observe(op, time.Since(start), err)
-	}
-	return err
+// Do runs fn on the primary through its breaker (bounded by the
+// breaker's CallTimeout), following retirement as the type's comment
+// says. fn must use the context it is given.
+func (c *Primary) Do(ctx context.Context, _ string, fn func(ctx context.Context, s Store) error) error {
+	return c.call(ctx, false, fn)
 }
 
 // Retire hands the endpoint over to next (nil when its cluster left the

@@ -73,14 +73,15 @@ func TestBreakerOpensOnDeadEndpointAndRecovers(t *testing.T) {
 	set := circuit.NewSet(circuit.Config{Failures: 3, OpenFor: 200 * time.Millisecond, CallTimeout: time.Second,
 		OnStateChange: func(_, from, to string) { changes = append(changes, from+"→"+to) }})
 	var observed opLog
-	sh := NewPrimary(st, set.For(own.Clusters[0].Primary.Addr()), observed.observe)
+	guard := NewPrimary(st, set.For(own.Clusters[0].Primary.Addr()))
+	sh := Observe(guard, observed.observe)
 	if _, err := produce(ctx, sh, []store.ProduceItem{nextItem(ids, "a")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := own.Kill(own.Clusters[0].Primary); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; sh.Breaker().State() != "open"; i++ {
+	for i := 0; guard.Breaker().State() != "open"; i++ {
 		if _, err := produce(ctx, sh, []store.ProduceItem{nextItem(ids, "b")}); !errors.Is(err, store.ErrUnavailable) {
 			t.Fatalf("produce on a dead primary: %v", err)
 		}
@@ -104,8 +105,8 @@ func TestBreakerOpensOnDeadEndpointAndRecovers(t *testing.T) {
 		_, err := produce(ctx, sh, []store.ProduceItem{nextItem(ids, "d")})
 		return err == nil
 	})
-	if sh.Breaker().State() != "closed" {
-		t.Fatalf("breaker %s after a successful probe", sh.Breaker().State())
+	if guard.Breaker().State() != "closed" {
+		t.Fatalf("breaker %s after a successful probe", guard.Breaker().State())
 	}
 	// Every call was observed, refused ones included, each with its outcome.
 	calls, failed := observed.counts(OpProduce)
@@ -116,7 +117,7 @@ func TestBreakerOpensOnDeadEndpointAndRecovers(t *testing.T) {
 }
 
 // produce runs a produce through c's call point.
-func produce(ctx context.Context, c *Primary, items []store.ProduceItem) (res []store.ProduceResult, err error) {
+func produce(ctx context.Context, c Caller, items []store.ProduceItem) (res []store.ProduceResult, err error) {
 	err = c.Do(ctx, OpProduce, func(ctx context.Context, s Store) (err error) {
 		res, err = s.Produce(ctx, items)
 		return err

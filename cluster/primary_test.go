@@ -13,11 +13,12 @@ import (
 
 // Every operation, whatever it is, goes through the call point's breaker:
 // outages open it, then calls are refused without reaching the store, and
-// the observer is told each call with its operation and outcome.
+// the observer decorating it is told each call with its operation and
+// outcome.
 func TestDoGuardsEveryOperationAlike(t *testing.T) {
 	t.Parallel()
 	var obs opLog
-	c := NewPrimary(nil, circuit.NewSet(circuit.Config{Failures: 2, OpenFor: time.Hour}).For("ep"), obs.observe)
+	c := Observe(NewPrimary(nil, circuit.NewSet(circuit.Config{Failures: 2, OpenFor: time.Hour}).For("ep")), obs.observe)
 	ran := 0
 	outage := func(ctx context.Context, s Store) error {
 		ran++
@@ -43,7 +44,7 @@ func TestDoGuardsEveryOperationAlike(t *testing.T) {
 // endpoint working: it never opens the breaker.
 func TestDoCountsOnlyOutagesAgainstTheEndpoint(t *testing.T) {
 	t.Parallel()
-	c := NewPrimary(nil, circuit.NewSet(circuit.Config{Failures: 1, OpenFor: time.Hour}).For("ep"), nil)
+	c := NewPrimary(nil, circuit.NewSet(circuit.Config{Failures: 1, OpenFor: time.Hour}).For("ep"))
 	for range 3 {
 		if err := c.Do(context.Background(), OpAck, func(context.Context, Store) error { return store.ErrNotFound }); !errors.Is(err, store.ErrNotFound) {
 			t.Fatal(err)
@@ -59,14 +60,14 @@ func TestDoCountsOnlyOutagesAgainstTheEndpoint(t *testing.T) {
 func TestDoOnRetiredEndpointGoesToTheSuccessor(t *testing.T) {
 	t.Parallel()
 	set := circuit.NewSet(circuit.Config{})
-	old, next := NewPrimary(named{name: "old"}, set.For("old"), nil), NewPrimary(named{name: "new"}, set.For("new"), nil)
+	old, next := NewPrimary(named{name: "old"}, set.For("old")), NewPrimary(named{name: "new"}, set.For("new"))
 	old.Retire(next)
 	old.Retire(nil) // the first successor stays
 	on := ""
 	if err := old.Do(context.Background(), OpAck, func(_ context.Context, s Store) error { on = s.(named).name; return nil }); err != nil || on != "new" {
 		t.Fatalf("call on a retired endpoint ran on %q: %v", on, err)
 	}
-	gone := NewPrimary(nil, set.For("gone"), nil)
+	gone := NewPrimary(nil, set.For("gone"))
 	gone.Retire(nil)
 	if err := gone.Do(context.Background(), OpAck, func(context.Context, Store) error {
 		t.Error("ran on an endpoint retired without successor")
@@ -115,7 +116,7 @@ func TestRetireHandsInFlightCallsToTheSuccessor(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			set := circuit.NewSet(circuit.Config{CallTimeout: time.Hour})
-			old, next := NewPrimary(named{name: "old"}, set.For("old"), nil), NewPrimary(named{name: "new"}, set.For("new"), nil)
+			old, next := NewPrimary(named{name: "old"}, set.For("old")), NewPrimary(named{name: "new"}, set.For("new"))
 			ctx, giveUp := context.WithCancel(context.Background())
 			defer giveUp()
 			started, retired := make(chan struct{}), make(chan struct{})

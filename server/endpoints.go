@@ -65,8 +65,9 @@ func (e *endpoints) primaryCluster(name, dsn string, st *store.Store, observe cl
 		return p.conn
 	}
 	ep := replica.Addr(dsn)
-	guard := cluster.NewPrimary(st, e.breakers.For(ep), observe)
-	p := &primaryEndpoint{cluster: name, dsn: dsn, endpoint: ep, store: st, guard: guard, conn: cluster.New(name, guard, cfg)}
+	guard := cluster.NewPrimary(st, e.breakers.For(ep))
+	p := &primaryEndpoint{cluster: name, dsn: dsn, endpoint: ep, store: st, guard: guard,
+		conn: cluster.New(name, cluster.Observe(guard, observe), cfg)}
 	if old, ok := e.prim[name]; ok {
 		old.guard.Retire(p.guard)
 		e.log.Info("cluster primary switched", "cluster", name, "from", old.endpoint, "to", ep)
