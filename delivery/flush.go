@@ -31,6 +31,20 @@ func (o *Owner) fenced(ctx context.Context, item flushItem) flushItem {
 	return item
 }
 
+// leavesReady says the item's outcomes leave deliveries claimable in the
+// table (leases written out, retries), not only deleted or dead ones.
+func (it flushItem) leavesReady() bool {
+	if len(it.leases) > 0 {
+		return true
+	}
+	for _, n := range it.nacks {
+		if !n.Dead {
+			return true
+		}
+	}
+	return false
+}
+
 func (it flushItem) ops() int { return len(it.acks) + len(it.nacks) + len(it.leases) + len(it.parks) }
 
 // flushTimeout bounds one flush; its callers wait for it whatever their

@@ -579,7 +579,7 @@ func (o *Owner) Unlease(ops []Op) []bool {
 		}
 		held[i] = true
 		if l.finishing == nil {
-			o.remove(l)
+			o.remove(l, true)
 		}
 	}
 	return held
@@ -605,7 +605,7 @@ func (o *Owner) flush(ctx context.Context, item flushItem, held []*lease) flushA
 		// leases must be settled either way.
 		ans = <-ch
 	}
-	o.settle(held, ans.err == nil && !ans.stale, ans.stale)
+	o.settle(held, ans.err == nil && !ans.stale, ans.stale, item.leavesReady())
 	return ans
 }
 
@@ -613,18 +613,20 @@ func (o *Owner) flush(ctx context.Context, item flushItem, held []*lease) flushA
 func (o *Owner) submit(item flushItem, held ...*lease) {
 	ch, ok := o.cl.flusher.Submit(o.fenced(context.Background(), item))
 	if !ok {
-		o.settle(held, false, false)
+		o.settle(held, false, false, false)
 		return
 	}
 	go func() {
 		ans := <-ch
-		o.settle(held, ans.err == nil && !ans.stale, ans.stale)
+		o.settle(held, ans.err == nil && !ans.stale, ans.stale, item.leavesReady())
 	}()
 }
 
 // settle ends the outcome under way of leases: done removes them, else
-// they are held again; stale loses the whole unit.
-func (o *Owner) settle(held []*lease, done, stale bool) {
+// they are held again; stale loses the whole unit. ready says the
+// outcome left their deliveries in the table to be claimed again (see
+// remove).
+func (o *Owner) settle(held []*lease, done, stale, ready bool) {
 	if stale {
 		o.m.lose(o)
 	}
@@ -632,7 +634,7 @@ func (o *Owner) settle(held []*lease, done, stale bool) {
 	var closeThem []chan struct{}
 	for _, l := range held {
 		if done || stale {
-			o.remove(l)
+			o.remove(l, ready && !stale)
 		} else if l.at < 0 && o.leases[l.c.MessageID] == l {
 			heap.Push(&o.expiry, l) // popped while its outcome was under way
 		}
@@ -647,8 +649,12 @@ func (o *Owner) settle(held []*lease, done, stale bool) {
 	}
 }
 
-// remove forgets a lease (o.mu held).
-func (o *Owner) remove(l *lease) {
+// remove forgets a lease (o.mu held). ready says its delivery is
+// claimable again (given back, written out as a lapsed lease, retried):
+// the next scan then looks again from before it. An acked or dead one is
+// not: rewinding for it made every claim re-read the whole run of leases
+// still in flight behind the cursor.
+func (o *Owner) remove(l *lease, ready bool) {
 	if cur, ok := o.leases[l.c.MessageID]; !ok || cur != l {
 		return
 	}
@@ -660,9 +666,9 @@ func (o *Owner) remove(l *lease) {
 	if l.at >= 0 {
 		heap.Remove(&o.expiry, l.at)
 	}
-	// Given back, written out as a lapsed lease, or acked: the next scan
-	// looks again from before it (an acked row is simply gone).
-	o.rewind(l.c)
+	if ready {
+		o.rewind(l.c)
+	}
 	if l.ordered && l.c.OrderKey != "" {
 		if o.keys[l.c.OrderKey]--; o.keys[l.c.OrderKey] <= 0 {
 			delete(o.keys, l.c.OrderKey)

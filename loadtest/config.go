@@ -165,6 +165,15 @@ type Config struct {
 	NackRetryAfter time.Duration
 	// MaxAttempts of created subscriptions. Defaults to 5.
 	MaxAttempts int
+	// RetryBuffer bounds the items of unknown outcome (refused as
+	// unavailable, or unanswered) that the producers hold for resending:
+	// past it they take no new messages until the retriers stored some,
+	// as a client's bounded buffer blocks its publisher (the asynchronous
+	// client's MaxBuffered). Without it an open-loop schedule far above
+	// what the system takes piles up every refused item of an outage (a
+	// 5 s router restart at 100k/s: 500,000) on top of the backlog.
+	// Defaults to 20,000; negative: unbounded.
+	RetryBuffer int
 	// Visibility is the claim's lease. Defaults to 10s.
 	Visibility time.Duration
 	// Wait is the claim's long poll. Defaults to 1s.
@@ -262,6 +271,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	defD(&c.NackRetryAfter, 50*time.Millisecond)
 	defD(&c.Visibility, 10*time.Second)
+	if c.RetryBuffer == 0 {
+		c.RetryBuffer = 20000
+	}
 	defD(&c.Wait, time.Second)
 	defD(&c.FaultAt, 20*time.Second)
 	defD(&c.FaultDown, 5*time.Second)

@@ -225,6 +225,9 @@ func (p *phase) producer(ctx context.Context, w int) {
 		if !ok {
 			return
 		}
+		if !p.roomToProduce(ctx) {
+			return
+		}
 		n := s.Batch
 		if s.Count > 0 {
 			left := p.remaining.Add(-int64(n))
@@ -386,6 +389,20 @@ func (p *phase) booksProduce(topic int, msgs []Message, res []ProduceResult, err
 		p.lastProduce.Store(done.UnixNano())
 	}
 	p.retry.add(topic, retry)
+}
+
+// roomToProduce waits while the retry queue holds Config.RetryBuffer
+// items or more (the slot's intended time stays, so the wait shows as
+// latency and as the schedule falling behind); false when the run's
+// production ended meanwhile.
+func (p *phase) roomToProduce(ctx context.Context) bool {
+	limit := p.cfg.RetryBuffer
+	for limit > 0 && p.retry.len() >= limit {
+		if time.Now().After(p.end) || ctxwait.Sleep(ctx, 20*time.Millisecond) != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // retryQueue holds items whose produce outcome is unknown, per topic.

@@ -90,6 +90,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&cfg.DropShare, "drop-share", 0, "share of keys whose first delivery is neither acked nor nacked (lease expiry)")
 	fs.DurationVar(&cfg.NackRetryAfter, "nack-retry-after", 0, "retry_after_ms of nacks (default 50ms)")
 	fs.DurationVar(&cfg.Visibility, "visibility", 0, "claim lease (default 10s)")
+	fs.IntVar(&cfg.RetryBuffer, "retry-buffer", 0, "items of unknown outcome the producers hold for resending; past it they take no new messages until some are stored (default 20000; negative: unbounded)")
 	fs.DurationVar(&cfg.Wait, "wait", 0, "claim long poll (default 1s)")
 	fs.StringVar(&cfg.Durability, "durability", "", "primary or replicated (router only)")
 	fault := fs.String("fault", "", "kill -9 this sandbox instance (e.g. c1-primary) or the child router (router) mid-run, then restart it")
