@@ -106,7 +106,7 @@ func (m *Store) Produce(ctx context.Context, items []store.ProduceItem) ([]store
 }
 
 // PeekClaimable lists what ClaimMany would take now, in its order
-// (oldest first), locking nothing.
+// (highest priority, then oldest), locking nothing.
 func (m *Store) PeekClaimable(ctx context.Context, topic, sub string, now time.Time, max int, dead bool, errorCode string, exclude []uint16) ([]store.ClaimHead, error) {
 	m.Mu.Lock()
 	defer m.Mu.Unlock()
@@ -116,11 +116,17 @@ func (m *Store) PeekClaimable(ctx context.Context, topic, sub string, now time.T
 			out = append(out, store.ClaimHead{Priority: d.msg.Priority, MessageID: d.msg.ID})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].MessageID < out[j].MessageID })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Priority != out[j].Priority {
+			return out[i].Priority > out[j].Priority
+		}
+		return out[i].MessageID < out[j].MessageID
+	})
 	return out[:min(len(out), max)], nil
 }
 
-// ClaimMany leases ready deliveries, oldest first, each request its own.
+// ClaimMany leases ready deliveries, highest priority then oldest first,
+// each request its own.
 func (m *Store) ClaimMany(ctx context.Context, reqs []store.ClaimRequest) ([][]store.Claimed, error) {
 	if m.Gate != nil {
 		m.Gate("claim")
@@ -135,7 +141,12 @@ func (m *Store) ClaimMany(ctx context.Context, reqs []store.ClaimRequest) ([][]s
 			ready = append(ready, d)
 		}
 	}
-	sort.Slice(ready, func(i, j int) bool { return ready[i].msg.ID < ready[j].msg.ID })
+	sort.Slice(ready, func(i, j int) bool {
+		if ready[i].msg.Priority != ready[j].msg.Priority {
+			return ready[i].msg.Priority > ready[j].msg.Priority
+		}
+		return ready[i].msg.ID < ready[j].msg.ID
+	})
 	out := make([][]store.Claimed, len(reqs))
 	for i, r := range reqs {
 		for len(out[i]) < r.Max && len(ready) > 0 {
@@ -259,6 +270,8 @@ func (m *Store) Stats(ctx context.Context, now time.Time) ([]store.QueueStats, e
 		switch {
 		case d.dead:
 			by[k].Dead++
+		case d.until.After(now) && d.token == 0:
+			by[k].Delayed++ // a retry's backoff
 		case d.until.After(now):
 			by[k].InFlight++
 		default:
