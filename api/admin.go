@@ -33,41 +33,40 @@ type Admin interface {
 // maxTransactionIDs bounds one missing-transactions question.
 const maxTransactionIDs = 10000
 
-func (s *Server) routeAdmin(a Admin) {
-	s.handleFunc("GET /v1/admin/topology", func(w http.ResponseWriter, r *http.Request) {
-		top, err := a.Topology(r.Context())
-		if err != nil {
-			writeError(w, s.hide(r, CodeInternal, err))
-			return
-		}
-		writeJSON(w, http.StatusOK, top)
-	})
-	s.handleFunc("POST /v1/admin/reconcile", func(w http.ResponseWriter, r *http.Request) { s.reconcile(w, r, a) })
-	s.handleFunc("GET /v1/admin/reconcile", func(w http.ResponseWriter, r *http.Request) {
-		rep := a.LastReconcile()
-		if rep == nil {
-			writeError(w, fail(CodeNotFound, "no reconciliation has run on this router yet"))
-			return
-		}
-		writeJSON(w, http.StatusOK, viewReport(rep))
-	})
-	s.handleFunc("POST /v1/admin/reconcile/transactions", func(w http.ResponseWriter, r *http.Request) {
-		var req missingTransactionsRequest
-		if e := s.decode(w, r, &req); e != nil {
-			writeError(w, e)
-			return
-		}
-		if e := s.validTransactionIDs(req.TransactionIDs, true); e != nil {
-			writeError(w, e)
-			return
-		}
-		res, err := a.MissingTransactions(r.Context(), req.TransactionIDs)
-		if err != nil {
-			writeError(w, s.lookupError(r, err, "transactions"))
-			return
-		}
-		writeJSON(w, http.StatusOK, viewMissing(w, res))
-	})
+func (s *Server) topology(w http.ResponseWriter, r *http.Request) {
+	top, err := s.admin.Topology(r.Context())
+	if err != nil {
+		writeError(w, s.hide(r, CodeInternal, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, top)
+}
+
+func (s *Server) lastReconcile(w http.ResponseWriter, r *http.Request) {
+	rep := s.admin.LastReconcile()
+	if rep == nil {
+		writeError(w, fail(CodeNotFound, "no reconciliation has run on this router yet"))
+		return
+	}
+	writeJSON(w, http.StatusOK, viewReport(rep))
+}
+
+func (s *Server) missingTransactions(w http.ResponseWriter, r *http.Request) {
+	var req missingTransactionsRequest
+	if e := s.decode(w, r, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	if e := s.validTransactionIDs(req.TransactionIDs, true); e != nil {
+		writeError(w, e)
+		return
+	}
+	res, err := s.admin.MissingTransactions(r.Context(), req.TransactionIDs)
+	if err != nil {
+		writeError(w, s.lookupError(r, err, "transactions"))
+		return
+	}
+	writeJSON(w, http.StatusOK, viewMissing(w, res))
 }
 
 func (s *Server) validTransactionIDs(ids []string, required bool) *apiError {
@@ -99,7 +98,7 @@ type reconcileRequest struct {
 	TransactionIDs []string `json:"transaction_ids"`
 }
 
-func (s *Server) reconcile(w http.ResponseWriter, r *http.Request, a Admin) {
+func (s *Server) reconcile(w http.ResponseWriter, r *http.Request) {
 	var body reconcileRequest
 	if e := s.decodeOptional(w, r, &body); e != nil {
 		writeError(w, e)
@@ -140,7 +139,7 @@ func (s *Server) reconcile(w http.ResponseWriter, r *http.Request, a Admin) {
 		writeError(w, e)
 		return
 	}
-	rep, err := a.Reconcile(r.Context(), req)
+	rep, err := s.admin.Reconcile(r.Context(), req)
 	if err != nil {
 		if errors.Is(err, reconcile.ErrRunning) {
 			writeError(w, fail(CodeUnavailable, reconcile.ErrRunning.Error()))
@@ -151,7 +150,7 @@ func (s *Server) reconcile(w http.ResponseWriter, r *http.Request, a Admin) {
 	}
 	out := viewReport(rep)
 	if len(body.TransactionIDs) > 0 {
-		res, err := a.MissingTransactions(r.Context(), body.TransactionIDs)
+		res, err := s.admin.MissingTransactions(r.Context(), body.TransactionIDs)
 		if err != nil {
 			writeError(w, s.lookupError(r, err, "transactions"))
 			return

@@ -123,11 +123,18 @@ type Server struct {
 	log    *slog.Logger
 	mux    *http.ServeMux
 	routes []string // the patterns registered on mux, in order
-	subs   Subscriptions
+	// What the handlers of routes.go serve from, each set by the call
+	// that registers them.
+	subs        Subscriptions // New
+	tracer      Tracer        // RouteOps
+	admin       Admin         // RouteOps
+	resharder   Resharder     // RouteReshard
+	uiFiles     http.Handler  // RouteUI
+	uiSources   UISources     // RouteUI
+	retention   Retention     // RouteRetention; also adds its status to the stats when set
+	metricsPage http.Handler  // RouteMetrics
 	// metrics count requests when set (Instrument; metrics.go).
 	metrics *HTTPMetrics
-	// retention adds its status to the stats when set (RouteRetention).
-	retention Retention
 }
 
 // New returns the API handler. ready may be nil (always ready).
@@ -135,30 +142,21 @@ func New(b Broker, limits Limits, ready Health, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{b: b, limits: limits.WithDefaults(), ready: ready, log: log, mux: http.NewServeMux()}
-	s.handleFunc("POST /v1/topics/{topic}/messages", s.produce)
-	s.handleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/claim", s.claim)
-	s.handleFunc("POST /v1/ack", s.ack)
-	s.handleFunc("POST /v1/nack", s.nack)
-	s.handleFunc("POST /v1/extend", s.extend)
-	s.handleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	s.handleFunc("GET /readyz", s.readyz)
-	s.routeSubscriptions(b)
+	s := &Server{b: b, subs: b, limits: limits.WithDefaults(), ready: ready, log: log, mux: http.NewServeMux()}
+	s.register(byNew)
 	if b != nil {
-		s.routeOperator(b)
+		s.register(byNewWithBroker)
 	}
 	return s
 }
 
-// Handle registers another handler on the API's mux (admin, metrics).
-func (s *Server) Handle(pattern string, h http.Handler) {
-	s.routes = append(s.routes, pattern)
-	s.mux.Handle(pattern, h)
+// RouteMetrics serves h (the metrics registry's page) at GET /metrics.
+func (s *Server) RouteMetrics(h http.Handler) {
+	s.metricsPage = h
+	s.register(byRouteMetrics)
 }
 
-func (s *Server) handleFunc(pattern string, h http.HandlerFunc) { s.Handle(pattern, h) }
+func (s *Server) scrape(w http.ResponseWriter, r *http.Request) { s.metricsPage.ServeHTTP(w, r) }
 
 // ServeHTTP implements http.Handler. Unknown paths and methods answer with
 // the JSON error shape too.
@@ -202,6 +200,10 @@ type statusRecorder struct {
 func (r *statusRecorder) Header() http.Header         { return r.header }
 func (r *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
 func (r *statusRecorder) WriteHeader(st int)          { r.status = st }
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.ready == nil {

@@ -67,48 +67,15 @@ type policy struct {
 	receipts bool
 }
 
-func pathTopic(r *http.Request) string  { return r.PathValue("topic") }
-func queryTopic(r *http.Request) string { return r.URL.Query().Get("topic") }
-
-// routePolicies is the endpoint × scope table (docs/security.md). Every
-// route the API serves must be here; one that is not needs admin on every
-// topic.
-var routePolicies = []struct {
-	pattern string
-	policy  policy
-}{
-	{"GET /healthz", policy{open: true}},
-	{"GET /readyz", policy{open: true}},
-	{"GET /metrics", policy{scope: auth.Admin}},
-	// The operators' page: static files with no data (docs/ui.md); what
-	// it shows comes from the admin endpoints, with the token.
-	{"GET /ui", policy{open: true}},
-	{"GET /ui/", policy{open: true}},
-
-	{"POST /v1/topics/{topic}/messages", policy{scope: auth.Produce, topic: pathTopic}},
-	{"POST /v1/topics/{topic}/subscriptions/{sub}/claim", policy{scope: auth.Consume, topic: pathTopic}},
-	{"POST /v1/ack", policy{scope: auth.Consume, receipts: true}},
-	{"POST /v1/nack", policy{scope: auth.Consume, receipts: true}},
-	{"POST /v1/extend", policy{scope: auth.Consume, receipts: true}},
-
-	{"GET /v1/topics/{topic}/subscriptions/{sub}", policy{scope: auth.Consume, topic: pathTopic}},
-	{"PUT /v1/topics/{topic}/subscriptions/{sub}", policy{scope: auth.Admin, topic: pathTopic}},
-	{"DELETE /v1/topics/{topic}/subscriptions/{sub}", policy{scope: auth.Admin, topic: pathTopic}},
-	{"GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters", policy{scope: auth.Consume, topic: pathTopic}},
-	{"DELETE /v1/topics/{topic}/subscriptions/{sub}/dead-letters", policy{scope: auth.Admin, topic: pathTopic}},
-	{"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/redrive", policy{scope: auth.Admin, topic: pathTopic}},
-	{"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/claim", policy{scope: auth.Admin, topic: pathTopic}},
-	{"GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters/codes", policy{scope: auth.Consume, topic: pathTopic}},
-	{"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/delete", policy{scope: auth.Admin, topic: pathTopic}},
-	{"GET /v1/topics/{topic}/subscriptions/{sub}/consumers", policy{scope: auth.Consume, topic: pathTopic}},
-
-	{"GET /v1/messages/{key}/trace", policy{scope: auth.Consume, topic: queryTopic}},
-	{"GET /v1/messages/trace", policy{scope: auth.Consume, topic: queryTopic}},
-	{"GET /v1/transactions/{transaction_id}", policy{scope: auth.Consume}},
-
-	// Topology, shard map, stats, reconciliation, resharding: every
-	// method of every path under /v1/admin/.
-	{"/v1/admin/", policy{scope: auth.Admin}},
+// guardRules calls add with every pattern the guard knows and the policy
+// it asks for there: each route's (routes.go), and admin on every topic
+// for anything else under adminPaths. A request no pattern matches is
+// unlisted.
+func guardRules(add func(pattern string, pol policy)) {
+	for _, rt := range routes {
+		add(rt.pattern, rt.access)
+	}
+	add(adminPaths, adminOfAll)
 }
 
 // Guard checks every request before the API serves it: the Host and
@@ -160,10 +127,9 @@ func (s *Server) Guard(cfg GuardConfig) *Guard {
 			g.hosts[strings.ToLower(h)] = true
 		}
 	}
-	for _, rp := range routePolicies {
-		pol := rp.policy
-		g.routes.HandleFunc(rp.pattern, func(w http.ResponseWriter, r *http.Request) { g.check(w, r, pol) })
-	}
+	guardRules(func(pattern string, pol policy) {
+		g.routes.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { g.check(w, r, pol) })
+	})
 	g.routes.HandleFunc("/", g.unlisted)
 	g.counts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardmq_http_guard_requests_total",

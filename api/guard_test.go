@@ -31,7 +31,7 @@ func tokenSet(t testing.TB, n int) *auth.Set {
 func TestUnlistedRouteFailsClosed(t *testing.T) {
 	t.Parallel()
 	s := New(nil, Limits{}, nil, nil)
-	s.Handle("POST /v1/brand-new", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) }))
+	s.handle("POST /v1/brand-new", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) }))
 	g := s.Guard(GuardConfig{Tokens: tokenSet(t, 0)})
 	for tok, want := range map[string]int{"": 401, "c": 403, "a": http.StatusTeapot} {
 		req := httptest.NewRequest("POST", "/v1/brand-new", nil)
@@ -52,7 +52,7 @@ func TestUnlistedRouteFailsClosed(t *testing.T) {
 // more route lookup than a listed one.
 func BenchmarkGuard(b *testing.B) {
 	s := New(nil, Limits{}, nil, nil)
-	s.Handle("POST /v1/bench", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	s.handle("POST /v1/bench", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	g := s.Guard(GuardConfig{Tokens: tokenSet(b, 100)})
 	req := httptest.NewRequest("POST", "/v1/bench", http.NoBody)
 	req.Header.Set("Authorization", "Bearer a")

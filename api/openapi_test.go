@@ -29,8 +29,8 @@ import (
 )
 
 // docs/openapi.yaml is the HTTP API as a document; these tests hold it to
-// the handlers: the routes the API serves and the guard's table of scopes,
-// the query parameters each route takes, the error codes, the status
+// the handlers: the routes of the table (routes.go) with the scopes the
+// guard asks for and the query parameters each route takes, the error codes, the status
 // words, and the field names of every request and answer — of the Go
 // types by reflection, and of the answers the handlers build from maps by
 // serving requests and reading what they write.
@@ -145,7 +145,24 @@ func servedPatterns(t *testing.T) []string {
 	s.RouteReshard(stubResharder{})
 	s.RouteUI(nil)
 	s.RouteRetention(nil)
+	s.RouteMetrics(http.NotFoundHandler())
 	return slices.Clone(s.routes)
+}
+
+// Every route of the table is served once all the Route calls are made,
+// and nothing else is.
+func TestEveryRouteIsRegistered(t *testing.T) {
+	t.Parallel()
+	var table []string
+	for _, rt := range routes {
+		table = append(table, rt.pattern)
+	}
+	slices.Sort(table)
+	served := servedPatterns(t)
+	slices.Sort(served)
+	if !slices.Equal(served, table) {
+		t.Errorf("served %v\nthe table has %v", served, table)
+	}
 }
 
 func TestOpenAPIRoutesAreTheServedRoutes(t *testing.T) {
@@ -155,16 +172,12 @@ func TestOpenAPIRoutesAreTheServedRoutes(t *testing.T) {
 	for _, op := range ops {
 		documented[op.pattern] = true
 	}
-	// What the router serves: the API's mux, and the routes of the guard's
-	// table that another package registers (GET /metrics, by server/).
 	served := map[string]bool{}
-	for _, p := range servedPatterns(t) {
-		served[p] = true
-	}
-	for _, rp := range routePolicies {
-		if strings.Contains(rp.pattern, " ") {
-			served[rp.pattern] = true
+	for _, rt := range routes {
+		if served[rt.pattern] {
+			t.Errorf("%s is in the table twice", rt.pattern)
 		}
+		served[rt.pattern] = true
 	}
 	for p := range served {
 		if !documented[p] {
@@ -184,9 +197,8 @@ func TestOpenAPIScopesAreTheGuardsScopes(t *testing.T) {
 	// The guard's own matching: the policy of a route is the one its mux
 	// chooses for a request to it.
 	mux := http.NewServeMux()
-	for _, rp := range routePolicies {
-		pol := rp.policy
-		mux.HandleFunc(rp.pattern, func(w http.ResponseWriter, _ *http.Request) {
+	guardRules(func(pattern string, pol policy) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, _ *http.Request) {
 			switch {
 			case pol.open:
 				w.Header().Set("X-Scope", "none")
@@ -194,7 +206,7 @@ func TestOpenAPIScopesAreTheGuardsScopes(t *testing.T) {
 				w.Header().Set("X-Scope", string(pol.scope))
 			}
 		})
-	}
+	})
 	param := regexp.MustCompile(`\{[^}]+\}`)
 	for _, op := range ops {
 		method, path, _ := strings.Cut(op.pattern, " ")
@@ -236,17 +248,19 @@ func TestOpenAPIParametersAreTheHandlersParameters(t *testing.T) {
 		if !slices.Equal(path, inPath) {
 			t.Errorf("%s: path parameters %v, the path has %v", op.pattern, path, inPath)
 		}
-		allowed, checked := queryParams[op.pattern]
-		if !checked {
-			// Routes the query allow-list does not name take no documented
-			// parameters.
+		rt := routeOf[op.pattern]
+		if rt == nil {
+			continue // TestOpenAPIRoutesAreTheServedRoutes says so
+		}
+		if rt.query.any {
+			// Routes that take any parameter take no documented one.
 			if len(query) > 0 {
-				t.Errorf("%s: documents query parameters %v the API does not list in query.go", op.pattern, query)
+				t.Errorf("%s: documents query parameters %v, the route's rule in routes.go is anyQuery", op.pattern, query)
 			}
 			continue
 		}
 		slices.Sort(query)
-		want := slices.Sorted(slices.Values(allowed))
+		want := slices.Sorted(slices.Values(rt.query.names))
 		if !slices.Equal(query, want) {
 			t.Errorf("%s: query parameters %v, the handler takes %v", op.pattern, query, want)
 		}

@@ -10,47 +10,20 @@ import (
 	"unicode/utf8"
 )
 
-// queryParams names the query parameters each endpoint takes. A request to
-// one of these patterns with any other parameter, a parameter given twice,
-// bad percent-encoding, a ';' separator or invalid UTF-8 is answered 400
-// before its handler runs; a pattern not listed here (metrics, health)
-// has its query string checked for well-formedness only. Handlers can then
-// read r.URL.Query() knowing nothing was dropped on the way.
-var queryParams = map[string][]string{
-	"POST /v1/topics/{topic}/messages":                  nil,
-	"POST /v1/topics/{topic}/subscriptions/{sub}/claim": nil,
-	"POST /v1/ack":    nil,
-	"POST /v1/nack":   nil,
-	"POST /v1/extend": nil,
-	"PUT /v1/topics/{topic}/subscriptions/{sub}":                       nil,
-	"GET /v1/topics/{topic}/subscriptions/{sub}":                       nil,
-	"DELETE /v1/topics/{topic}/subscriptions/{sub}":                    nil,
-	"GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters":          {"error_code", "limit", "cursor", "max_bytes"},
-	"DELETE /v1/topics/{topic}/subscriptions/{sub}/dead-letters":       {"error_code"},
-	"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/redrive": nil,
-	"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/claim":   nil,
-	"GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters/codes":    nil,
-	"POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/delete":  nil,
-	"GET /v1/topics/{topic}/subscriptions/{sub}/consumers":             nil,
-	"GET /v1/admin/queues":                  {"filter", "sort", "offset", "limit"},
-	"GET /v1/admin/reshard":                 nil,
-	"GET /ui":                               nil,
-	"GET /ui/":                              nil,
-	"GET /v1/messages/{key}/trace":          {"topic", "order_key"},
-	"GET /v1/messages/trace":                {"key", "topic", "order_key"},
-	"GET /v1/transactions/{transaction_id}": {"limit", "cursor", "max_bytes"},
-	"POST /v1/admin/reconcile":              nil,
-	"POST /v1/admin/reconcile/transactions": nil,
-	"GET /v1/admin/retention":               nil,
-	"POST /v1/admin/retention/run":          nil,
-	"POST /v1/admin/retention/restore":      nil,
-	"POST /v1/admin/retention/release":      nil,
-}
-
-// checkQuery validates r's query string for the endpoint pattern.
+// checkQuery validates r's query string for the endpoint pattern, by the
+// route's queryRule (routes.go). A request with a parameter the route does
+// not take, a parameter given twice, bad percent-encoding, a ';' separator
+// or invalid UTF-8 is answered 400 before its handler runs; a route whose
+// rule is anyQuery, or a pattern not in the table, has its query string
+// checked for well-formedness only. Handlers can then read r.URL.Query()
+// knowing nothing was dropped on the way.
 func checkQuery(r *http.Request, pattern string) *apiError {
 	raw := r.URL.RawQuery
-	allowed, known := queryParams[pattern]
+	var allowed []string
+	known := false
+	if rt := routeOf[pattern]; rt != nil && !rt.query.any {
+		allowed, known = rt.query.names, true
+	}
 	if raw == "" {
 		return nil
 	}

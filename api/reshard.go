@@ -31,67 +31,77 @@ type reshardRequest struct {
 
 // RouteReshard registers the resharding endpoints.
 func (s *Server) RouteReshard(rs Resharder) {
-	s.handleFunc("POST /v1/admin/reshard", func(w http.ResponseWriter, r *http.Request) {
-		var req reshardRequest
-		if e := s.decode(w, r, &req); e != nil {
-			writeError(w, e)
-			return
-		}
-		if req.AddCluster != "" || req.Drain != "" {
-			if len(req.Ranges) > 0 {
-				writeError(w, fail(CodeInvalidRequest, "give ranges, add_cluster or drain, not several"))
-				return
-			}
-			planned, err := rs.PlanRanges(r.Context(), req.AddCluster, req.Drain)
-			if err != nil {
-				writeError(w, reshardError(err))
-				return
-			}
-			req.Ranges = planned
-		}
-		job, moves, err := rs.Submit(r.Context(), req.Ranges, req.DryRun)
-		if err != nil {
-			writeError(w, reshardError(err))
-			return
-		}
-		if req.DryRun {
-			writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "ranges": req.Ranges, "moves": moves})
-			return
-		}
-		writeJSON(w, http.StatusAccepted, map[string]any{"job": job.ID, "state": job.State})
-	})
-	s.handleFunc("GET /v1/admin/reshard", func(w http.ResponseWriter, r *http.Request) {
-		jobs, err := rs.List(r.Context())
-		if err != nil {
-			writeError(w, reshardError(err))
-			return
-		}
-		views := make([]rebalance.View, len(jobs))
-		for i, j := range jobs {
-			views[i] = j.View()
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"jobs": views})
-	})
-	s.handleFunc("GET /v1/admin/reshard/{job}", func(w http.ResponseWriter, r *http.Request) {
-		job, err := rs.Get(r.Context(), r.PathValue("job"))
-		if err != nil {
-			writeError(w, reshardError(err))
-			return
-		}
-		writeJSON(w, http.StatusOK, job.View())
-	})
-	for action, op := range map[string]func(context.Context, string) (*rebalance.Job, error){
-		"pause": rs.Pause, "resume": rs.Resume, "abort": rs.Abort,
-	} {
-		s.handleFunc("POST /v1/admin/reshard/{job}/"+action, func(w http.ResponseWriter, r *http.Request) {
-			job, err := op(r.Context(), r.PathValue("job"))
-			if err != nil {
-				writeError(w, reshardError(err))
-				return
-			}
-			writeJSON(w, http.StatusOK, job.View())
-		})
+	s.resharder = rs
+	s.register(byRouteReshard)
+}
+
+func (s *Server) submitReshard(w http.ResponseWriter, r *http.Request) {
+	var req reshardRequest
+	if e := s.decode(w, r, &req); e != nil {
+		writeError(w, e)
+		return
 	}
+	if req.AddCluster != "" || req.Drain != "" {
+		if len(req.Ranges) > 0 {
+			writeError(w, fail(CodeInvalidRequest, "give ranges, add_cluster or drain, not several"))
+			return
+		}
+		planned, err := s.resharder.PlanRanges(r.Context(), req.AddCluster, req.Drain)
+		if err != nil {
+			writeError(w, reshardError(err))
+			return
+		}
+		req.Ranges = planned
+	}
+	job, moves, err := s.resharder.Submit(r.Context(), req.Ranges, req.DryRun)
+	if err != nil {
+		writeError(w, reshardError(err))
+		return
+	}
+	if req.DryRun {
+		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "ranges": req.Ranges, "moves": moves})
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"job": job.ID, "state": job.State})
+}
+
+func (s *Server) listReshards(w http.ResponseWriter, r *http.Request) {
+	jobs, err := s.resharder.List(r.Context())
+	if err != nil {
+		writeError(w, reshardError(err))
+		return
+	}
+	views := make([]rebalance.View, len(jobs))
+	for i, j := range jobs {
+		views[i] = j.View()
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": views})
+}
+
+func (s *Server) getReshard(w http.ResponseWriter, r *http.Request) {
+	s.reshardJob(w, r, s.resharder.Get)
+}
+
+func (s *Server) pauseReshard(w http.ResponseWriter, r *http.Request) {
+	s.reshardJob(w, r, s.resharder.Pause)
+}
+
+func (s *Server) resumeReshard(w http.ResponseWriter, r *http.Request) {
+	s.reshardJob(w, r, s.resharder.Resume)
+}
+
+func (s *Server) abortReshard(w http.ResponseWriter, r *http.Request) {
+	s.reshardJob(w, r, s.resharder.Abort)
+}
+
+// reshardJob answers with the view of the job of the path after op.
+func (s *Server) reshardJob(w http.ResponseWriter, r *http.Request, op func(context.Context, string) (*rebalance.Job, error)) {
+	job, err := op(r.Context(), r.PathValue("job"))
+	if err != nil {
+		writeError(w, reshardError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, job.View())
 }
 
 func reshardError(err error) *apiError {

@@ -24,75 +24,82 @@ type Retention interface {
 // status to GET /v1/admin/stats.
 func (s *Server) RouteRetention(rt Retention) {
 	s.retention = rt
-	s.handleFunc("GET /v1/admin/retention", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, rt.Status())
-	})
-	s.handleFunc("POST /v1/admin/retention/run", func(w http.ResponseWriter, r *http.Request) {
-		var req struct{}
-		if e := s.decode(w, r, &req); e != nil {
-			writeError(w, e)
-			return
-		}
-		err := rt.RunNow(r.Context())
-		if errors.Is(err, retention.ErrNotLeading) {
-			writeError(w, fail(CodeUnavailable, err.Error()))
-			return
-		}
-		out := map[string]any{"status": rt.Status()}
-		if err != nil {
-			s.log.Warn("retention pass asked by an operator failed", "err", err)
-			out["error"] = err.Error()
-		}
-		writeJSON(w, http.StatusOK, out)
-	})
-	month := func(w http.ResponseWriter, r *http.Request) (string, bool) {
-		var req struct {
-			Month string `json:"month"`
-		}
-		if e := s.decode(w, r, &req); e != nil {
-			writeError(w, e)
-			return "", false
-		}
-		if _, err := retention.ParseMonth(req.Month); err != nil {
-			writeError(w, fail(CodeInvalidRequest, err.Error()))
-			return "", false
-		}
-		return req.Month, true
+	s.register(byRouteRetention)
+}
+
+func (s *Server) retentionStatus(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.retention.Status())
+}
+
+func (s *Server) runRetention(w http.ResponseWriter, r *http.Request) {
+	var req struct{}
+	if e := s.decode(w, r, &req); e != nil {
+		writeError(w, e)
+		return
 	}
-	s.handleFunc("POST /v1/admin/retention/restore", func(w http.ResponseWriter, r *http.Request) {
-		m, ok := month(w, r)
-		if !ok {
-			return
-		}
-		rep, err := rt.Restore(r.Context(), m)
-		switch {
-		case errors.Is(err, retention.ErrNoArchive), errors.Is(err, retention.ErrNotLeading):
+	err := s.retention.RunNow(r.Context())
+	if errors.Is(err, retention.ErrNotLeading) {
+		writeError(w, fail(CodeUnavailable, err.Error()))
+		return
+	}
+	out := map[string]any{"status": s.retention.Status()}
+	if err != nil {
+		s.log.Warn("retention pass asked by an operator failed", "err", err)
+		out["error"] = err.Error()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// month reads the body {"month": "YYYY-MM"} of restore and release.
+func (s *Server) month(w http.ResponseWriter, r *http.Request) (string, bool) {
+	var req struct {
+		Month string `json:"month"`
+	}
+	if e := s.decode(w, r, &req); e != nil {
+		writeError(w, e)
+		return "", false
+	}
+	if _, err := retention.ParseMonth(req.Month); err != nil {
+		writeError(w, fail(CodeInvalidRequest, err.Error()))
+		return "", false
+	}
+	return req.Month, true
+}
+
+func (s *Server) restoreMonth(w http.ResponseWriter, r *http.Request) {
+	m, ok := s.month(w, r)
+	if !ok {
+		return
+	}
+	rep, err := s.retention.Restore(r.Context(), m)
+	switch {
+	case errors.Is(err, retention.ErrNoArchive), errors.Is(err, retention.ErrNotLeading):
+		writeError(w, fail(CodeUnavailable, err.Error()))
+	case errors.Is(err, os.ErrNotExist):
+		writeError(w, fail(CodeNotFound, "no cold files of month "+m))
+	case err != nil:
+		writeError(w, s.hide(r, CodeInternal, err))
+	default:
+		writeJSON(w, http.StatusOK, rep)
+	}
+}
+
+func (s *Server) releaseMonth(w http.ResponseWriter, r *http.Request) {
+	m, ok := s.month(w, r)
+	if !ok {
+		return
+	}
+	if err := s.retention.Release(r.Context(), m); err != nil {
+		if errors.Is(err, retention.ErrNoArchive) || errors.Is(err, retention.ErrNotLeading) {
 			writeError(w, fail(CodeUnavailable, err.Error()))
-		case errors.Is(err, os.ErrNotExist):
-			writeError(w, fail(CodeNotFound, "no cold files of month "+m))
-		case err != nil:
-			writeError(w, s.hide(r, CodeInternal, err))
-		default:
-			writeJSON(w, http.StatusOK, rep)
-		}
-	})
-	s.handleFunc("POST /v1/admin/retention/release", func(w http.ResponseWriter, r *http.Request) {
-		m, ok := month(w, r)
-		if !ok {
 			return
 		}
-		if err := rt.Release(r.Context(), m); err != nil {
-			if errors.Is(err, retention.ErrNoArchive) || errors.Is(err, retention.ErrNotLeading) {
-				writeError(w, fail(CodeUnavailable, err.Error()))
-				return
-			}
-			if errors.Is(err, retention.ErrNotRestored) {
-				writeError(w, fail(CodeNotFound, "month "+m+" is not restored: nothing to release"))
-				return
-			}
-			writeError(w, s.hide(r, CodeInternal, err))
+		if errors.Is(err, retention.ErrNotRestored) {
+			writeError(w, fail(CodeNotFound, "month "+m+" is not restored: nothing to release"))
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"month": m, "released": true})
-	})
+		writeError(w, s.hide(r, CodeInternal, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"month": m, "released": true})
 }

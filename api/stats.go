@@ -36,30 +36,29 @@ type subscriptionStats struct {
 	Dead         int64  `json:"dead"`
 }
 
-func (s *Server) routeOperator(o Operator) {
-	s.handleFunc("GET /v1/admin/shardmap", func(w http.ResponseWriter, r *http.Request) {
-		m := o.ShardMap()
-		var ranges []shardMapRange
-		for _, x := range m.Ranges() {
-			st := routing.Serving
-			if x.Frozen {
-				st = routing.Frozen
-			}
-			ranges = append(ranges, shardMapRange{From: x.From, To: x.To, Cluster: x.Cluster, State: st.String()})
+func (s *Server) shardMap(w http.ResponseWriter, r *http.Request) {
+	m := s.b.ShardMap()
+	var ranges []shardMapRange
+	for _, x := range m.Ranges() {
+		st := routing.Serving
+		if x.Frozen {
+			st = routing.Frozen
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"version": m.Version(), "vshards": 1024, "clusters": m.Clusters(), "ranges": ranges})
-	})
-	s.handleFunc("GET /v1/admin/stats", func(w http.ResponseWriter, r *http.Request) {
-		st := o.Stats(r.Context())
-		subs := make([]subscriptionStats, 0, len(st.Subscriptions))
-		for _, q := range st.Subscriptions {
-			subs = append(subs, subscriptionStats{Topic: q.Topic, Subscription: q.Subscription, Depth: q.Ready + q.Delayed + q.Parked,
-				Ready: q.Ready, Delayed: q.Delayed, InFlight: q.InFlight, Parked: q.Parked, Dead: q.Dead})
-		}
-		out := map[string]any{"subscriptions": subs, "missing_clusters": missingList(st.Missing)}
-		if s.retention != nil {
-			out["retention"] = s.retention.Status()
-		}
-		writeJSON(w, http.StatusOK, out)
-	})
+		ranges = append(ranges, shardMapRange{From: x.From, To: x.To, Cluster: x.Cluster, State: st.String()})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"version": m.Version(), "vshards": 1024, "clusters": m.Clusters(), "ranges": ranges})
+}
+
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
+	st := s.b.Stats(r.Context())
+	subs := make([]subscriptionStats, 0, len(st.Subscriptions))
+	for _, q := range st.Subscriptions {
+		subs = append(subs, subscriptionStats{Topic: q.Topic, Subscription: q.Subscription, Depth: q.Ready + q.Delayed + q.Parked,
+			Ready: q.Ready, Delayed: q.Delayed, InFlight: q.InFlight, Parked: q.Parked, Dead: q.Dead})
+	}
+	out := map[string]any{"subscriptions": subs, "missing_clusters": missingList(st.Missing)}
+	if s.retention != nil {
+		out["retention"] = s.retention.Status()
+	}
+	writeJSON(w, http.StatusOK, out)
 }

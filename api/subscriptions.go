@@ -29,20 +29,6 @@ type Subscriptions interface {
 
 var _ Subscriptions = (*broker.Broker)(nil)
 
-func (s *Server) routeSubscriptions(sb Subscriptions) {
-	s.subs = sb
-	s.handleFunc("PUT /v1/topics/{topic}/subscriptions/{sub}", s.putSubscription)
-	s.handleFunc("GET /v1/topics/{topic}/subscriptions/{sub}", s.getSubscription)
-	s.handleFunc("DELETE /v1/topics/{topic}/subscriptions/{sub}", s.deleteSubscription)
-	s.handleFunc("GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters", s.listDead)
-	s.handleFunc("DELETE /v1/topics/{topic}/subscriptions/{sub}/dead-letters", s.purgeDead)
-	s.handleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/redrive", s.redrive)
-	s.handleFunc("GET /v1/topics/{topic}/subscriptions/{sub}/dead-letters/codes", s.deadCodes)
-	s.handleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/claim", s.claimDead)
-	s.handleFunc("POST /v1/topics/{topic}/subscriptions/{sub}/dead-letters/delete", s.deleteDead)
-	s.handleFunc("GET /v1/topics/{topic}/subscriptions/{sub}/consumers", s.consumers)
-}
-
 // subscriptionBody is a PUT body: omitted fields take their defaults (a PUT
 // replaces the whole configuration).
 type subscriptionBody struct {

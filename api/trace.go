@@ -24,14 +24,11 @@ var _ Tracer = (*lookup.Service)(nil)
 // RouteOps registers the trace and lookup endpoints (DESIGN §5 "Trace and
 // lookup") and, when a is not nil, the operations endpoints of admin.go.
 func (s *Server) RouteOps(t Tracer, a Admin) {
-	s.handleFunc("GET /v1/messages/{key}/trace", func(w http.ResponseWriter, r *http.Request) { s.trace(w, r, t, r.PathValue("key")) })
-	// The key in the query: for keys that are a path's dot segments ("."
-	// and ".."), which browsers and URL libraries remove from a path
-	// before it is sent (%2E included).
-	s.handleFunc("GET /v1/messages/trace", func(w http.ResponseWriter, r *http.Request) { s.trace(w, r, t, r.URL.Query().Get("key")) })
-	s.handleFunc("GET /v1/transactions/{transaction_id}", func(w http.ResponseWriter, r *http.Request) { s.transaction(w, r, t) })
+	s.tracer = t
+	s.register(byRouteOps)
 	if a != nil {
-		s.routeAdmin(a)
+		s.admin = a
+		s.register(byRouteOpsAdmin)
 	}
 }
 
@@ -157,7 +154,15 @@ func (s *Server) lookupError(r *http.Request, err error, what string) *apiError 
 	return s.hide(r, CodeInternal, err)
 }
 
-func (s *Server) trace(w http.ResponseWriter, r *http.Request, t Tracer, key string) {
+func (s *Server) traceKeyInPath(w http.ResponseWriter, r *http.Request) {
+	s.trace(w, r, r.PathValue("key"))
+}
+
+func (s *Server) traceKeyInQuery(w http.ResponseWriter, r *http.Request) {
+	s.trace(w, r, r.URL.Query().Get("key"))
+}
+
+func (s *Server) trace(w http.ResponseWriter, r *http.Request, key string) {
 	q := r.URL.Query()
 	topic, orderKey := q.Get("topic"), q.Get("order_key")
 	switch {
@@ -171,7 +176,7 @@ func (s *Server) trace(w http.ResponseWriter, r *http.Request, t Tracer, key str
 		writeError(w, fail(CodeInvalidRequest, "order_key must be at most "+strconv.Itoa(s.limits.MaxKey)+" bytes of UTF-8"))
 		return
 	}
-	tr, err := t.Trace(r.Context(), topic, key, orderKey)
+	tr, err := s.tracer.Trace(r.Context(), topic, key, orderKey)
 	if err != nil {
 		writeError(w, s.lookupError(r, err, "message "+strconv.Quote(key)+" on topic "+topic+" (give order_key if it had one)"))
 		return
@@ -197,7 +202,7 @@ func (s *Server) trace(w http.ResponseWriter, r *http.Request, t Tracer, key str
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) transaction(w http.ResponseWriter, r *http.Request, t Tracer) {
+func (s *Server) transaction(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("transaction_id")
 	if id == "" || len(id) > s.limits.MaxKey || !utf8.ValidString(id) {
 		writeError(w, fail(CodeInvalidRequest, "transaction_id must be 1-"+strconv.Itoa(s.limits.MaxKey)+" bytes of UTF-8"))
@@ -222,7 +227,7 @@ func (s *Server) transaction(w http.ResponseWriter, r *http.Request, t Tracer) {
 		}
 		page.After = v
 	}
-	res, err := t.Transaction(r.Context(), id, page)
+	res, err := s.tracer.Transaction(r.Context(), id, page)
 	if err != nil {
 		writeError(w, s.lookupError(r, err, "transaction "+strconv.Quote(id)))
 		return

@@ -59,18 +59,20 @@ func (s *Server) RouteUI(src *UISources) {
 	if src == nil {
 		src = &UISources{}
 	}
-	page := ui.Handler()
-	s.Handle("GET /ui", page)
-	s.Handle("GET /ui/", page)
-	s.handleFunc("GET /v1/admin/queues", func(w http.ResponseWriter, r *http.Request) { s.queues(w, r, *src) })
+	s.uiFiles = ui.Handler()
+	s.uiSources = *src
+	s.register(byRouteUI)
 }
+
+func (s *Server) page(w http.ResponseWriter, r *http.Request) { s.uiFiles.ServeHTTP(w, r) }
 
 type queueFlow struct {
 	Created int64 `json:"created"`
 	Acked   int64 `json:"acked"`
 }
 
-func (s *Server) queues(w http.ResponseWriter, r *http.Request, src UISources) {
+func (s *Server) queues(w http.ResponseWriter, r *http.Request) {
+	src := s.uiSources
 	qv := r.URL.Query()
 	q := ui.Query{Filter: qv.Get("filter"), Sort: qv.Get("sort"), Limit: 50}
 	if len(q.Filter) > 256 {

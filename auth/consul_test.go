@@ -9,6 +9,7 @@ import (
 	consul "github.com/hashicorp/consul/api"
 
 	"github.com/shardmq/shardmq/internal/consuldouble"
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 func tokensYAML(entries map[string]string) []byte {
@@ -54,13 +55,7 @@ func TestConsulStore(t *testing.T) {
 	defer st.Stop()
 	eventually := func(what string, ok func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("not within 10s: %s", what)
-			}
-			time.Sleep(10 * time.Millisecond) // poll interval
-		}
+		testtime.Within(t, 10*time.Second, what, ok)
 	}
 	put(tokensYAML(map[string]string{"two": "s2"}))
 	eventually("new token usable", func() bool { _, err := st.Lookup("s2"); return err == nil })

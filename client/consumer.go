@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/shardmq/shardmq/client/internal/backoff"
 )
 
 // Handler processes one delivery. Returning nil acks it; returning an
@@ -220,7 +222,7 @@ func (cn *Consumer) claimLoop(ctx, workCtx context.Context) {
 			d := min(time.Duration(failures)*100*time.Millisecond, 5*time.Second)
 			d = max(d, retryAfterOf(err))
 			cn.c.log.Warn("shardmq consumer: claim failed", "topic", cn.cfg.Topic, "subscription", cn.cfg.Subscription, "err", err, "retry_in", d)
-			if sleepCtx(ctx, d) != nil {
+			if backoff.Sleep(ctx, d) != nil {
 				return
 			}
 			continue

@@ -2,12 +2,12 @@ package client
 
 import (
 	"context"
-
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shardmq/shardmq/client/internal/backoff"
 )
 
 // ProducerConfig tunes a Producer. Zero values take the defaults.
@@ -139,7 +139,7 @@ func (p *Producer) Send(ctx context.Context, topic string, m Message) (Result, e
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 {
-			if err := sleepCtx(ctx, wait); err != nil {
+			if err := backoff.Sleep(ctx, wait); err != nil {
 				return Result{Key: m.Key}, fmt.Errorf("send %q to %s after %d attempts (last: %v): %w", m.Key, topic, attempt-1, lastErr, err)
 			}
 		}
@@ -165,7 +165,7 @@ func (p *Producer) Send(ctx context.Context, topic string, m Message) (Result, e
 		if attempt >= p.cfg.MaxAttempts {
 			return o.res, fmt.Errorf("send %q to %s: %d attempts: %w", m.Key, topic, attempt, lastErr)
 		}
-		wait = backoff(p.cfg.InitialBackoff, p.cfg.MaxBackoff, attempt, max(o.retryAfter, retryAfterOf(lastErr)))
+		wait = retryWait(p.cfg.InitialBackoff, p.cfg.MaxBackoff, attempt, max(o.retryAfter, retryAfterOf(lastErr)))
 	}
 }
 
@@ -227,16 +227,10 @@ func (p *Producer) once(ctx context.Context, topic string, m Message) (outcome, 
 	}
 }
 
-// backoff is the wait before retry number attempt: initial·2^(attempt-1)
+// retryWait is the wait before retry number attempt: initial·2^(attempt-1)
 // capped at most, ±20 % jitter, never shorter than retryAfter.
-func backoff(initial, most time.Duration, attempt int, retryAfter time.Duration) time.Duration {
-	d := initial
-	for i := 1; i < attempt && d < most; i++ {
-		d *= 2
-	}
-	d = min(d, most)
-	d = time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-	return max(d, retryAfter)
+func retryWait(initial, most time.Duration, attempt int, retryAfter time.Duration) time.Duration {
+	return max(backoff.Policy{Initial: initial, Max: most, Jitter: 0.2}.Wait(attempt), retryAfter)
 }
 
 // collect gathers queued messages into batches: it takes the first, waits
@@ -360,19 +354,5 @@ func (p *Producer) Close(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("closing the producer: %w", ctx.Err())
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

@@ -703,7 +703,7 @@ func (p *Publisher) settle(b *batch, results []Result, retryAfter time.Duration,
 			i++
 			if retry && m.attempts < p.cfg.MaxAttempts {
 				keep = append(keep, m)
-				wait = max(wait, backoff(p.cfg.InitialBackoff, p.cfg.MaxBackoff, m.attempts, ra))
+				wait = max(wait, retryWait(p.cfg.InitialBackoff, p.cfg.MaxBackoff, m.attempts, ra))
 				continue
 			}
 			switch {

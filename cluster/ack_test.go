@@ -3,12 +3,13 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"github.com/shardmq/shardmq/cluster/clustertest"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/shardmq/shardmq/cluster/clustertest"
 	"github.com/shardmq/shardmq/internal/idgen"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/store"
 )
 
@@ -80,17 +81,10 @@ func TestAckerCoalescesWaitingAcks(t *testing.T) {
 	wg.Add(2)
 	go ack(1)
 	go ack(2)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testtime.WithinState(t, 10*time.Second, "two acks queued", func() (bool, string) {
 		n, _ := a.batch.Queued()
-		if n == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d acks queued, want 2", n)
-		}
-		time.Sleep(time.Millisecond) // polling the queue, not waiting for an effect
-	}
+		return n == 2, fmt.Sprint(n, " queued")
+	})
 	close(g.gate)
 	wg.Wait()
 	if fmt.Sprint(g.calls) != "[1 2]" {
@@ -116,13 +110,7 @@ func TestAckerCoalescesWaitingAcks(t *testing.T) {
 	if left != 1 {
 		t.Errorf("%d deliveries left, want 1 (the lost lease's)", left)
 	}
-	for {
-		if !a.batch.Busy() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the worker still runs with nothing queued")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testtime.Within(t, 10*time.Second, "the worker stopping with nothing queued", func() bool {
+		return !a.batch.Busy()
+	})
 }

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 func TestConnPool(t *testing.T) {
@@ -123,11 +125,7 @@ func TestConnPoolSkipsConnectionsClosedWhileIdle(t *testing.T) {
 	if _, err := p.do(ctx, http.MethodGet, "/", nil); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); closed.Load() == 0; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the server never closed the idle connection")
-		}
-	}
+	testtime.Within(t, 10*time.Second, "the server closing the idle connection", func() bool { return closed.Load() != 0 })
 	if _, err := p.do(ctx, http.MethodGet, "/", nil); err != nil {
 		t.Fatalf("request after the server closed the idle connection: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shardmq/shardmq/internal/ctxwait"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
 	"github.com/shardmq/shardmq/store"
@@ -242,7 +243,7 @@ func (m *Manager) loop(ctx context.Context) {
 		epoch, err := m.newEpoch(runCtx)
 		for err != nil && runCtx.Err() == nil {
 			m.cfg.Log.Warn("reshard: cannot take a leader epoch; retrying", "err", err)
-			wait(runCtx, time.Second)
+			ctxwait.Sleep(runCtx, time.Second)
 			epoch, err = m.newEpoch(runCtx)
 		}
 		if err == nil {

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shardmq/shardmq/internal/ctxwait"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
 	"github.com/shardmq/shardmq/store"
@@ -55,16 +56,7 @@ func (m *Manager) run(ctx context.Context, id string) {
 				return
 			}
 		}
-		wait(ctx, time.Duration(min(failures, 10))*500*time.Millisecond)
-	}
-}
-
-func wait(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
+		ctxwait.Sleep(ctx, time.Duration(min(failures, 10))*500*time.Millisecond)
 	}
 }
 

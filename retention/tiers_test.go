@@ -328,7 +328,7 @@ func TestOlderRowsInLowestPartitionMoveToo(t *testing.T) {
 	id := idgen.Floor(feb) + 1
 	evAt := feb.Add(time.Hour)
 	msg := store.MoveRow{id, idgen.Time(id), int64(700), []byte("older"), []byte("stray"), nil, []byte("tx-stray"), int64(0), nil, int64(1),
-		[]byte(`{"n":1}`), int64(1) /* msg_status consumed */, evAt}
+		[]byte(`{"n":1}`), int64(1) /* msg_status consumed */, evAt, nil, nil, nil, nil, nil}
 	ev := store.MoveRow{idgen.Floor(evAt) + 5, evAt, id, int64(700), []byte("default"), []byte(store.EventAcked), []byte("w9"), int64(1), feb, nil, nil, nil}
 	if err := st.TierWrite(ctx, store.TableMessages, []store.MoveRow{msg}); err != nil {
 		t.Fatal(err)
@@ -418,4 +418,110 @@ func TestColdResumesAfterAFailedFile(t *testing.T) {
 	if got := f.archiveSums(t, march); got != warm || rep.Messages != 40 {
 		t.Fatalf("restored %+v (%+v), warm was %+v", got, rep, warm)
 	}
+}
+
+// consumeOwned claims every ready delivery of topic and acks them as an
+// owner's flush does: the final ack is kept on the message row, not as a
+// trace row. It returns how many.
+func (f *fixture) consumeOwned(t *testing.T, topic string) int {
+	t.Helper()
+	ctx := context.Background()
+	n := 0
+	for _, st := range f.hot {
+		g, _, err := st.AcquireOwner(ctx, topic, "default", "r1", "", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			cands, err := st.ScanClaimable(ctx, topic, "default", f.clock.Now(), nil, 100, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cands) == 0 {
+				break
+			}
+			acks := make([]store.OwnedAck, len(cands))
+			for i, c := range cands {
+				acks[i] = store.OwnedAck{MessageID: c.MessageID, VShard: c.VShard, Consumer: "owner-w", Attempt: 1, ClaimedAt: f.clock.Now(), RequestID: "req-owned"}
+			}
+			res, err := st.FlushOwned(ctx, []store.OwnedFlush{{Unit: store.OwnedUnit{Topic: topic, Subscription: "default", Epoch: g.Epoch}, Acks: acks}}, f.clock.Now())
+			if err != nil || res[0].Stale {
+				t.Fatalf("owned acks: %+v, %v", res, err)
+			}
+			n += len(cands)
+		}
+	}
+	return n
+}
+
+// wantOwnedAck checks a trace shows the final ack kept on the message row.
+func wantOwnedAck(t *testing.T, where string, tr *store.MessageTrace) {
+	t.Helper()
+	var acked []store.Event
+	for _, e := range tr.Events {
+		if e.Type == store.EventAcked {
+			acked = append(acked, e)
+		}
+	}
+	if len(acked) != 1 || acked[0].Consumer != "owner-w" || acked[0].RequestID != "req-owned" || acked[0].Subscription != "default" || acked[0].Attempt != 1 {
+		t.Errorf("%s trace of %s: acked events %+v, want the owner's one", where, tr.Message.Key, acked)
+	}
+	if tr.Message.Status != domain.MessageConsumed || len(tr.Deliveries) != 1 || tr.Deliveries[0].State != domain.DeliveryDone {
+		t.Errorf("%s trace of %s: status %s, deliveries %+v", where, tr.Message.Key, tr.Message.Status, tr.Deliveries)
+	}
+}
+
+// A final ack kept on the message row goes with it through every tier:
+// warm, cold and restored traces show it as the hot one did.
+func TestOwnedAcksThroughTheTiers(t *testing.T) {
+	testbed.Need(t)
+	t.Parallel()
+	ctx := context.Background()
+	march := time.Date(2024, 3, 1, 0, 0, 0, 0, time.UTC)
+	f := setup(t, date(2024, 3, 10), Config{})
+	var msgs []produced
+	for i := 0; i < 10; i++ {
+		msgs = append(msgs, f.produce(t, "owned", fmt.Sprintf("o-%d", i), ""))
+	}
+	f.clock.Set(date(2024, 4, 2))
+	if n := f.consumeOwned(t, "owned"); n != 10 {
+		t.Fatalf("consumed %d, want 10", n)
+	}
+	hot := f.hotSums(t, march)
+	if hot.messages != 10 || hot.events != 0 {
+		t.Fatalf("hot March: %+v, want 10 messages and no trace rows", hot)
+	}
+	check := func(want string) {
+		t.Helper()
+		for _, p := range msgs {
+			where, tr, _ := f.traceTier(t, "owned", p)
+			if where != want {
+				t.Fatalf("trace of %s in %s, want %s", p.key, where, want)
+			}
+			wantOwnedAck(t, where, tr)
+		}
+	}
+	check("hot")
+	f.clock.Set(date(2024, 7, 15))
+	if err := f.job.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if warm := f.archiveSums(t, march); warm != hot {
+		t.Fatalf("warm March %+v, hot was %+v", warm, hot)
+	}
+	check("warm")
+	f.clock.Set(date(2025, 4, 15))
+	if err := f.job.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.archiveSums(t, march); got.messages != 0 {
+		t.Fatalf("archive still holds March after the cold export: %+v", got)
+	}
+	if _, err := f.job.Restore(ctx, march); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.archiveSums(t, march); got != hot {
+		t.Fatalf("restored March %+v, hot was %+v", got, hot)
+	}
+	check("warm")
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/shard"
 )
 
@@ -219,13 +220,8 @@ func TestTraceShowsTheClaimOfALapsedLease(t *testing.T) {
 		if len(got) != 1 {
 			t.Fatalf("claim %d: %v", attempt, got)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for lease, _ := time.Parse(time.RFC3339Nano, got[0]["lease_expires_at"].(string)); !time.Now().After(lease); {
-			if time.Now().After(deadline) {
-				t.Fatal("lease did not lapse")
-			}
-			time.Sleep(time.Millisecond) // a 1 ms lease, waited out with a deadline
-		}
+		lease, _ := time.Parse(time.RFC3339Nano, got[0]["lease_expires_at"].(string))
+		testtime.Within(t, 5*time.Second, "the 1 ms lease lapsing", func() bool { return time.Now().After(lease) })
 	}
 	// The next claim finds the lease lapsed on the last attempt: dead.
 	if got := e.claim(t, "lapse", "s", map[string]any{"max": 1}); len(got) != 0 {
@@ -233,16 +229,11 @@ func TestTraceShowsTheClaimOfALapsedLease(t *testing.T) {
 	}
 	// The trace reads a replica: poll until it has caught up.
 	var body map[string]any
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testtime.WithinState(t, 10*time.Second, "trace of the dead message", func() (bool, string) {
 		var st int
 		st, body = e.do(t, "GET", "/v1/messages/l-1/trace?topic=lapse", nil)
-		if st == 200 && body["message"].(map[string]any)["status"] == "dead" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("trace: %d %v", st, body)
-		}
-	}
+		return st == 200 && body["message"].(map[string]any)["status"] == "dead", fmt.Sprint(st, " ", body)
+	})
 	var seq []string
 	for _, ev := range body["events"].([]any) {
 		m := ev.(map[string]any)

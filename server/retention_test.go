@@ -107,17 +107,10 @@ func TestRetentionTraceThroughTiers(t *testing.T) {
 	// checks are repeated until they hold or 20 s pass.
 	check := func(stage, tier, status string, wantAcked bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		testtime.WithinState(t, 20*time.Second, stage, func() (bool, string) {
 			msg := checkOnce(stage, tier, status, wantAcked)
-			if msg == "" {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatal(msg)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return msg == "", msg
+		})
 	}
 	run := func() {
 		t.Helper()

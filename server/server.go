@@ -336,7 +336,7 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	r.api.RouteUI(&api.UISources{History: r.obs.history, Alarms: r.upkeep, Flow: r.obs.msgs})
 	r.api.RouteOps(r.lookups, adminOps{eps: r.eps, table: r.table, view: view, stores: r.pools.Stores, recon: r.recon, lookups: r.lookups,
 		ready: readyCheck{r.pools, view, cfg.Log}})
-	r.api.Handle("GET /metrics", promhttp.HandlerFor(r.metrics, promhttp.HandlerOpts{}))
+	r.api.RouteMetrics(promhttp.HandlerFor(r.metrics, promhttp.HandlerOpts{}))
 	r.api.Instrument(api.NewHTTPMetrics(r.metrics))
 	if err := r.secure(); err != nil {
 		return err

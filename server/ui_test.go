@@ -15,6 +15,7 @@ import (
 	"github.com/shardmq/shardmq/auth"
 	"github.com/shardmq/shardmq/internal/ctl"
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/ui"
 )
 
@@ -134,22 +135,16 @@ func seedUI(t *testing.T, e *uiEnv) {
 func (e *uiEnv) waitQueues(t *testing.T, want map[string][3]float64) map[string]any {
 	t.Helper()
 	var last map[string]any
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testtime.WithinState(t, 30*time.Second, fmt.Sprint("queues ", want, " from samples"), func() (bool, string) {
 		last = e.must(t, "GET", "/v1/admin/queues?limit=500", nil)
 		got := map[string][3]float64{}
 		for _, s := range last["subscriptions"].([]any) {
 			m := s.(map[string]any)
 			got[m["topic"].(string)+"/"+m["subscription"].(string)] = [3]float64{m["depth"].(float64), m["in_flight"].(float64), m["dead"].(float64)}
 		}
-		if last["live"] == false && fmt.Sprint(got) == fmt.Sprint(want) {
-			return last
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queues %v, want %v (live %v)", got, want, last["live"])
-		}
-		time.Sleep(20 * time.Millisecond) // polling the condition, with a deadline
-	}
+		return last["live"] == false && fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprintf("%v (live %v)", got, last["live"])
+	})
+	return last
 }
 
 // The page's shell is public and carries no data; everything it shows

@@ -38,6 +38,10 @@ type tierTable struct {
 	msgCol string
 	// partitioned tables are RANGE-partitioned by month on month.
 	partitioned bool
+	// required is how many leading columns every cold file row has; the
+	// columns after them were added later and read NULL from older files.
+	// 0: all of them.
+	required int
 }
 
 var tierTables = []*tierTable{&messageStoreTier, &messageTraceTier, &archiveMessageTier, &archiveTraceTier}
@@ -270,6 +274,9 @@ func DecodeRow(table string, line []byte) (MoveRow, error) {
 	r := make(MoveRow, len(t.cols))
 	for i, c := range t.cols {
 		raw, ok := obj[c]
+		if !ok && t.required > 0 && i >= t.required {
+			continue // a column newer than the file: NULL
+		}
 		if !ok {
 			return nil, fmt.Errorf("decode %s row: column %s missing", t.name, c)
 		}
@@ -381,7 +388,7 @@ func (s *Store) ArchivedTrace(ctx context.Context, topic, key string, now time.T
 }
 
 func archivedEvents(ctx context.Context, q queryer, id uint64) ([]Event, error) {
-	return queryRows(ctx, q, "select archive_trace", selectArchivedEvents(1), []any{id}, scanEvent)
+	return queryRows(ctx, q, "select archive_trace", selectArchivedEvents(1), []any{id, id}, scanEvent)
 }
 
 // Events reads the trace events of message ids held by this cluster, in

@@ -33,10 +33,11 @@ const createArchiveMessage = `CREATE TABLE IF NOT EXISTS archive_message (
 // archiveMessageTier describes archive_message for the tier statements
 // (archive.go): message_store's columns, spanned by id.
 var archiveMessageTier = tierTable{
-	name:   "archive_message",
-	cols:   messageStoreMove.cols,
-	kinds:  messageKinds,
-	msgCol: "id",
+	name:     "archive_message",
+	cols:     messageStoreMove.cols,
+	kinds:    messageKinds,
+	msgCol:   "id",
+	required: messageColsBeforeAcks,
 }
 
 // messageStoreTier describes message_store as the source of the warm copy:
@@ -47,11 +48,16 @@ var messageStoreTier = tierTable{
 	kinds:       messageKinds,
 	msgCol:      "id",
 	partitioned: true,
+	required:    messageColsBeforeAcks,
 }
+
+// messageColsBeforeAcks is how many columns message rows had before the
+// final ack's (migration 18): cold files written before have only those.
+const messageColsBeforeAcks = 13
 
 // messageKinds says how each message_store column is written to a cold
 // file (see tierTable.kinds).
-var messageKinds = []byte("itissssibibit")
+var messageKinds = []byte("itissssibibitssits")
 
 // selectArchivedByKey reads the newest archived message with (topic, key).
 const selectArchivedByKey = `SELECT ` + messageBodyCols + ` FROM archive_message WHERE topic = ? AND msg_key = ? ORDER BY id DESC LIMIT 1`

@@ -791,6 +791,22 @@ func lockLive(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) (map[ui
 		})
 }
 
+// withDeliveries answers which of the messages ids still have a delivery
+// (of any subscription, live or dead), read with a shared lock: a delete
+// of another subscription's delivery of the same message by a transaction
+// still running is waited for, so that of two final acks committing at
+// once one sees the other's (or they deadlock and one runs again).
+func withDeliveries(ctx context.Context, tx *sql.Tx, ids []uint64) (map[uint64]bool, error) {
+	args := appendArgs(make([]any, 0, len(ids)), ids)
+	return queryMap(ctx, tx, "lock remaining message_queue", "SELECT DISTINCT message_id, 1 FROM message_queue WHERE message_id IN ("+inList(len(ids))+") LOCK IN SHARE MODE", args,
+		func(rows *sql.Rows) (uint64, bool, error) {
+			var id uint64
+			var one int
+			err := rows.Scan(&id, &one)
+			return id, true, err
+		})
+}
+
 // deleteOwned deletes acked deliveries of a subscription and answers how
 // many were there.
 func deleteOwned(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) (int64, error) {

@@ -279,10 +279,83 @@ func setStatus(ctx context.Context, tx *sql.Tx, m *Message, from, to domain.Mess
 	return n == 1, nil
 }
 
+// The final ack of a message — the one that leaves it no delivery — is
+// written on the message row, in the update that marks it consumed,
+// instead of as an `acked` row of message_trace: which subscription,
+// consumer and attempt, when it was claimed and the request that acked
+// it (status_at is when). It is the common case (one subscription), so
+// a consumed message costs the delete of its delivery and this update,
+// two rows instead of three (docs/performance.md). The trace reads it as
+// an `acked` event like any other (ackedEventsSQL); earlier acks of other
+// subscriptions, and acks on the rarer paths, stay rows of message_trace.
+// The columns come last and NULL, so adding them is instant.
+const ackedColumns = `ADD COLUMN acked_sub VARBINARY(128) NULL, ADD COLUMN acked_by VARBINARY(128) NULL,
+  ADD COLUMN acked_attempt SMALLINT UNSIGNED NULL, ADD COLUMN acked_claimed_at DATETIME(6) NULL, ADD COLUMN acked_request VARBINARY(64) NULL`
+
+const (
+	addAckedColumns         = `ALTER TABLE message_store ` + ackedColumns
+	addArchivedAckedColumns = `ALTER TABLE archive_message ` + ackedColumns
+)
+
+// ackedEventsSQL reads the acks kept on the rows of table (message_store or
+// archive_message) of n messages as trace events, in eventsOf's columns:
+// the event's id is the message's (one such event per message).
+func ackedEventsSQL(table string, n int) string {
+	var b strings.Builder
+	b.WriteString(`SELECT id, status_at AS created_at, id AS message_id, vshard, acked_sub, '` + EventAcked + `' AS event, COALESCE(acked_by, ''),
+  acked_attempt, acked_claimed_at, '', '', COALESCE(acked_request, '') FROM ` + table + ` WHERE `)
+	if table == "message_store" {
+		idList(&b, nil, make([]uint64, n)) // the placeholders only: the caller binds (id, created_at) pairs
+	} else {
+		b.WriteString("id IN (" + inList(n) + ")")
+	}
+	b.WriteString(" AND acked_sub IS NOT NULL")
+	return b.String()
+}
+
+// finalAck is the part of a final ack written on its message row.
+type finalAck struct {
+	sub, consumer, request string
+	attempt                int
+	claimedAt              time.Time
+}
+
+// markAcked marks consumed those of ids whose status is not consumed yet,
+// with their final ack a, and answers how many rows it changed.
+func markAcked(ctx context.Context, tx *sql.Tx, ids []uint64, a finalAck, now time.Time) (int64, error) {
+	var b strings.Builder
+	b.WriteString(`UPDATE message_store SET msg_status = ?, status_at = ?, acked_sub = ?, acked_by = ?, acked_attempt = ?,
+  acked_claimed_at = ?, acked_request = ? WHERE `)
+	var claimed any
+	if !a.claimedAt.IsZero() {
+		claimed = a.claimedAt
+	}
+	args := []any{statusCode(StatusConsumed), now, a.sub, nullString(a.consumer), a.attempt, claimed, nullString(a.request)}
+	args = idList(&b, args, ids)
+	b.WriteString(" AND msg_status <> ?")
+	return execCount(ctx, tx, "mark message_store acked", b.String(), append(args, statusCode(StatusConsumed))...)
+}
+
+// ackedOn answers which of ids carry on their row a final ack of sub at
+// now (markAcked's), to tell which of a group it changed.
+func ackedOn(ctx context.Context, tx *sql.Tx, ids []uint64, sub string, now time.Time) (map[uint64]bool, error) {
+	var b strings.Builder
+	b.WriteString("SELECT id, 1 FROM message_store WHERE ")
+	args := idList(&b, nil, ids)
+	b.WriteString(" AND acked_sub = ? AND status_at = ?")
+	return queryMap(ctx, tx, "read message_store acks", b.String(), append(args, sub, now), func(rows *sql.Rows) (uint64, bool, error) {
+		var id uint64
+		var one int
+		err := rows.Scan(&id, &one)
+		return id, true, err
+	})
+}
+
 // messageStoreMove moves messages with their vshard (see move.go).
 var messageStoreMove = moveTable{
-	name:  "message_store",
-	cols:  []string{"id", "created_at", "vshard", "topic", "msg_key", "order_key", "transaction_id", "priority", "headers", "payload_json", "payload", "msg_status", "status_at"},
+	name: "message_store",
+	cols: []string{"id", "created_at", "vshard", "topic", "msg_key", "order_key", "transaction_id", "priority", "headers", "payload_json", "payload", "msg_status", "status_at",
+		"acked_sub", "acked_by", "acked_attempt", "acked_claimed_at", "acked_request"},
 	pk:    []string{"id", "created_at"},
 	idCol: "id",
 }

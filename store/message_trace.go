@@ -4,7 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/shardmq/shardmq/internal/idgen"
 
 	"github.com/shardmq/shardmq/internal/reqid"
 )
@@ -136,10 +139,17 @@ func eventsOf(ctx context.Context, q queryer, ids []uint64, types ...string) ([]
 	}
 	query := `SELECT id, created_at, message_id, vshard, COALESCE(subscription, ''), event, COALESCE(consumer, ''), attempt, claimed_at,
   COALESCE(error_code, ''), COALESCE(error, ''), COALESCE(request_id, '') FROM message_trace WHERE message_id IN (` + inList(len(ids)) + ")"
-	args := appendArgs(make([]any, 0, len(ids)+len(types)), ids)
+	args := appendArgs(make([]any, 0, 3*len(ids)+len(types)), ids)
 	if len(types) > 0 {
 		query += " AND event IN (" + inList(len(types)) + ")"
 		args = appendArgs(args, types)
+	}
+	if len(types) == 0 || slices.Contains(types, EventAcked) {
+		// The final acks kept on the message rows (message_store.go).
+		query += "\nUNION ALL\n" + ackedEventsSQL("message_store", len(ids))
+		for _, id := range ids {
+			args = append(args, id, idgen.Time(id))
+		}
 	}
 	return queryRows(ctx, q, "select message_trace", query+" ORDER BY created_at, id", args, scanEvent)
 }

@@ -37,6 +37,7 @@ var migrations = []migration{
 	{15, "delivery owners' leases apart", func(time.Time) []string { return []string{createDeliveryLease, copyOwnerLeases, dropOwnerLeaseColumns} }},
 	{16, "shard fence", func(time.Time) []string { return []string{createShardFence, seedShardFence} }},
 	{17, "reshard leaders' sessions", func(time.Time) []string { return []string{createReshardSession} }},
+	{18, "the final ack on the message row", func(time.Time) []string { return []string{addAckedColumns, addArchivedAckedColumns} }},
 }
 
 // SchemaVersion is the newest migration this build knows.

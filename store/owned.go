@@ -127,7 +127,8 @@ func (s *Store) flushIn(ctx context.Context, tx *sql.Tx, batch []OwnedFlush, now
 	}
 	out := make([]OwnedResult, len(batch))
 	var events []Event
-	var consumed, dead []uint64
+	var dead []uint64
+	var acked []unitAck
 	var unpark []delivery
 	for i, f := range batch {
 		u := f.Unit
@@ -175,10 +176,7 @@ func (s *Store) flushIn(ctx context.Context, tx *sql.Tx, batch []OwnedFlush, now
 				}
 				r.Acks[j] = true
 				d := delivery{messageID: a.MessageID, vshard: a.VShard, subscription: u.Subscription, topic: u.Topic, orderKey: a.OrderKey}
-				ev := s.event(now, d, EventAcked, a.Consumer, a.Attempt, "", "")
-				ev.ClaimedAt, ev.RequestID = a.ClaimedAt, a.RequestID
-				events = append(events, ev)
-				consumed = append(consumed, a.MessageID)
+				acked = append(acked, unitAck{d, a})
 				if a.Ordered && a.OrderKey != "" {
 					unpark = append(unpark, d)
 				}
@@ -228,7 +226,11 @@ func (s *Store) flushIn(ctx context.Context, tx *sql.Tx, batch []OwnedFlush, now
 	if err := s.unparkNext(ctx, tx, unpark, now); err != nil {
 		return nil, err
 	}
-	if err := insertEvents(ctx, tx, events); err != nil {
+	evs, err := s.finishAcks(ctx, tx, acked, now)
+	if err != nil {
+		return nil, err
+	}
+	if err := insertEvents(ctx, tx, append(events, evs...)); err != nil {
 		return nil, err
 	}
 	if len(dead) > 0 {
@@ -236,12 +238,78 @@ func (s *Store) flushIn(ctx context.Context, tx *sql.Tx, batch []OwnedFlush, now
 			return nil, err
 		}
 	}
-	if len(consumed) > 0 {
-		if err := markConsumed(ctx, tx, consumed, now); err != nil {
+	return out, nil
+}
+
+// unitAck is an ack a flush deleted the delivery of.
+type unitAck struct {
+	d delivery
+	a OwnedAck
+}
+
+// finishAcks writes what acks leave besides the deleted deliveries. The
+// final ack of a message — no delivery of it left, the common case — is
+// written on its row in the update that marks it consumed (markAcked, one
+// update per group of acks that share their subscription, consumer,
+// attempt, claim time and request); the others, and a final ack whose
+// row the update did not change (gone, or consumed already), are the
+// `acked` trace events it returns.
+func (s *Store) finishAcks(ctx context.Context, tx *sql.Tx, acked []unitAck, now time.Time) ([]Event, error) {
+	if len(acked) == 0 {
+		return nil, nil
+	}
+	ids := make([]uint64, len(acked))
+	for i, x := range acked {
+		ids[i] = x.a.MessageID
+	}
+	left, err := withDeliveries(ctx, tx, ids)
+	if err != nil {
+		return nil, err
+	}
+	var events []Event
+	traced := func(x unitAck) {
+		ev := s.event(now, x.d, EventAcked, x.a.Consumer, x.a.Attempt, "", "")
+		ev.ClaimedAt, ev.RequestID = x.a.ClaimedAt, x.a.RequestID
+		events = append(events, ev)
+	}
+	groups := map[finalAck][]unitAck{}
+	var order []finalAck
+	for _, x := range acked {
+		if left[x.a.MessageID] {
+			traced(x)
+			continue
+		}
+		k := finalAck{sub: x.d.subscription, consumer: x.a.Consumer, request: x.a.RequestID, attempt: x.a.Attempt, claimedAt: x.a.ClaimedAt.UTC()}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], x)
+		left[x.a.MessageID] = true // a second ack of it in this flush is no longer final
+	}
+	for _, k := range order {
+		g := groups[k]
+		gids := make([]uint64, len(g))
+		for i, x := range g {
+			gids[i] = x.a.MessageID
+		}
+		n, err := markAcked(ctx, tx, gids, k, now)
+		if err != nil {
 			return nil, err
 		}
+		if int(n) == len(g) {
+			continue
+		}
+		on, err := ackedOn(ctx, tx, gids, k.sub, now)
+		if err != nil {
+			return nil, err
+		}
+		for _, x := range g {
+			if !on[x.a.MessageID] {
+				traced(x)
+			}
+		}
 	}
-	return out, nil
+	return events, nil
 }
 
 // parkBehind parks those of ps that are still not the head of their order

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/shardmq/shardmq/internal/testbed"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/shardmq/shardmq/domain"
+	"github.com/shardmq/shardmq/internal/testbed"
 )
 
 // produce stores n messages on topic t for sub and answers their ids.
@@ -159,7 +162,9 @@ func TestFlushOwnedWritesAndFences(t *testing.T) {
 		want  int
 	}{
 		{"SELECT COUNT(*) FROM message_queue WHERE message_id IN (?, ?)", []any{ids[0], ids[1]}, 0},
-		{"SELECT COUNT(*) FROM message_trace WHERE event = 'acked' AND consumer = 'w' AND attempt = 1 AND claimed_at IS NOT NULL AND request_id = 'req-1'", nil, 2},
+		// The final acks are on the message rows, not rows of their own.
+		{"SELECT COUNT(*) FROM message_trace WHERE event = 'acked'", nil, 0},
+		{"SELECT COUNT(*) FROM message_store WHERE msg_status = 1 AND acked_sub = 's' AND acked_by = 'w' AND acked_attempt = 1 AND acked_claimed_at IS NOT NULL AND acked_request = 'req-1'", nil, 2},
 		{"SELECT COUNT(*) FROM message_store WHERE msg_status = 1", nil, 2},
 		{"SELECT COUNT(*) FROM message_queue WHERE message_id = ? AND attempts = 1 AND available_at > ? AND claim_token = 0 AND error_code = 'E'", []any{ids[2], now}, 1},
 		{"SELECT COUNT(*) FROM message_trace WHERE message_id = ? AND event IN ('nacked', 'retry_scheduled')", []any{ids[2]}, 2},
@@ -169,6 +174,16 @@ func TestFlushOwnedWritesAndFences(t *testing.T) {
 	} {
 		if n := f.count(t, c.query, c.args...); n != c.want {
 			t.Errorf("%s %v: %d, want %d", c.query, c.args, n, c.want)
+		}
+	}
+	// The trace reads them as acked events.
+	evs, err := eventsOf(ctx, f.st.db, []uint64{ids[0], ids[1]}, EventAcked)
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("acked events: %+v, %v", evs, err)
+	}
+	for _, e := range evs {
+		if e.Type != EventAcked || e.Subscription != "s" || e.Consumer != "w" || e.Attempt != 1 || !near(e.ClaimedAt, claimed) || e.RequestID != "req-1" || !near(e.At, now) {
+			t.Errorf("acked event %+v", e)
 		}
 	}
 	// The lease written out is a durable lease: the table's ack takes it.
@@ -255,3 +270,98 @@ func TestFlushParksBehindTheHead(t *testing.T) {
 		t.Fatalf("claimable after the ack: %+v, %v", cands, err)
 	}
 }
+
+// A message's final ack — no delivery left — is written on its row; an
+// ack that leaves another subscription's delivery is a trace row. Either
+// way the trace has one acked event per subscription and the message ends
+// consumed, also when the two subscriptions' last acks commit at once.
+func TestFinalAckOnTheMessageRow(t *testing.T) {
+	testbed.Need(t)
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	ids := f.produce(t, 3, "", "a", "b")
+	unit := map[string]OwnedUnit{}
+	for _, sub := range []string{"a", "b"} {
+		g, _, err := f.st.AcquireOwner(ctx, "t", sub, "r1", "", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unit[sub] = OwnedUnit{Topic: "t", Subscription: sub, Epoch: g.Epoch}
+	}
+	now := f.now.Add(time.Second)
+	ack := func(sub string, id uint64) OwnedFlush {
+		return OwnedFlush{Unit: unit[sub], Acks: []OwnedAck{{MessageID: id, VShard: 7, Consumer: "w-" + sub, Attempt: 1, ClaimedAt: now, RequestID: "r-" + sub}}}
+	}
+	flush := func(batch ...OwnedFlush) {
+		t.Helper()
+		res, err := f.st.FlushOwned(ctx, batch, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			if r.Stale || !r.Acks[0] {
+				t.Fatalf("flush: %+v", res)
+			}
+		}
+	}
+	check := func(id uint64, status domain.MessageStatus, traceRows int) {
+		t.Helper()
+		if n := f.count(t, "SELECT COUNT(*) FROM message_trace WHERE message_id = ? AND event = 'acked'", id); n != traceRows {
+			t.Errorf("message %d: %d acked trace rows, want %d", id, n, traceRows)
+		}
+		msgs, err := selectMessages(ctx, f.st.db, []uint64{id})
+		if err != nil || msgs[id].Status != status {
+			t.Fatalf("message %d: %+v, %v; want %s", id, msgs[id], err, status)
+		}
+		evs, err := eventsOf(ctx, f.st.db, []uint64{id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs := map[string]int{}
+		for _, e := range evs {
+			if e.Type == EventAcked {
+				subs[e.Subscription]++
+				if e.Consumer != "w-"+e.Subscription || e.RequestID != "r-"+e.Subscription || e.Attempt != 1 || !near(e.ClaimedAt, now) {
+					t.Errorf("message %d: acked event %+v", id, e)
+				}
+			}
+		}
+		want := map[string]int{"a": 1}
+		if status == StatusConsumed {
+			want["b"] = 1
+		}
+		if fmt.Sprint(subs) != fmt.Sprint(want) {
+			t.Errorf("message %d: acked events by subscription %v, want %v", id, subs, want)
+		}
+	}
+	// One subscription first: a trace row, still pending; then the last.
+	flush(ack("a", ids[0]))
+	check(ids[0], StatusPending, 1)
+	flush(ack("b", ids[0]))
+	check(ids[0], StatusConsumed, 1)
+	// Both in one flush: one of them on the row.
+	flush(ack("a", ids[1]), ack("b", ids[1]))
+	check(ids[1], StatusConsumed, 1)
+	// Both at once in two transactions.
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, sub := range []string{"a", "b"} {
+		wg.Go(func() {
+			res, err := f.st.FlushOwned(ctx, []OwnedFlush{ack(sub, ids[2])}, now)
+			if err == nil && (res[0].Stale || !res[0].Acks[0]) {
+				err = fmt.Errorf("outcome %+v", res[0])
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	check(ids[2], StatusConsumed, 1)
+}
+
+// near says a time read back from a DATETIME(6) column is t (stored to
+// the microsecond).
+func near(read, t time.Time) bool { return read.Sub(t).Abs() < time.Microsecond }

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	mrand "math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/shardmq/shardmq/client"
+	"github.com/shardmq/shardmq/client/internal/backoff"
 )
 
 // Message is what Enqueue stores and the relay sends.
@@ -191,10 +191,8 @@ func (r *Relay) claim(ctx context.Context) (uint64, []*row, error) {
 		if try >= 5 || !errors.As(err, &me) || (me.Number != 1213 && me.Number != 1205) {
 			return token, rows, err
 		}
-		select {
-		case <-ctx.Done():
+		if backoff.Sleep(ctx, time.Duration(try)*5*time.Millisecond) != nil {
 			return 0, nil, err
-		case <-time.After(time.Duration(try) * 5 * time.Millisecond):
 		}
 	}
 }
@@ -310,12 +308,7 @@ func (r *Relay) mark(ctx context.Context, tx *sql.Tx, token uint64, rw *row, res
 }
 
 func (r *Relay) backoff(attempt int) time.Duration {
-	d := r.cfg.InitialBackoff
-	for i := 1; i < attempt && d < r.cfg.MaxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, r.cfg.MaxBackoff)
-	return time.Duration(float64(d) * (0.8 + 0.4*mrand.Float64()))
+	return backoff.Policy{Initial: r.cfg.InitialBackoff, Max: r.cfg.MaxBackoff, Jitter: 0.2}.Wait(attempt)
 }
 
 // UnlockExpired clears the leases of relays that died holding them,

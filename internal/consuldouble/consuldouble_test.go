@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 func setup(t *testing.T) (*Server, *api.Client) {
@@ -122,16 +123,10 @@ func TestSessionsLocksAndLockDelay(t *testing.T) {
 	if ok, _, _ := kv.Acquire(&api.KVPair{Key: "lock", Session: s2}, nil); ok {
 		t.Fatal("acquired during the lock-delay")
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		if ok, _, _ := kv.Acquire(&api.KVPair{Key: "lock", Session: s2}, nil); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("lock-delay never ended")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testtime.Within(t, 3*time.Second, "the lock acquired after the lock-delay", func() bool {
+		ok, _, _ := kv.Acquire(&api.KVPair{Key: "lock", Session: s2}, nil)
+		return ok
+	})
 	// Release by the holder needs no lock-delay; destroying a
 	// delete-behavior session deletes its keys.
 	if ok, _, _ := kv.Release(&api.KVPair{Key: "lock", Session: s1}, nil); ok {

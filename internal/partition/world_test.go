@@ -23,6 +23,7 @@ import (
 	"github.com/shardmq/shardmq/internal/consuldouble"
 	"github.com/shardmq/shardmq/internal/netbed"
 	"github.com/shardmq/shardmq/internal/testbed"
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // testBudget bounds each test: it stops by itself well before `go test`'s
@@ -355,14 +356,14 @@ func (w *world) call(method, url string, body any) (int, map[string]any) {
 	return resp.StatusCode, out
 }
 
-// waitFor polls cond until it holds or d (or the test's budget) ends.
+// waitFor polls cond until it holds or d (or the test's budget, or the
+// world's context) ends.
 func (w *world) waitFor(d time.Duration, what string, cond func() bool) {
 	w.t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) || w.ctx.Err() != nil {
-			w.t.Fatalf("%s: not within %v", what, d)
+	testtime.Within(w.t, d, what, func() bool {
+		if w.ctx.Err() != nil {
+			w.t.Fatalf("%s: the world ended first: %v", what, w.ctx.Err())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return cond()
+	})
 }

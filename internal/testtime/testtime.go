@@ -6,6 +6,9 @@
 // tests chose. Waiting for something that must happen is bounded by it;
 // a test that asserts how fast something happens measures the time and
 // compares it with a generous bound of its own.
+//
+// Until (and Within, for a wait with a bound of its own) is the one way a
+// test waits for a condition: no test writes its own polling loop.
 package testtime
 
 import (
@@ -55,8 +58,38 @@ func Until(t *testing.T, what string, cond func() bool) {
 // for the failure message.
 func UntilState(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	budget := Budget(t)
-	deadline := time.Now().Add(budget)
+	poll(t, Budget(t), "the test's budget", what, cond)
+}
+
+// Within is Until bounded by d as well: for a wait whose bound is part of
+// what the test asserts ("a token put into Consul is accepted within
+// 10 s"), or one that must give up well before the test's deadline. It
+// fails t when cond has not held after d, or after Budget when that is
+// shorter.
+func Within(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	WithinState(t, d, what, func() (bool, string) { return cond(), "" })
+}
+
+// WithinState is Within with a condition that also describes what it
+// saw, for the failure message.
+func WithinState(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	if b := Budget(t); b < d {
+		poll(t, b, "the test's budget", what, cond)
+		return
+	}
+	poll(t, d, "", what, cond)
+}
+
+// poll asks cond every 10 ms until it holds, and fails t when limit has
+// passed first; bound names the limit in the failure message.
+func poll(t *testing.T, limit time.Duration, bound, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	if bound != "" {
+		bound = ", " + bound
+	}
 	for {
 		ok, state := cond()
 		if ok {
@@ -64,9 +97,9 @@ func UntilState(t *testing.T, what string, cond func() (bool, string)) {
 		}
 		if time.Now().After(deadline) {
 			if state != "" {
-				t.Fatalf("%s: not within %v, the test's budget (last seen: %s)", what, budget.Round(time.Second), state)
+				t.Fatalf("%s: not within %v%s (last seen: %s)", what, limit.Round(time.Millisecond), bound, state)
 			}
-			t.Fatalf("%s: not within %v, the test's budget", what, budget.Round(time.Second))
+			t.Fatalf("%s: not within %v%s", what, limit.Round(time.Millisecond), bound)
 		}
 		time.Sleep(every)
 	}

@@ -30,3 +30,17 @@ func TestUntilAsksUntilTheConditionHolds(t *testing.T) {
 		t.Fatalf("asked %d times, want 3", asked)
 	}
 }
+
+// Within returns as soon as the condition holds, well inside its bound.
+func TestWithinAsksUntilTheConditionHolds(t *testing.T) {
+	t.Parallel()
+	asked := 0
+	start := time.Now()
+	Within(t, time.Minute, "the third question", func() bool { asked++; return asked == 3 })
+	if asked != 3 {
+		t.Fatalf("asked %d times, want 3", asked)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("took %v", d)
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/hashicorp/consul/api"
 
+	"github.com/shardmq/shardmq/internal/backoff"
 	"github.com/shardmq/shardmq/internal/ctxwait"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/topology"
@@ -348,11 +349,7 @@ func (s *Source) ResetWatches() {
 
 // backoff is the retry wait after n consecutive failures.
 func (s *Source) backoff(n int) time.Duration {
-	d := s.cfg.MinBackoff
-	for i := 1; i < n && d < s.cfg.MaxBackoff; i++ {
-		d *= 2
-	}
-	return min(d, s.cfg.MaxBackoff)
+	return backoff.Policy{Initial: s.cfg.MinBackoff, Max: s.cfg.MaxBackoff}.Wait(n)
 }
 
 // sleep waits d or until ctx is done; false when ctx is done.

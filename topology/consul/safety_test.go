@@ -567,8 +567,7 @@ func noSequenceSplitsRouting(t *testing.T, e *env, seed uint64, steps int) {
 		// (written back by them if the store lost it or went back).
 		// Then the next step: operators act one after the other.
 		var agreed *routing.Map
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testtime.WithinState(t, 5*time.Second, fmt.Sprintf("step %d: the live routers routing with the stored map", step), func() (bool, string) {
 			agreed = nil
 			same := true
 			for _, r := range live {
@@ -583,17 +582,15 @@ func noSequenceSplitsRouting(t *testing.T, e *env, seed uint64, steps int) {
 				same = false
 			}
 			if same {
-				break
+				return true, ""
 			}
-			if time.Now().After(deadline) {
-				for id, r := range live {
-					cur, _ := r.current()
-					t.Logf("  %s routes with version %d (%v)", id, cur.Version(), cur.Ranges())
-				}
-				t.Fatalf("step %d: live routers route differently", step)
+			var seen []string
+			for id, r := range live {
+				cur, _ := r.current()
+				seen = append(seen, fmt.Sprintf("%s routes with version %d (%v)", id, cur.Version(), cur.Ranges()))
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return false, strings.Join(seen, "; ")
+		})
 		for id, r := range live {
 			var prev int64
 			for _, m := range r.log() {

@@ -7,11 +7,13 @@ package topologytest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/shard"
 	"github.com/shardmq/shardmq/topology"
@@ -439,19 +441,15 @@ func testLeaderHandover(t *testing.T, f Features, env Env) {
 // awaitApplied polls b until a live router reports version v.
 func awaitApplied(t *testing.T, b topology.Backend, v int64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testtime.WithinState(t, 5*time.Second, fmt.Sprint("a live router reporting version ", v), func() (bool, string) {
 		applied, err := b.Applied(testContext(t))
 		if err == nil {
 			if top, _ := topology.HighestApplied(applied); top >= v {
-				return
+				return true, ""
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no live router reports version %d (last: %+v, %v)", v, applied, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("%+v, %v", applied, err)
+	})
 }
 
 // A router routes with version 5 while the store holds 1 (the store was
