@@ -223,14 +223,14 @@ func New(cfg Config, table *routing.Table, clusters map[string]Cluster, subs Sub
 // and refuses one whose signature does not hold (Receipts).
 func (b *Broker) DecodeReceipt(s string) (Receipt, error) { return b.cfg.Receipts.Decode(s) }
 
-// SetClusters swaps the cluster connections (after a topology change). A
-// cluster whose connection is unchanged keeps its committer; the committers
-// of replaced connections finish what they have queued and stop.
+// SetClusters swaps the clusters (after a topology change). A cluster
+// that is unchanged stays as it is; replaced ones finish the produce
+// requests they have queued and stop (Cluster.Stop).
 func (b *Broker) SetClusters(clusters map[string]Cluster) {
 	b.setMu.Lock()
 	defer b.setMu.Unlock()
 	if b.closed {
-		return // a topology applied during shutdown starts no committer that nobody stops
+		return // a topology applied during shutdown hands over no cluster that nobody stops
 	}
 	old := *b.clusters.Load()
 	m := make(map[string]*clusterConn, len(clusters))

@@ -37,7 +37,7 @@ func (b *Broker) orderedNow(ctx context.Context, receipts []Receipt) {
 // holds in memory in its cluster's next flush; a durable lease (a retry,
 // or one written to the table on expiry or hand-over) is acked in the
 // table, in one transaction per cluster shared with the other acks that
-// reach it meanwhile (acker.go).
+// reach it meanwhile (cluster/ack.go).
 func (b *Broker) Ack(ctx context.Context, receipts []Receipt) []LeaseResult {
 	return b.ack(ctx, receipts, true)
 }
@@ -75,7 +75,7 @@ func (b *Broker) ack(ctx context.Context, receipts []Receipt, forward bool) []Le
 			leases[j] = receipts[i].Lease
 		}
 		// Shared with the other acks that reach the cluster meanwhile
-		// (acker.go).
+		// (cluster/ack.go).
 		st, err := cs.conn.Ack(ctx, leases, b.now().UTC())
 		for j, i := range durable {
 			if err != nil {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shardmq/shardmq/internal/testtime"
 )
 
 // it is a test item: a value, what it weighs against MaxItems and
@@ -137,7 +139,7 @@ func TestBatchInFlightPolicies(t *testing.T) {
 			select {
 			case n := <-g.started:
 				t.Fatalf("another batch (of %d) started: more than %d at once", n, tc.running)
-			case <-time.After(50 * time.Millisecond): // nothing else may start; a late start is caught below
+			case <-time.After(50 * time.Millisecond): // nothing else starts meanwhile
 			}
 			for range tc.queued + 1 {
 				g.release <- struct{}{}
@@ -283,13 +285,10 @@ func TestGroup(t *testing.T) {
 	for _, d := range dones {
 		<-d
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for gr.Len() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d keys left with nothing to do", gr.Len())
-		}
-		time.Sleep(time.Millisecond) // polling a condition, not waiting for an effect
-	}
+	testtime.UntilState(t, "no key left with nothing to do", func() (bool, string) {
+		n := gr.Len()
+		return n == 0, fmt.Sprint(n, " keys")
+	})
 	mu.Lock()
 	if fmt.Sprint(got["a"]) != "[[0] [1 2 3]]" || fmt.Sprint(got["b"]) != "[[0]]" {
 		t.Fatalf("batches %v", got)
