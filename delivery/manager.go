@@ -91,7 +91,7 @@ type Config struct {
 	// units move to it. Defaults to 3s.
 	HandOverAfter time.Duration
 	// Flush tunes each cluster's flushes (batch.Config; MaxBytes counts
-	// outcomes). Defaults to 2000 outcomes per flush, two in flight.
+	// outcomes). Defaults to 2000 outcomes per flush, one in flight.
 	Flush batch.Config
 	// Bodies, when not nil, keeps the messages this router produced so
 	// that handing them out reads nothing back (see Bodies).
@@ -132,9 +132,10 @@ func (c Config) withDefaults() Config {
 		c.Flush.MaxBytes = 2000
 	}
 	if c.Flush.InFlight <= 0 {
-		// Two: one flush's statements run while the other's commit
-		// waits for the disk (group commit then syncs both at once).
-		c.Flush.InFlight = 2
+		// One: two in flight made each flush half as big and cost the
+		// servers 50 % more per consumed message (bench-consume, 1 Dec
+		// 2026: 187 against 124 µs; 6,243 against 8,071 messages/s).
+		c.Flush.InFlight = 1
 	}
 	return c
 }

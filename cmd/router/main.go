@@ -68,7 +68,7 @@ func main() {
 	flag.BoolVar(&cfg.Retention.Disabled, "retention-off", false, "run no retention job (partition upkeep included) on this router")
 	flag.StringVar(&cfg.Broker.Owners.Addr, "advertise", "", "address (host:port) other routers reach this one at, to forward consume operations on the units it owns (default the -listen address when it names a host; docs/consume.md)")
 	flag.IntVar(&cfg.Broker.Owners.MaxInFlight, "max-leases", 0, "leases this router holds in memory over all its units; past it claims hand out fewer first attempts (default 1000000, about 230 MiB)")
-	flag.IntVar(&cfg.Broker.Owners.Flush.InFlight, "owner-flushes", 0, "owners' flush transactions (acks, nacks, expiries) in flight per cluster (default 2)")
+	flag.IntVar(&cfg.Broker.Owners.Flush.InFlight, "owner-flushes", 0, "owners' flush transactions (acks, nacks, expiries) in flight per cluster (default 1; more makes each smaller and costs the servers more per message)")
 	bodyMB := flag.Int("body-cache-mb", 64, "MiB of messages this router keeps after producing them, so its owners hand them out without reading them back; 0 disables (docs/consume.md)")
 	flag.DurationVar(&cfg.Broker.Owners.LeaseTTL, "owner-lease-ttl", 0, "how long this router's ownership of its units lasts without a renewal; another router takes them after (default 10s)")
 	flag.StringVar(&cfg.PeerCA, "peer-ca", "", "CA file (PEM) to verify other routers' certificates when forwarding over TLS (default the system's roots)")
