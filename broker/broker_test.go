@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shardmq/shardmq/cluster"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,12 +61,12 @@ func TestProduceRoutesEachItemToItsCluster(t *testing.T) {
 		if r.Status != domain.ProduceCreated || r.Key != keys[i] || r.VShard != shardOf(keys[i]) || r.ID == 0 {
 			t.Errorf("item %d: %+v", i, r)
 		}
-		if _, ok := f.cluster(keys[i]).st.keys["t\x00"+keys[i]]; !ok {
+		if _, ok := f.cluster(keys[i]).st.Keys["t\x00"+keys[i]]; !ok {
 			t.Errorf("key %s is not on the cluster serving vshard %d", keys[i], r.VShard)
 		}
 	}
-	if f.c1.calls(OpProduce) != 1 || f.c2.calls(OpProduce) != 1 {
-		t.Fatalf("produce calls: c1 %d, c2 %d; want one group commit each", f.c1.calls(OpProduce), f.c2.calls(OpProduce))
+	if f.c1.calls(cluster.OpProduce) != 1 || f.c2.calls(cluster.OpProduce) != 1 {
+		t.Fatalf("produce calls: c1 %d, c2 %d; want one group commit each", f.c1.calls(cluster.OpProduce), f.c2.calls(cluster.OpProduce))
 	}
 	// Sent again: duplicates, and a changed payload a conflict, all from
 	// the cache.
@@ -78,7 +79,7 @@ func TestProduceRoutesEachItemToItsCluster(t *testing.T) {
 	if res2[0].Status != "duplicate" || res2[0].ID != res[0].ID || res2[1].Status != "conflict" || res2[1].ID != res[1].ID {
 		t.Fatalf("re-sent: %+v", res2)
 	}
-	if f.c1.calls(OpProduce) != 1 || f.c2.calls(OpProduce) != 1 {
+	if f.c1.calls(cluster.OpProduce) != 1 || f.c2.calls(cluster.OpProduce) != 1 {
 		t.Fatal("the recent-keys cache did not answer the re-sent keys")
 	}
 }
@@ -111,10 +112,10 @@ func TestProduceFailureStaysWithItsItems(t *testing.T) {
 // committed together in its next transaction.
 func TestProduceGroupCommitsConcurrentRequests(t *testing.T) {
 	t.Parallel()
-	f := setup(t, Config{Commit: CommitConfig{Committers: 1, Linger: -1}})
+	f := setupWith(t, Config{}, cluster.Config{Commit: cluster.CommitConfig{Committers: 1, Linger: -1}})
 	on1, _ := keysOn(9)
 	hold, held := make(chan struct{}), make(chan struct{}, 16)
-	f.c1.st.gate = func(string) { held <- struct{}{}; <-hold }
+	f.c1.st.Gate = func(string) { held <- struct{}{}; <-hold }
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	produce := func(key string) {
@@ -134,9 +135,9 @@ func TestProduceGroupCommitsConcurrentRequests(t *testing.T) {
 	testtime.Until(t, "eight requests queued, none committed", func() bool { return f.b.CommitStats()["c1"].Transactions == 0 && queued(f.b, "c1") == 8 })
 	close(hold)
 	wg.Wait()
-	f.c1.st.mu.Lock()
-	batches := append([]int(nil), f.c1.st.batches...)
-	f.c1.st.mu.Unlock()
+	f.c1.st.Mu.Lock()
+	batches := append([]int(nil), f.c1.st.Batches...)
+	f.c1.st.Mu.Unlock()
 	if len(batches) != 2 || batches[0] != 1 || batches[1] != 8 {
 		t.Fatalf("transactions carried %v items, want [1 8]", batches)
 	}
@@ -147,7 +148,7 @@ func TestProduceGroupCommitsConcurrentRequests(t *testing.T) {
 
 // queued is how many messages wait for cluster's committers.
 func queued(b *Broker, cluster string) int64 {
-	return (*b.clusters.Load())[cluster].commit.queued.Load()
+	return b.CommitStats()[cluster].Queued
 }
 
 // Consumers of one subscription that claim at the same time get
@@ -163,8 +164,8 @@ func TestConcurrentClaimsNeverShareADelivery(t *testing.T) {
 	}
 	f.c2.down.Store(true) // every claim goes to c1 alone
 	var scanning, most atomic.Int32
-	f.c1.st.gate = func(op string) {
-		if op == OpClaim {
+	f.c1.st.Gate = func(op string) {
+		if op == cluster.OpClaim {
 			n := scanning.Add(1)
 			for {
 				m := most.Load()
@@ -252,11 +253,11 @@ func TestAckAndNackGoToEachReceiptsCluster(t *testing.T) {
 	if f.c1.calls(delivery.OpFlush) != 1 || f.c2.calls(delivery.OpFlush) != 1 {
 		t.Fatalf("flushes: c1 %d, c2 %d; want one per cluster", f.c1.calls(delivery.OpFlush), f.c2.calls(delivery.OpFlush))
 	}
-	f.c1.st.mu.Lock()
-	if len(f.c1.st.acks) != 1 || len(f.c1.st.acks[0]) != 2 {
-		t.Errorf("c1 acked %v, want its 2 leases in one flush (the receipt given twice answered by the owner)", f.c1.st.acks)
+	f.c1.st.Mu.Lock()
+	if len(f.c1.st.Acks) != 1 || len(f.c1.st.Acks[0]) != 2 {
+		t.Errorf("c1 acked %v, want its 2 leases in one flush (the receipt given twice answered by the owner)", f.c1.st.Acks)
 	}
-	f.c1.st.mu.Unlock()
+	f.c1.st.Mu.Unlock()
 
 	// c2's last lease is nacked while c2 is down; c1 has none left.
 	f.c2.down.Store(true)
@@ -286,17 +287,17 @@ func TestAbandonedClaimReleasesItsLeases(t *testing.T) {
 	}
 	f.c2.down.Store(true)
 	ctx, cancel := context.WithCancel(context.Background())
-	f.c1.st.gate = func(op string) {
-		if op == OpClaim {
+	f.c1.st.Gate = func(op string) {
+		if op == cluster.OpClaim {
 			cancel() // the caller leaves while its claim runs
 		}
 	}
 	if ds, err := f.b.Claim(ctx, ClaimRequest{Topic: "t", Subscription: "s", Consumer: "w", Max: 3, Lease: time.Minute}); !errors.Is(err, context.Canceled) || ds != nil {
 		t.Fatalf("abandoned claim: %v, %v", ds, err)
 	}
-	f.c1.st.mu.Lock()
-	f.c1.st.gate = nil
-	f.c1.st.mu.Unlock()
+	f.c1.st.Mu.Lock()
+	f.c1.st.Gate = nil
+	f.c1.st.Mu.Unlock()
 	ds, err := f.b.Claim(context.Background(), ClaimRequest{Topic: "t", Subscription: "s", Consumer: "w2", Max: 3, Lease: time.Minute})
 	if err != nil || len(ds) != 3 {
 		t.Fatalf("claim after the abandoned one: %d, %v; want the 3 given back", len(ds), err)
@@ -329,7 +330,7 @@ func TestProduceToFrozenVShardIsHeldUntilTheMove(t *testing.T) {
 		done <- res
 	}()
 	testtime.Until(t, "the frozen item held", func() bool { return f.b.FrozenStats().Held == 1 })
-	if f.c1.calls(OpProduce)+f.c2.calls(OpProduce) != 0 {
+	if f.c1.calls(cluster.OpProduce)+f.c2.calls(cluster.OpProduce) != 0 {
 		t.Fatal("a held item reached a cluster")
 	}
 	moved, err := frozen.With(3, []shard.ID{v}, "c2", routing.Serving)
@@ -338,8 +339,8 @@ func TestProduceToFrozenVShardIsHeldUntilTheMove(t *testing.T) {
 	}
 	f.table.Store(moved)
 	res := <-done
-	if res[0].Status != "created" || f.c2.calls(OpProduce) != 1 || f.c1.calls(OpProduce) != 0 {
-		t.Fatalf("after the move: %+v; produce calls c1 %d, c2 %d", res, f.c1.calls(OpProduce), f.c2.calls(OpProduce))
+	if res[0].Status != "created" || f.c2.calls(cluster.OpProduce) != 1 || f.c1.calls(cluster.OpProduce) != 0 {
+		t.Fatalf("after the move: %+v; produce calls c1 %d, c2 %d", res, f.c1.calls(cluster.OpProduce), f.c2.calls(cluster.OpProduce))
 	}
 }
 

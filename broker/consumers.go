@@ -6,8 +6,6 @@ import (
 	"sort"
 	"sync"
 	"time"
-
-	"github.com/shardmq/shardmq/store"
 )
 
 // Consumer is one consumer of a subscription as the operators see it: the
@@ -23,15 +21,6 @@ type Consumer struct {
 // merged).
 const maxConsumers = 1000
 
-// leaseCounter is the store operation Consumers runs on every cluster:
-// the durable leases (retries, and leases written out on expiry or a
-// hand-over). The first attempts in flight are in the owners' memory.
-type leaseCounter interface {
-	LeaseHolders(ctx context.Context, topic, sub string, now time.Time, limit int) ([]store.LeaseHolder, error)
-}
-
-var _ leaseCounter = (*store.Store)(nil)
-
 // Consumers lists who holds a subscription's leases now, summed over every
 // cluster — the durable leases in the table and the first attempts held
 // in this router's owners' memory (docs/consume.md, "Owners") — most
@@ -43,12 +32,8 @@ func (b *Broker) Consumers(ctx context.Context, topic, sub string) (list []Consu
 	}
 	var mu sync.Mutex
 	by := map[string]*Consumer{}
-	missing, err = b.eachClusterMissing(ctx, OpLeaseHolders, func(ctx context.Context, name string, sh Store) error {
-		lc, ok := sh.(leaseCounter)
-		if !ok {
-			return fmt.Errorf("cluster %s cannot count lease holders", name)
-		}
-		hs, err := lc.LeaseHolders(ctx, topic, sub, b.now().UTC(), maxConsumers)
+	missing, err = b.eachClusterMissing(ctx, func(ctx context.Context, name string, sh Cluster) error {
+		hs, err := sh.LeaseHolders(ctx, topic, sub, b.now().UTC(), maxConsumers)
 		if err != nil {
 			return err
 		}

@@ -51,7 +51,7 @@ func (b *Broker) ListDead(ctx context.Context, topic, sub, errorCode, cursor str
 	// bound: a cluster with more after its page could hide a dead letter
 	// newer than any below its page's last id; the page ends there.
 	var bound uint64
-	missing, err := b.eachClusterMissing(ctx, OpListDead, func(ctx context.Context, name string, sh Store) error {
+	missing, err := b.eachClusterMissing(ctx, func(ctx context.Context, name string, sh Cluster) error {
 		dl, msgs, more, err := sh.ListDead(ctx, topic, sub, errorCode, before, limit, maxBytes, b.now().UTC())
 		if err != nil {
 			return err
@@ -97,7 +97,7 @@ func (b *Broker) Redrive(ctx context.Context, topic, sub string, ids []uint64, e
 	if err != nil {
 		return 0, err
 	}
-	total, err := b.sumClusters(ctx, OpRedrive, func(ctx context.Context, sh Store) (int64, error) {
+	total, err := b.sumClusters(ctx, func(ctx context.Context, sh Cluster) (int64, error) {
 		return sh.Redrive(ctx, store.RedriveRequest{Topic: topic, Subscription: sub, IDs: ids, ErrorCode: errorCode,
 			Ordered: s.Ordered, Now: b.now().UTC()})
 	})
@@ -119,7 +119,7 @@ func (b *Broker) DeadByCode(ctx context.Context, topic, sub string, ids []uint64
 	}
 	out := DeadCounts{ByCode: map[string]int64{}}
 	var mu sync.Mutex
-	missing, err := b.eachClusterMissing(ctx, OpDeadByCode, func(ctx context.Context, _ string, sh Store) error {
+	missing, err := b.eachClusterMissing(ctx, func(ctx context.Context, _ string, sh Cluster) error {
 		m, err := sh.DeadByCode(ctx, store.RedriveRequest{Topic: topic, Subscription: sub, IDs: ids, ErrorCode: errorCode, Now: b.now().UTC()})
 		if err != nil {
 			return err // a cluster's part is all or nothing: no half-counted cluster
@@ -151,7 +151,7 @@ func (b *Broker) PurgeDead(ctx context.Context, topic, sub, errorCode string) (i
 	if _, err := b.GetSubscription(ctx, topic, sub); err != nil {
 		return 0, err
 	}
-	return b.sumClusters(ctx, OpPurgeDead, func(ctx context.Context, sh Store) (int64, error) { return sh.PurgeDead(ctx, topic, sub, errorCode) })
+	return b.sumClusters(ctx, func(ctx context.Context, sh Cluster) (int64, error) { return sh.PurgeDead(ctx, topic, sub, errorCode) })
 }
 
 // DeleteDead deletes the dead letters with the given message ids (those
@@ -161,28 +161,28 @@ func (b *Broker) DeleteDead(ctx context.Context, topic, sub string, ids []uint64
 	if _, err := b.GetSubscription(ctx, topic, sub); err != nil {
 		return 0, err
 	}
-	return b.sumClusters(ctx, OpDeleteDead, func(ctx context.Context, sh Store) (int64, error) { return sh.DeleteDead(ctx, topic, sub, ids) })
+	return b.sumClusters(ctx, func(ctx context.Context, sh Cluster) (int64, error) { return sh.DeleteDead(ctx, topic, sub, ids) })
 }
 
 // CountDead counts a subscription's dead letters on all clusters.
 func (b *Broker) CountDead(ctx context.Context, topic, sub string) (int64, error) {
-	return b.sumClusters(ctx, OpCountDead, func(ctx context.Context, sh Store) (int64, error) { return sh.CountDead(ctx, topic, sub) })
+	return b.sumClusters(ctx, func(ctx context.Context, sh Cluster) (int64, error) { return sh.CountDead(ctx, topic, sub) })
 }
 
 // ArchiveDead moves dead letters that died before cutoff into the archive
 // table on every cluster.
 func (b *Broker) ArchiveDead(ctx context.Context, topic, sub string, cutoff time.Time) (int64, error) {
-	return b.sumClusters(ctx, OpArchiveDead, func(ctx context.Context, sh Store) (int64, error) {
+	return b.sumClusters(ctx, func(ctx context.Context, sh Cluster) (int64, error) {
 		return sh.ArchiveDead(ctx, topic, sub, cutoff, b.now().UTC())
 	})
 }
 
-// sumClusters runs fn (operation op) on every cluster at once and adds up
+// sumClusters runs fn on every cluster at once and adds up
 // the counts it answers, those of clusters that failed too (what they did
 // before failing); the error joins the failures, each naming its cluster.
-func (b *Broker) sumClusters(ctx context.Context, op string, fn func(ctx context.Context, sh Store) (int64, error)) (int64, error) {
+func (b *Broker) sumClusters(ctx context.Context, fn func(ctx context.Context, sh Cluster) (int64, error)) (int64, error) {
 	var total atomic.Int64
-	err := b.eachCluster(ctx, op, func(ctx context.Context, _ string, sh Store) error {
+	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Cluster) error {
 		n, err := fn(ctx, sh)
 		total.Add(n)
 		return err

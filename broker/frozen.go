@@ -151,7 +151,7 @@ func (b *Broker) FrozenStats() FrozenStats {
 // queued) calls keep for one more pin, released when they have landed.
 // Items of frozen vshards are held until their vshard serves again, at most
 // FrozenWait for the whole request; errs[i] says why item i was not run.
-func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run func(ctx context.Context, name string, cs *cluster, idx []int, keep func() func())) []error {
+func (b *Broker) dispatch(ctx context.Context, vs []shard.ID, skip []bool, run func(ctx context.Context, name string, cs *clusterConn, idx []int, keep func() func())) []error {
 	errs := make([]error, len(vs))
 	if b.selfFenced.Load() {
 		for i := range errs {

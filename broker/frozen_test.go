@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"github.com/shardmq/shardmq/cluster"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 )
 
 // fakeStore stands for a cluster in tests that never reach it.
-type fakeStore struct{ Store }
+type fakeStore struct{ cluster.Store }
 
 func frozenMap(t *testing.T, version int64, frozen bool) *routing.Map {
 	t.Helper()
@@ -28,7 +29,7 @@ func frozenMap(t *testing.T, version int64, frozen bool) *routing.Map {
 func frozenBroker(t *testing.T, cfg Config) (*Broker, *routing.Table) {
 	t.Helper()
 	table := routing.NewTable(frozenMap(t, 1, true))
-	b := New(cfg, table, map[string]Cluster{"c1": direct{fakeStore{}}}, nil, nil, idgen.New(nil), nil, nil)
+	b := New(cfg, table, map[string]Cluster{"c1": cluster.New("c1", direct{fakeStore{}}, cluster.Config{})}, nil, nil, idgen.New(nil), nil, nil)
 	t.Cleanup(b.Close)
 	return b, table
 }
@@ -41,7 +42,7 @@ func TestDispatchHoldsFrozenUntilTheMapChanges(t *testing.T) {
 	var ran atomic.Int32
 	done := make(chan []error, 1)
 	go func() {
-		done <- b.dispatch(context.Background(), []shard.ID{5, 500}, nil, func(_ context.Context, name string, _ *cluster, idx []int, _ func() func()) {
+		done <- b.dispatch(context.Background(), []shard.ID{5, 500}, nil, func(_ context.Context, name string, _ *clusterConn, idx []int, _ func() func()) {
 			ran.Add(int32(len(idx)))
 		})
 	}()
@@ -64,7 +65,7 @@ func TestDispatchHoldsFrozenUntilTheMapChanges(t *testing.T) {
 func TestDispatchTimesOutAndCapsHeldRequests(t *testing.T) {
 	t.Parallel()
 	b, _ := frozenBroker(t, Config{FrozenWait: 200 * time.Millisecond, FrozenMaxHeld: 1})
-	never := func(context.Context, string, *cluster, []int, func() func()) {
+	never := func(context.Context, string, *clusterConn, []int, func() func()) {
 		t.Error("ran an item of a frozen vshard")
 	}
 	first := make(chan []error, 1)
@@ -89,7 +90,7 @@ func TestAppliedWaitsForOperationsInFlight(t *testing.T) {
 	table.Store(frozenMap(t, 2, false))
 	changed := b.AppliedChanged()
 	var late func()
-	errs := b.dispatch(context.Background(), []shard.ID{500}, nil, func(_ context.Context, _ string, _ *cluster, _ []int, keep func() func()) {
+	errs := b.dispatch(context.Background(), []shard.ID{500}, nil, func(_ context.Context, _ string, _ *clusterConn, _ []int, keep func() func()) {
 		table.Store(frozenMap(t, 3, true))
 		if v := b.Applied(); v != 2 {
 			t.Errorf("Applied during a write routed with map 2: %d", v)

@@ -17,7 +17,7 @@ import (
 // about one poll per interval whatever the number of waiting claims. A
 // produce through this router still wakes every waiting claim of the
 // topic at once (their polls coalesce into one transaction per cluster:
-// claimer.go), and what another router produced is found by the next
+// cluster/claim.go), and what another router produced is found by the next
 // poll, within PollMax as before.
 
 type pollKey struct {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardmq/shardmq/cluster"
 	"github.com/shardmq/shardmq/delivery"
 	"github.com/shardmq/shardmq/domain"
 	"github.com/shardmq/shardmq/shard"
@@ -23,13 +24,6 @@ import (
 // answers; an ack, nack or extend goes to the owner of its receipt's
 // unit, and to the table (the durable path, as before) when the owner
 // holds no such lease in memory.
-
-// ownerCluster adapts a cluster's call point to what owners need.
-type ownerCluster struct{ c Cluster }
-
-func (o ownerCluster) Do(ctx context.Context, op string, fn func(ctx context.Context, s delivery.Store) error) error {
-	return o.c.Do(ctx, op, func(ctx context.Context, s Store) error { return fn(ctx, s) })
-}
 
 // Owners is the broker's owner manager (metrics, traces, the page).
 func (b *Broker) Owners() *delivery.Manager { return b.owners }
@@ -48,8 +42,8 @@ func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscript
 	if b.selfFenced.Load() {
 		return nil, errSelfFenced
 	}
-	if b.claims.closed() {
-		return nil, errClaimersStopped
+	if b.claimsStopped.Load() {
+		return nil, cluster.ErrClaimsStopped
 	}
 	m, release := b.pin()
 	defer release()
@@ -136,7 +130,7 @@ func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscript
 			p.owner.Release(chosen[k])
 			continue
 		}
-		got, err := p.owner.Take(ctx, chosen[k], spec, room(), len(out) == 0, EncodedSize)
+		got, err := p.owner.Take(ctx, chosen[k], spec, room(), len(out) == 0, domain.EncodedSize)
 		if err != nil {
 			failed++
 			lastErr = err
@@ -148,7 +142,7 @@ func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscript
 			r := Receipt{VShard: shard.ID(c.Message.VShard), Topic: req.Topic, Epoch: epoch,
 				Lease: store.Lease{MessageID: c.Message.ID, Subscription: req.Subscription, Token: c.Token, Ordered: sub.Ordered}}
 			out = append(out, Delivery{Claimed: c.Claimed, Receipt: b.cfg.Receipts.Encode(r)})
-			bytes += EncodedSize(c.Message)
+			bytes += domain.EncodedSize(c.Message)
 		}
 	}
 	// Clusters whose unit another router owns are asked last, for what
@@ -174,7 +168,7 @@ func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscript
 		}
 		for _, d := range got {
 			out = append(out, d)
-			bytes += EncodedSize(d.Message)
+			bytes += domain.EncodedSize(d.Message)
 		}
 	}
 	if len(out) == 0 && failed == len(parts) && len(parts) > 0 {
@@ -203,13 +197,7 @@ func (b *Broker) anyClaimable(ctx context.Context, name, topic, sub string, excl
 	if !ok {
 		return false, fmt.Errorf("%w: cluster %s is not connected", ErrUnavailable, name)
 	}
-	var found bool
-	err := cs.conn.Do(ctx, delivery.OpScan, func(ctx context.Context, s Store) error {
-		got, err := s.ScanClaimable(ctx, topic, sub, b.now().UTC(), nil, 1, exclude)
-		found = len(got) > 0
-		return err
-	})
-	return found, err
+	return cs.conn.AnyClaimable(ctx, topic, sub, b.now().UTC(), exclude)
 }
 
 // ClaimCluster serves a claim forwarded by another router: one cluster's
@@ -240,7 +228,7 @@ func (b *Broker) ClaimCluster(ctx context.Context, cluster string, req ClaimRequ
 	if err != nil {
 		return nil, ownership(err)
 	}
-	got, err := o.Take(ctx, cands, spec, req.MaxBytes, true, EncodedSize)
+	got, err := o.Take(ctx, cands, spec, req.MaxBytes, true, domain.EncodedSize)
 	if err != nil {
 		return nil, ownership(err)
 	}
@@ -366,7 +354,7 @@ func (b *Broker) releaseOwned(ctx context.Context, req ClaimRequest, receipts []
 		durable = append(durable, r)
 		mu.Unlock()
 	}
-	b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *cluster, idx []int, _ func() func()) {
+	b.dispatch(ctx, receiptVShards(receipts), nil, func(ctx context.Context, name string, cs *clusterConn, idx []int, _ func() func()) {
 		for k, ids := range unitGroups(receipts, idx) {
 			u := delivery.Unit{Cluster: name, Topic: k[0], Subscription: k[1]}
 			o, _, err := b.owners.Route(ctx, u, false, 0)
@@ -385,10 +373,6 @@ func (b *Broker) releaseOwned(ctx context.Context, req ClaimRequest, receipts []
 	})
 	return durable
 }
-
-// EncodedSize is what a delivered message counts against a claim's
-// max_bytes (domain.EncodedSize).
-func EncodedSize(m *store.Message) int { return domain.EncodedSize(m) }
 
 // nackPolicy is the retry policy an owner applies to a nack (a deleted
 // subscription's deliveries are being dropped: the default policy serves

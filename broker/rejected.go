@@ -158,7 +158,7 @@ func (t *rejectedTrace) flush(batch []store.Event, held map[uint64]int) []store.
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(store.WithFence(context.Background(), store.Fence{MapVersion: table.Version()}), rejectedTimeout)
 			defer cancel()
-			err := cs.conn.Do(ctx, OpAppendEvents, func(ctx context.Context, s Store) error { return s.AppendEvents(ctx, evs) })
+			err := cs.conn.AppendEvents(ctx, evs)
 			if err != nil {
 				t.dropped.Add(int64(len(evs)))
 				t.b.log.Warn("trace of produce attempts answered from the recent-keys cache not written", "cluster", name,

@@ -30,7 +30,7 @@ func (b *Broker) Stats(ctx context.Context) Stats {
 	var mu sync.Mutex
 	sum := map[[2]string]*store.QueueStats{}
 	var out Stats
-	out.Missing, _ = b.eachClusterMissing(ctx, OpStats, func(ctx context.Context, name string, sh Store) error {
+	out.Missing, _ = b.eachClusterMissing(ctx, func(ctx context.Context, name string, sh Cluster) error {
 		ctx, cancel := context.WithTimeout(ctx, statsTimeout)
 		defer cancel()
 		st, err := sh.Stats(ctx, b.now().UTC())

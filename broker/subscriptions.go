@@ -54,7 +54,7 @@ func (b *Broker) PutSubscription(ctx context.Context, s subscription.Subscriptio
 	}
 	if existed && old.Ordered && !s.Ordered {
 		unpark := func(ctx context.Context) error {
-			return b.eachCluster(ctx, OpUnpark, func(ctx context.Context, name string, sh Store) error {
+			return b.eachCluster(ctx, func(ctx context.Context, name string, sh Cluster) error {
 				_, err := sh.Unpark(ctx, s.Topic, s.Name, b.now().UTC())
 				return err
 			})
@@ -84,7 +84,7 @@ func (b *Broker) DeleteSubscription(ctx context.Context, topic, name string) err
 		}
 		return err
 	}
-	err := b.eachCluster(ctx, OpDropSubscription, func(ctx context.Context, _ string, sh Store) error {
+	err := b.eachCluster(ctx, func(ctx context.Context, _ string, sh Cluster) error {
 		_, err := sh.DropSubscription(ctx, topic, name, b.now().UTC())
 		return err
 	})
@@ -97,18 +97,17 @@ func (b *Broker) DeleteSubscription(ctx context.Context, topic, name string) err
 // unparkAgainAfter outlasts every router's subscription refresh (1s).
 const unparkAgainAfter = 5 * time.Second
 
-// eachCluster runs fn (operation op) on every cluster of the current shard
-// map at once, each through its call point, and joins the errors, each
-// naming its cluster.
-func (b *Broker) eachCluster(ctx context.Context, op string, fn func(ctx context.Context, name string, sh Store) error) error {
-	_, err := b.eachClusterMissing(ctx, op, fn)
+// eachCluster runs fn on every cluster of the current shard map at once
+// and joins the errors, each naming its cluster.
+func (b *Broker) eachCluster(ctx context.Context, fn func(ctx context.Context, name string, c Cluster) error) error {
+	_, err := b.eachClusterMissing(ctx, fn)
 	return err
 }
 
 // eachClusterMissing is eachCluster that also names, sorted, the clusters
 // that did not answer (their call point refused or failed the call, or the
 // router holds no connection to them).
-func (b *Broker) eachClusterMissing(ctx context.Context, op string, fn func(ctx context.Context, name string, sh Store) error) (missing []string, err error) {
+func (b *Broker) eachClusterMissing(ctx context.Context, fn func(ctx context.Context, name string, c Cluster) error) (missing []string, err error) {
 	clusters := *b.clusters.Load()
 	var mu sync.Mutex
 	var errs []error
@@ -129,7 +128,7 @@ func (b *Broker) eachClusterMissing(ctx context.Context, op string, fn func(ctx 
 			continue
 		}
 		wg.Go(func() {
-			if err := cs.conn.Do(ctx, op, func(ctx context.Context, s Store) error { return fn(ctx, name, s) }); err != nil {
+			if err := fn(ctx, name, cs.conn); err != nil {
 				fail(name, err)
 			}
 		})

@@ -6,9 +6,9 @@
 // every other cluster serves as before; after OpenFor it lets a probe
 // through (half-open) and closes again when the endpoint answers.
 //
-// Cluster decorates a cluster primary's broker.Store with its endpoint's breaker
-// and a bound on each call, and follows failover from one primary endpoint
-// to the next (Retire).
+// Endpoint runs calls on an endpoint without failover of its own (a
+// replica) through its breaker; a cluster's primary, which follows
+// failover, is package cluster's Primary.
 package circuit
 
 import (
@@ -224,4 +224,20 @@ func (s *Set) States() []State {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Endpoint < out[j].Endpoint })
 	return out
+}
+
+// Endpoint is the call point of one endpoint that has no failover of its
+// own — a replica, or a primary's reads for trace lookups and
+// reconciliation: fn runs on S through the endpoint's breaker, bounded by
+// Timeout (zero: the breaker's CallTimeout).
+type Endpoint[S any] struct {
+	S       S
+	Breaker *Breaker
+	Timeout time.Duration
+}
+
+// Do runs fn on e.S through the breaker. fn must use the context it is
+// given.
+func (e Endpoint[S]) Do(ctx context.Context, fn func(ctx context.Context, s S) error) error {
+	return e.Breaker.DoWithin(ctx, e.Timeout, func(ctx context.Context) error { return fn(ctx, e.S) })
 }

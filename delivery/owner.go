@@ -191,6 +191,11 @@ func (o *Owner) Reserve(ctx context.Context, n int, spec ClaimSpec) ([]store.Can
 		switch {
 		case end && from == nil:
 			pass = 3 // read to the end from the top: nothing more
+		case end && now.Sub(o.lastTop) < o.m.cfg.TopScanEvery:
+			// The cursor reached the end and the top was read lately:
+			// nothing more now. Reading from the top again re-read every
+			// lease in flight on each claim of a consumer that keeps up.
+			pass = 3
 		case end:
 			from = nil // the cursor reached the end: once more from the top
 		default:
@@ -668,6 +673,12 @@ func (o *Owner) remove(l *lease, ready bool) {
 	}
 	if ready {
 		o.rewind(l.c)
+	}
+	if l.ordered && l.c.OrderKey != "" {
+		// Finishing a key's head lets its next go, wherever it stands
+		// in claim order (a higher priority is before the cursor): the
+		// next scan reads from the top.
+		o.lastTop = time.Time{}
 	}
 	if l.ordered && l.c.OrderKey != "" {
 		if o.keys[l.c.OrderKey]--; o.keys[l.c.OrderKey] <= 0 {

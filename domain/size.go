@@ -2,6 +2,14 @@ package domain
 
 import "unicode/utf8"
 
+// StoredSize is what a message weighs in the statements that write it
+// (payload, headers and keys, plus a row's fixed columns): what a group
+// commit's byte cap counts, to keep a transaction's statements under the
+// server's max_allowed_packet.
+func StoredSize(m *Message) int {
+	return len(m.Payload) + len(m.Headers) + len(m.Key) + len(m.OrderKey) + len(m.TransactionID) + 64
+}
+
 // EncodedSize is what a message counts against an answer's byte cap (a
 // claim's max_bytes, a dead-letter or transaction listing's max_bytes):
 // the size of its JSON in the answer (payload as JSON or base64, headers,

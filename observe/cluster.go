@@ -5,11 +5,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/cluster"
 )
 
 // Clusters times every store operation on a cluster's primary at the
-// broker's side of the cluster's call point (broker.Cluster): one
+// router's side of the cluster's call point (cluster.Primary): one
 // observation is one call, i.e. one transaction with its deadlock retries
 // and its wait for a pooled connection and the breaker (the pool's own
 // wait is PoolCollector's). A failed call counts in
@@ -25,7 +25,7 @@ var opBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5,
 
 // hotOps are the operations whose error counters exist from a cluster's
 // first call on, at zero, so that rates and alerts see them.
-var hotOps = []string{broker.OpProduce, broker.OpClaim, broker.OpAck, broker.OpNack, broker.OpExtend}
+var hotOps = []string{cluster.OpProduce, cluster.OpClaim, cluster.OpAck, cluster.OpNack, cluster.OpExtend}
 
 // NewClusters returns the timers, registered on reg.
 func NewClusters(reg prometheus.Registerer) *Clusters {
@@ -40,7 +40,7 @@ func NewClusters(reg prometheus.Registerer) *Clusters {
 	return s
 }
 
-// For returns the observer of cluster's calls (circuit.Observer's shape).
+// For returns the observer of cluster's calls (cluster.Observer's shape).
 func (s *Clusters) For(cluster string) func(op string, took time.Duration, err error) {
 	for _, op := range hotOps {
 		s.errs.WithLabelValues(cluster, op)

@@ -99,7 +99,7 @@ func (a adminOps) Topology(ctx context.Context) (any, error) {
 	for _, n := range names {
 		p, st := prims[n], mon[n]
 		cv := ClusterView{Name: n, VShards: len(m.VShards(n)), State: cstates[n].State, Detail: cstates[n].Detail}
-		pv := EndpointView{Role: "primary", Endpoint: p.endpoint, Health: "ok", Breaker: breaker(p.endpoint), Error: st.HeartbeatError}
+		pv := EndpointView{Role: "primary", Endpoint: p.Endpoint, Health: "ok", Breaker: breaker(p.Endpoint), Error: st.HeartbeatError}
 		if !st.LastHeartbeat.IsZero() {
 			pv.LastHeartbeat = st.LastHeartbeat.Format(time.RFC3339Nano)
 		}

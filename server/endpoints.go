@@ -4,39 +4,28 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
-	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/circuit"
+	"github.com/shardmq/shardmq/cluster"
 	"github.com/shardmq/shardmq/replica"
 	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/topology"
 )
 
 // endpoints are the router's MySQL endpoints as the call points that reach
-// them: each cluster's primary in use (a circuit.Cluster, the broker's call
-// point), one breaker per endpoint, and the replica monitor that measures
-// lag and picks replicas for reads. It is built from the HA configuration
-// alone and given the pools it guards; it knows nothing of the router.
+// them: one breaker per endpoint, the clusters' primaries in use (set, a
+// cluster.Set whose call points take their breakers from here) and the
+// replica monitor that measures lag and picks replicas for reads. It is
+// built from the HA configuration alone and given the primaries it
+// watches; it knows nothing of the router.
 type endpoints struct {
 	cfg      HAConfig
 	log      *slog.Logger
 	now      func() time.Time
 	breakers *circuit.Set
 	monitor  *replica.Monitor // a background service (Start/Stop)
-
-	mu   sync.Mutex
-	prim map[string]*primaryEndpoint // cluster → its primary in use
-}
-
-// primaryEndpoint is a cluster's primary in use.
-type primaryEndpoint struct {
-	cluster  string
-	dsn      string
-	endpoint string
-	store    *store.Store
-	guard    *circuit.Cluster
+	set      *cluster.Set     // the primaries in use
 }
 
 // The monitor writes heartbeats on a primary's store through the
@@ -49,27 +38,7 @@ var (
 // newEndpoints returns the endpoints of cfg (defaults filled).
 func newEndpoints(cfg HAConfig) *endpoints {
 	return &endpoints{cfg: cfg, log: cfg.Replicas.Log, now: cfg.Replicas.Now, breakers: circuit.NewSet(cfg.Breakers),
-		monitor: replica.New(cfg.Replicas), prim: map[string]*primaryEndpoint{}}
-}
-
-// primaryCluster returns the broker's call point for a cluster's primary:
-// its breaker-guarded endpoint, observed by observe. A changed primary
-// gets a new call point and the old one hands over to it
-// (circuit.Cluster.Retire).
-func (e *endpoints) primaryCluster(cluster, dsn string, st *store.Store, observe circuit.Observer) broker.Cluster {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if p, ok := e.prim[cluster]; ok && p.dsn == dsn && p.store == st {
-		return p.guard
-	}
-	ep := replica.Addr(dsn)
-	p := &primaryEndpoint{cluster: cluster, dsn: dsn, endpoint: ep, store: st, guard: circuit.NewCluster(st, e.breakers.For(ep), observe)}
-	if old, ok := e.prim[cluster]; ok {
-		old.guard.Retire(p.guard)
-		e.log.Info("cluster primary switched", "cluster", cluster, "from", old.endpoint, "to", ep)
-	}
-	e.prim[cluster] = p
-	return p.guard
+		monitor: replica.New(cfg.Replicas)}
 }
 
 // checkWritable makes sure a primary accepts writes before the router
@@ -86,43 +55,27 @@ func (e *endpoints) checkWritable(ctx context.Context, cluster string, st *store
 // applied follows a topology now in use: the monitor watches its replicas,
 // breakers of endpoints that left are dropped, clusters that left retire.
 func (e *endpoints) applied(top *topology.Topology) {
-	e.mu.Lock()
+	e.set.Retain()
 	var watch []replica.Cluster
 	keep := map[string]bool{}
-	for name, p := range e.prim {
+	for name, p := range e.set.Conns() {
 		c, ok := top.Clusters[name]
 		if !ok {
-			p.guard.Retire(nil)
-			delete(e.prim, name)
 			continue
 		}
-		keep[p.endpoint] = true
+		keep[p.Endpoint] = true
 		for _, dsn := range c.Replicas {
 			keep[replica.Addr(dsn)] = true
 		}
 		// The monitor's heartbeats go through the primary's breaker.
-		primary := circuit.Endpoint[replica.Heartbeats]{S: p.store, Breaker: p.guard.Breaker()}
+		primary := circuit.Endpoint[replica.Heartbeats]{S: p.Store, Breaker: p.Primary.Breaker()}
 		watch = append(watch, replica.Cluster{Name: name, Primary: primary, Replicas: append([]string(nil), c.Replicas...)})
 	}
-	e.mu.Unlock()
 	e.breakers.Retain(keep)
 	e.monitor.Update(watch)
 }
 
-func (e *endpoints) primary(cluster string) (*primaryEndpoint, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	p, ok := e.prim[cluster]
-	return p, ok
-}
+func (e *endpoints) primary(cluster string) (*cluster.Conn, bool) { return e.set.Conn(cluster) }
 
 // primaries is a snapshot of the primaries in use, by cluster.
-func (e *endpoints) primaries() map[string]*primaryEndpoint {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make(map[string]*primaryEndpoint, len(e.prim))
-	for n, p := range e.prim {
-		out[n] = p
-	}
-	return out
-}
+func (e *endpoints) primaries() map[string]*cluster.Conn { return e.set.Conns() }

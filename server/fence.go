@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/shardmq/shardmq/circuit"
+	"github.com/shardmq/shardmq/cluster"
 	"github.com/shardmq/shardmq/routing"
 	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/topology"
@@ -52,14 +52,14 @@ func (f *fenceWatch) setTable(t *routing.Table) {
 }
 
 // observer wraps a cluster's call observer with the watch.
-func (f *fenceWatch) observer(cluster string, inner circuit.Observer) circuit.Observer {
+func (f *fenceWatch) observer(name string, inner cluster.Observer) cluster.Observer {
 	return func(op string, took time.Duration, err error) {
 		if inner != nil {
 			inner(op, took, err)
 		}
 		var fe *store.FenceError
 		if err != nil && errors.As(err, &fe) {
-			f.refused(cluster, op, fe)
+			f.refused(name, op, fe)
 		}
 	}
 }

@@ -5,138 +5,59 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
+	"github.com/shardmq/shardmq/cluster"
 	"github.com/shardmq/shardmq/rebalance"
 	"github.com/shardmq/shardmq/replica"
 	"github.com/shardmq/shardmq/store"
 	"github.com/shardmq/shardmq/topology"
 )
 
-// pools are the router's connection pools, all of them owned here: each
-// cluster's primary by cluster name — opened and migrated when a cluster
-// first appears or its primary changes, checked before use, and closed
-// when they are replaced (after the requests already routed to them are
-// surely done) — and one pool per replica DSN (replicas, a
+// pools are the router's connection pools: each cluster's primary (prim,
+// a cluster.Set, which opens, migrates, checks and retires them with the
+// call points over them), one pool per replica DSN (replicas, a
 // replica.Pools), which the lag monitor, the replica reads and the
-// replicated-durability waits share. Both follow the topology at the same
-// step (update) and close with the router (close).
+// replicated-durability waits share, and the archive cluster's primary.
+// They follow the topology at the same step (update) and close with the
+// router (close).
 type pools struct {
 	opts     func(cluster string) store.Options
-	now      func() time.Time
-	log      *slog.Logger
+	prim     *cluster.Set
 	replicas *replica.Pools
 	archive  *archiveConn // the archive cluster's primary, connected on first use (retention.go)
-
-	mu    sync.Mutex
-	conns map[string]*clusterConn // by cluster name
 }
 
-type clusterConn struct {
-	dsn   string
-	store *store.Store
-}
-
-func newPools(opts func(cluster string) store.Options, replicas replica.PoolConfig, now func() time.Time, log *slog.Logger) *pools {
-	return &pools{opts: opts, now: now, log: log, replicas: replica.NewPools(replicas), conns: map[string]*clusterConn{},
+func newPools(prim *cluster.Set, opts func(cluster string) store.Options, replicas replica.PoolConfig, now func() time.Time, log *slog.Logger) *pools {
+	return &pools{opts: opts, prim: prim, replicas: replica.NewPools(replicas),
 		archive: &archiveConn{opts: func() store.Options { return opts(topology.ArchiveName) }, now: now, log: log}}
 }
 
-// update opens pools for the clusters of top that are new or whose primary
-// changed, migrates them and runs check on each (is it writable?), then
-// swaps them in and retires the pools of primaries that left; the replica
-// pools then follow top's replicas (those of replicas that left close).
-// On an error nothing changes. It returns every primary's pool in use.
-func (p *pools) update(ctx context.Context, top *topology.Topology, check func(ctx context.Context, cluster string, st *store.Store) error) (map[string]*store.Store, error) {
-	p.mu.Lock()
-	have := make(map[string]*clusterConn, len(p.conns))
-	for k, v := range p.conns {
-		have[k] = v
-	}
-	p.mu.Unlock()
-
-	var mu sync.Mutex
-	fresh := map[string]*clusterConn{}
-	g, gctx := errgroup.WithContext(ctx)
+// update brings the primaries in line with top (cluster.Set.Update: new
+// or changed ones opened, migrated and checked with check, the others
+// retired); the replica pools then follow top's replicas (those of
+// replicas that left close). On an error nothing changes. It returns
+// every cluster in use.
+func (p *pools) update(ctx context.Context, top *topology.Topology, check func(ctx context.Context, cluster string, st *store.Store) error) (map[string]*cluster.Cluster, error) {
+	primaries := make(map[string]string, len(top.Clusters))
 	for name, c := range top.Clusters {
-		if cc, ok := have[name]; ok && cc.dsn == c.Primary {
-			continue
-		}
-		g.Go(func() error {
-			st, err := store.Open(gctx, c.Primary, p.opts(name))
-			if err != nil {
-				return fmt.Errorf("cluster %s primary: %w", name, err)
-			}
-			if err := st.Migrate(gctx, p.now()); err != nil {
-				st.Close()
-				return fmt.Errorf("cluster %s primary: %w", name, err)
-			}
-			if err := check(gctx, name, st); err != nil {
-				st.Close()
-				return err
-			}
-			if warn, err := st.DurabilityWarnings(gctx); err == nil {
-				for _, w := range warn {
-					p.log.Warn("primary is not fully durable: acknowledged messages can be lost in a crash", "cluster", name, "setting", w)
-				}
-			}
-			mu.Lock()
-			fresh[name] = &clusterConn{dsn: c.Primary, store: st}
-			mu.Unlock()
-			return nil
-		})
+		primaries[name] = c.Primary
 	}
-	if err := g.Wait(); err != nil {
-		for _, cc := range fresh {
-			cc.store.Close()
-		}
+	clusters, err := p.prim.Update(ctx, primaries, check)
+	if err != nil {
 		return nil, err
 	}
-
 	follow := make(map[string][]string, len(top.Clusters))
 	for name, c := range top.Clusters {
 		follow[name] = c.Replicas
 	}
 	p.replicas.Follow(follow)
 	p.archive.follow(top)
-
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var retired []*clusterConn
-	for name, cc := range p.conns {
-		if _, still := top.Clusters[name]; !still || fresh[name] != nil {
-			retired = append(retired, cc)
-			delete(p.conns, name)
-		}
-	}
-	for name, cc := range fresh {
-		p.conns[name] = cc
-	}
-	// Requests already routed to a retired pool finish on it; close it
-	// once they are surely done.
-	for _, cc := range retired {
-		time.AfterFunc(30*time.Second, func() { cc.store.Close() })
-	}
-	return p.storesLocked(), nil
+	return clusters, nil
 }
 
 // Stores returns each cluster's primary store by cluster name.
-func (p *pools) Stores() map[string]*store.Store {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.storesLocked()
-}
-
-func (p *pools) storesLocked() map[string]*store.Store {
-	out := make(map[string]*store.Store, len(p.conns))
-	for k, v := range p.conns {
-		out[k] = v.store
-	}
-	return out
-}
+func (p *pools) Stores() map[string]*store.Store { return p.prim.Stores() }
 
 // dbs lists every primary's connection pool (the pool collector's view).
 func (p *pools) dbs() map[string]*sql.DB {
@@ -181,11 +102,7 @@ func (p *pools) reshardSessions(router string, log *slog.Logger) rebalance.OpenS
 // close closes every pool in use: the primaries', the replicas' and the
 // archive cluster's.
 func (p *pools) close() {
-	p.mu.Lock()
-	for _, cc := range p.conns {
-		cc.store.Close()
-	}
-	p.mu.Unlock()
+	p.prim.Close()
 	p.replicas.Close()
 	p.archive.close()
 }

@@ -98,9 +98,9 @@ func TestGroupCommitCoalescesConcurrentRequests(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
 	e := setupOn(t, bed, func(c *Config) {
-		c.Broker.Commit.Committers = 1
-		c.Broker.Commit.Linger = 50 * time.Millisecond
-		c.Broker.Commit.LingerAfter = 1 // every batch lingers: the test is about coalescing
+		c.Cluster.Commit.Committers = 1
+		c.Cluster.Commit.Linger = 50 * time.Millisecond
+		c.Cluster.Commit.LingerAfter = 1 // every batch lingers: the test is about coalescing
 	})
 	const n = 40
 	var wg sync.WaitGroup

@@ -24,7 +24,7 @@ func (l lookupEndpoints) Primary(cluster string) (lookup.Target, bool) {
 	if !ok {
 		return lookup.Target{}, false
 	}
-	return lookup.Target{Conn: circuit.Endpoint[lookup.Reader]{S: p.store, Breaker: p.guard.Breaker()}, Endpoint: p.endpoint}, true
+	return lookup.Target{Conn: circuit.Endpoint[lookup.Reader]{S: p.Store, Breaker: p.Primary.Breaker()}, Endpoint: p.Endpoint}, true
 }
 
 func (l lookupEndpoints) Replica(cluster string) (lookup.Target, bool) {
@@ -57,7 +57,7 @@ func (r reconcileEndpoints) Scan(cluster string) (reconcile.ScanConn, string, st
 	if !ok {
 		return nil, "", "", false
 	}
-	return circuit.Endpoint[reconcile.Scanner]{S: p.store, Breaker: p.guard.Breaker()}, lookup.FromPrimary, p.endpoint, true
+	return circuit.Endpoint[reconcile.Scanner]{S: p.Store, Breaker: p.Primary.Breaker()}, lookup.FromPrimary, p.Endpoint, true
 }
 
 func (r reconcileEndpoints) Primary(cluster string) (reconcile.RepairConn, bool) {
@@ -65,7 +65,7 @@ func (r reconcileEndpoints) Primary(cluster string) (reconcile.RepairConn, bool)
 	if !ok {
 		return nil, false
 	}
-	return circuit.Endpoint[reconcile.Repairer]{S: p.store, Breaker: p.guard.Breaker()}, true
+	return circuit.Endpoint[reconcile.Repairer]{S: p.Store, Breaker: p.Primary.Breaker()}, true
 }
 
 // subscriptionsAt answers reconciliation's question "which subscriptions

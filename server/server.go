@@ -22,6 +22,8 @@ import (
 
 	"github.com/shardmq/shardmq/api"
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/circuit"
+	"github.com/shardmq/shardmq/cluster"
 	"github.com/shardmq/shardmq/deadletter"
 	"github.com/shardmq/shardmq/internal/forward"
 	"github.com/shardmq/shardmq/internal/idgen"
@@ -56,6 +58,8 @@ type Config struct {
 	HTTP HTTPConfig
 	// Broker tunes routing and claims (see broker.Config).
 	Broker broker.Config
+	// Cluster tunes each cluster's group commits (see cluster.Config).
+	Cluster cluster.Config
 	// Store sizes each cluster's pool (see store.Options).
 	Store store.Options
 	// Subscriptions is where subscriptions are kept. Defaults to the
@@ -256,9 +260,16 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	// Metrics and the primaries' pools, with the call points guarding them.
 	r.obs = newObservability(cfg.Observe, cfg.UI, r.metrics)
 	r.retries = newTxRetries(r.metrics)
-	r.pools = newPools(storeOptions(cfg.Store, r.ids, r.obs.msgs, r.retries), cfg.HA.ReplicaPools, cfg.Now, cfg.Log)
+	opts := storeOptions(cfg.Store, r.ids, r.obs.msgs, r.retries)
+	// The clusters' primaries: their pools, call points (breakers from the
+	// endpoints, metrics and the fence watch as observers) and batching.
+	prim := cluster.NewSet(cluster.SetConfig{Options: opts, Cluster: cfg.Cluster, Now: cfg.Now, Log: cfg.Log,
+		Breaker: func(endpoint string) *circuit.Breaker { return r.eps.breakers.For(endpoint) },
+		Observe: func(name string) cluster.Observer { return r.fence.observer(name, r.obs.clusters.For(name)) }})
+	r.pools = newPools(prim, opts, cfg.HA.ReplicaPools, cfg.Now, cfg.Log)
 	r.metrics.MustRegister(observe.NewPoolCollector(r.pools.dbs))
 	r.eps = newEndpoints(cfg.HA.withDefaults(cfg.Log, cfg.Now, r.pools.replicas))
+	r.eps.set = prim
 	r.reloads = &reloader{source: cfg.Source, every: 200 * time.Millisecond, log: cfg.Log, apply: func(ctx context.Context, top *topology.Topology) {
 		if top.Map.Version() > r.table.Load().Version() {
 			r.apply(ctx, top)
@@ -363,15 +374,15 @@ func (r *Router) start(ctx context.Context, top *topology.Topology) {
 }
 
 // connect opens (and migrates) pools for clusters that are new or whose
-// primary changed, and returns every cluster's call point for top.
+// primary changed, and returns every cluster for top.
 func (r *Router) connect(ctx context.Context, top *topology.Topology) (map[string]broker.Cluster, error) {
-	stores, err := r.pools.update(ctx, top, r.eps.checkWritable)
+	conns, err := r.pools.update(ctx, top, r.eps.checkWritable)
 	if err != nil {
 		return nil, err
 	}
-	clusters := make(map[string]broker.Cluster, len(stores))
-	for name, st := range stores {
-		clusters[name] = r.eps.primaryCluster(name, top.Clusters[name].Primary, st, r.fence.observer(name, r.obs.clusters.For(name)))
+	clusters := make(map[string]broker.Cluster, len(conns))
+	for name, c := range conns {
+		clusters[name] = c
 	}
 	return clusters, nil
 }

@@ -25,7 +25,7 @@ func TestStuckPrimaryAnswersUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { own.Stop() })
-	e := setupOn(t, own, func(c *Config) { c.Broker.Commit.Timeout = time.Second })
+	e := setupOn(t, own, func(c *Config) { c.Cluster.Commit.Timeout = time.Second })
 	produce := func(key string) (map[string]any, string) {
 		t.Helper()
 		st, hdr, out := e.post(t, "/v1/topics/stuck/messages", map[string]any{"messages": []any{msg(key, map[string]any{"k": key})}})

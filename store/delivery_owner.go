@@ -246,8 +246,8 @@ func ownerFence(ctx context.Context, tx *sql.Tx, units []OwnedUnit) (map[OwnedUn
 	for _, u := range units {
 		args = append(args, u.Topic, u.Subscription)
 	}
-	cur, err := queryMap(ctx, tx, "fence delivery_owner", "SELECT topic, subscription, epoch FROM delivery_owner WHERE (topic, subscription) IN ("+
-		placeholders(len(units), 2)+") LOCK IN SHARE MODE", args, func(rows *sql.Rows) ([2]string, uint64, error) {
+	cur, err := queryMap(ctx, tx, "fence delivery_owner", "SELECT topic, subscription, epoch FROM delivery_owner WHERE "+
+		pairsIn("topic", "subscription", len(units))+" LOCK IN SHARE MODE", args, func(rows *sql.Rows) ([2]string, uint64, error) {
 		var k [2]string
 		var e uint64
 		err := rows.Scan(&k[0], &k[1], &e)

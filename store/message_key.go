@@ -64,10 +64,8 @@ type registeredKey struct {
 	hash      []byte
 }
 
-// keysIn is "(topic, msg_key) IN (…)" for n keys.
-func keysIn(n int) string {
-	return "(topic, msg_key) IN (" + placeholders(n, 2) + ")"
-}
+// keysIn is "(topic, msg_key) IN (…)" for n keys (see pairsIn).
+func keysIn(n int) string { return pairsIn("topic", "msg_key", n) }
 
 // selectKeys reads who holds each (topic, key), with a shared lock so that
 // the answer is the committed or our own row, never a stale snapshot.

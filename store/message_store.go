@@ -95,16 +95,13 @@ func insertMessages(ctx context.Context, tx *sql.Tx, msgs []*Message) error {
 // optimizer made every pair of the two lists a range to probe (200 ids
 // of 20 distinct milliseconds: 4,000 index dives, or a full index scan
 // when that looked cheaper; docs/performance.md).
+//
+// One id is written "(id = ? AND created_at = ?)" (see pairsIn).
 func idList(b *strings.Builder, args []any, ids []uint64) []any {
-	b.WriteString("(id, created_at) IN (")
-	for i, id := range ids {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("(?, ?)")
+	b.WriteString(pairsIn("id", "created_at", len(ids)))
+	for _, id := range ids {
 		args = append(args, id, idgen.Time(id))
 	}
-	b.WriteString(")")
 	return args
 }
 

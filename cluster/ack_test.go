@@ -1,4 +1,4 @@
-package broker
+package cluster
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardmq/shardmq/cluster/clustertest"
 	"github.com/shardmq/shardmq/internal/idgen"
 	"github.com/shardmq/shardmq/internal/testtime"
 	"github.com/shardmq/shardmq/store"
@@ -15,7 +16,7 @@ import (
 // gatedShard holds its first AckMany until gate is closed and records how
 // many groups each call carried.
 type gatedShard struct {
-	*memStore
+	*clustertest.Store
 	started chan struct{}
 	gate    chan struct{}
 	once    sync.Once
@@ -31,14 +32,14 @@ func (g *gatedShard) AckMany(ctx context.Context, groups []store.AckGroup, now t
 	g.mu.Lock()
 	g.calls = append(g.calls, len(groups))
 	g.mu.Unlock()
-	return g.memStore.AckMany(ctx, groups, now)
+	return g.Store.AckMany(ctx, groups, now)
 }
 
 // Acks that arrive while the cluster's ack transaction runs go together
 // in the next one, and each caller gets its own statuses.
 func TestAckerCoalescesWaitingAcks(t *testing.T) {
 	t.Parallel()
-	st := newMemStore()
+	st := clustertest.NewStore()
 	ids := idgen.New(nil)
 	var items []store.ProduceItem
 	for i := range 30 {
@@ -65,7 +66,7 @@ func TestAckerCoalescesWaitingAcks(t *testing.T) {
 	}
 	leases[2][0].Token++ // one lost lease: that batch falls back per request
 
-	g := &gatedShard{memStore: st, started: make(chan struct{}), gate: make(chan struct{})}
+	g := &gatedShard{Store: st, started: make(chan struct{}), gate: make(chan struct{})}
 	a := newAcker(direct{g})
 	var wg sync.WaitGroup
 	results := make([][]store.LeaseStatus, 3)
@@ -81,9 +82,7 @@ func TestAckerCoalescesWaitingAcks(t *testing.T) {
 	go ack(1)
 	go ack(2)
 	testtime.WithinState(t, 10*time.Second, "two acks queued", func() (bool, string) {
-		a.mu.Lock()
-		n := len(a.queue)
-		a.mu.Unlock()
+		n, _ := a.batch.Queued()
 		return n == 2, fmt.Sprint(n, " queued")
 	})
 	close(g.gate)
@@ -105,15 +104,13 @@ func TestAckerCoalescesWaitingAcks(t *testing.T) {
 			}
 		}
 	}
-	st.mu.Lock()
-	left := len(st.dels)
-	st.mu.Unlock()
+	st.Mu.Lock()
+	left := len(st.Dels)
+	st.Mu.Unlock()
 	if left != 1 {
 		t.Errorf("%d deliveries left, want 1 (the lost lease's)", left)
 	}
 	testtime.Within(t, 10*time.Second, "the worker stopping with nothing queued", func() bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return !a.running
+		return !a.batch.Busy()
 	})
 }

@@ -1,10 +1,9 @@
-package broker
+package cluster
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
+	"github.com/shardmq/shardmq/cluster/clustertest"
 	"testing"
 	"time"
 
@@ -16,7 +15,7 @@ import (
 func item(id uint64, key string) store.ProduceItem {
 	return store.ProduceItem{
 		Msg:           &store.Message{ID: id, Topic: "t", Key: key, PayloadJSON: true, Payload: []byte("1"), CreatedAt: idgen.Time(id)},
-		Hash:          PayloadHash([]byte("1")),
+		Hash:          make([]byte, 16),
 		AvailableAt:   time.Now(),
 		Subscriptions: []string{"default"},
 	}
@@ -27,26 +26,26 @@ func item(id uint64, key string) store.ProduceItem {
 // the refused item is.
 func TestCommitterIsolatesAFailingItem(t *testing.T) {
 	t.Parallel()
-	st := newMemStore()
+	st := clustertest.NewStore()
 	ids := idgen.New(nil)
-	c := newCommitter("c1", direct{st}, CommitConfig{Committers: 1}.withDefaults())
+	c := newCommitter("c1", direct{st}, CommitConfig{Committers: 1}.WithDefaults())
 	defer c.Stop()
 	a := ids.Next()
 	items := []store.ProduceItem{item(a, "a"), item(ids.Next(), "b"), item(a, "clash"), item(ids.Next(), "d")}
 	resp := c.submit(context.Background(), items)
 	for i, want := range []bool{true, true, false, true} {
-		ok := resp.errs[i] == nil && resp.res[i].Status == store.Created
+		ok := resp.Errs[i] == nil && resp.Results[i].Status == store.Created
 		if ok != want {
-			t.Errorf("item %d (%s): created=%v err=%v, want created=%v", i, items[i].Msg.Key, ok, resp.errs[i], want)
+			t.Errorf("item %d (%s): created=%v err=%v, want created=%v", i, items[i].Msg.Key, ok, resp.Errs[i], want)
 		}
 	}
-	if !errors.Is(resp.errs[2], errTakenID) {
-		t.Errorf("the failing item's error: %v", resp.errs[2])
+	if !errors.Is(resp.Errs[2], clustertest.ErrTakenID) {
+		t.Errorf("the failing item's error: %v", resp.Errs[2])
 	}
 	if c.splits.Load() == 0 {
 		t.Fatal("the batch was not split")
 	}
-	if _, ok := st.keys["t\x00clash"]; ok {
+	if _, ok := st.Keys["t\x00clash"]; ok {
 		t.Fatal("the failing item's key was registered: half-applied")
 	}
 }
@@ -55,13 +54,13 @@ func TestCommitterIsolatesAFailingItem(t *testing.T) {
 // item gets the error at once, in one transaction's time.
 func TestCommitterDoesNotSplitOnAnOutage(t *testing.T) {
 	t.Parallel()
-	fc := newFakeCluster()
+	fc := newFakeCaller()
 	fc.down.Store(true)
-	c := newCommitter("c1", fc, CommitConfig{Committers: 1}.withDefaults())
+	c := newCommitter("c1", fc, CommitConfig{Committers: 1}.WithDefaults())
 	defer c.Stop()
 	ids := idgen.New(nil)
 	resp := c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "a"), item(ids.Next(), "b")})
-	for i, err := range resp.errs {
+	for i, err := range resp.Errs {
 		if !errors.Is(err, store.ErrUnavailable) {
 			t.Errorf("item %d: %v, want unavailable", i, err)
 		}
@@ -74,115 +73,37 @@ func TestCommitterDoesNotSplitOnAnOutage(t *testing.T) {
 // A stopped committer still answers what was queued, and refuses new work.
 func TestCommitterStopAnswersEveryone(t *testing.T) {
 	t.Parallel()
-	st := newMemStore()
+	st := clustertest.NewStore()
 	ids := idgen.New(nil)
-	c := newCommitter("c1", direct{st}, CommitConfig{Committers: 2}.withDefaults())
+	c := newCommitter("c1", direct{st}, CommitConfig{Committers: 2}.WithDefaults())
 	resp := c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "x")})
-	if resp.errs[0] != nil {
-		t.Fatal(resp.errs[0])
+	if resp.Errs[0] != nil {
+		t.Fatal(resp.Errs[0])
 	}
 	// A request queued behind a held transaction is answered by the
 	// drain on stop.
 	hold, held := make(chan struct{}), make(chan struct{}, 4)
-	st.gate = func(string) { held <- struct{}{}; <-hold }
-	first := make(chan produceResp, 1)
+	st.Gate = func(string) { held <- struct{}{}; <-hold }
+	first := make(chan Produced, 1)
 	go func() { first <- c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "y")}) }()
 	<-held
-	queued := make(chan produceResp, 1)
+	queued := make(chan Produced, 1)
 	go func() { queued <- c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "z")}) }()
-	testtime.Until(t, "one request queued", func() bool { return len(c.in) == 1 })
+	testtime.Until(t, "one request queued", func() bool { n, _ := c.batch.Queued(); return n == 1 })
 	stopped := make(chan struct{})
 	go func() { c.Stop(); close(stopped) }()
 	close(hold)
-	if r := <-first; r.errs[0] != nil {
-		t.Fatalf("held request: %v", r.errs[0])
+	if r := <-first; r.Errs[0] != nil {
+		t.Fatalf("held request: %v", r.Errs[0])
 	}
-	if r := <-queued; r.errs[0] != nil {
-		t.Fatalf("queued request not committed by the drain: %v", r.errs[0])
+	if r := <-queued; r.Errs[0] != nil {
+		t.Fatalf("queued request not committed by the drain: %v", r.Errs[0])
 	}
 	<-stopped
 	c.Stop() // twice is fine
 	resp = c.submit(context.Background(), []store.ProduceItem{item(ids.Next(), "w")})
-	if resp.errs[0] == nil {
+	if resp.Errs[0] == nil {
 		t.Fatal("a stopped committer accepted work")
-	}
-}
-
-func BenchmarkFingerprintKey(b *testing.B) {
-	p := []byte(`{"order":42,"amount":"19.90","currency":"EUR"}`)
-	for i := 0; i < b.N; i++ {
-		FingerprintKey("orders", "tx-9", p)
-	}
-}
-
-func BenchmarkReceiptRoundTrip(b *testing.B) {
-	k := RandomReceipts()
-	r := Receipt{VShard: 517, Topic: "orders"}
-	r.MessageID, r.Token, r.Subscription = 385432089608519680, 0xdeadbeef, "billing"
-	for i := 0; i < b.N; i++ {
-		if _, err := k.Decode(k.Encode(r)); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// A receipt reads back as it was made; one altered anywhere — a byte of
-// it flipped, its topic rewritten to another of the same length, signed
-// with another key, cut short, or unsigned as versions 1 and 2 were — is
-// refused.
-func TestReceiptRoundTripAndTampering(t *testing.T) {
-	t.Parallel()
-	k, err := NewReceipts([]byte("0123456789abcdef0123456789abcdef"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := NewReceipts([]byte("short")); err == nil {
-		t.Fatal("a 5-byte receipt key accepted")
-	}
-	r := Receipt{VShard: 1023, Topic: "orders.v2", Epoch: 7}
-	r.MessageID, r.Token, r.Subscription, r.Ordered = 385432089608519680, 0xdeadbeef, "billing", true
-	text := k.Encode(r)
-	got, err := k.Decode(text)
-	if err != nil || got != r {
-		t.Fatalf("round trip: %+v, %v; want %+v", got, err, r)
-	}
-	raw, err := receiptEncoding.DecodeString(text)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range raw {
-		for _, bit := range []byte{1, 0x20, 0x80} {
-			b := bytes.Clone(raw)
-			b[i] ^= bit
-			if got, err := k.Decode(receiptEncoding.EncodeToString(b)); err == nil {
-				t.Fatalf("byte %d flipped by %#x: accepted as %+v", i, bit, got)
-			}
-		}
-	}
-	other := bytes.Replace(raw, []byte("orders.v2"), []byte("payments9"), 1)
-	if _, err := k.Decode(receiptEncoding.EncodeToString(other)); err == nil {
-		t.Fatal("a receipt with its topic rewritten accepted")
-	}
-	if _, err := RandomReceipts().Decode(text); err == nil {
-		t.Fatal("a receipt accepted under another key")
-	}
-	// Versions 1 and 2 (unsigned), as routers before signing made them.
-	for _, v := range []byte{receiptV1, receiptV2} {
-		u := []byte{v, 1, 0x03, 0xff}
-		u = binary.BigEndian.AppendUint64(u, r.MessageID)
-		u = binary.BigEndian.AppendUint64(u, r.Token)
-		if v == receiptV2 {
-			u = binary.BigEndian.AppendUint64(u, r.Epoch)
-		}
-		u = append(append(append(u, byte(len(r.Topic))), r.Topic...), r.Subscription...)
-		if _, err := k.Decode(receiptEncoding.EncodeToString(u)); err == nil {
-			t.Fatalf("an unsigned version %d receipt accepted", v)
-		}
-	}
-	for _, bad := range []string{"", "AQ", "!!!", text[:20], text[:len(text)-1], text + "\n", text[:30]} {
-		if _, err := k.Decode(bad); err == nil {
-			t.Errorf("Decode(%q) accepted", bad)
-		}
 	}
 }
 
@@ -215,7 +136,7 @@ func (g *gateStore) Produce(ctx context.Context, items []store.ProduceItem) ([]s
 func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 	t.Parallel()
 	g := &gateStore{started: make(chan int, 16), release: make(chan struct{}), quit: make(chan struct{})}
-	c := newCommitter("c1", direct{g}, CommitConfig{Committers: 1, Linger: time.Minute, LingerAfter: 4, MaxMessages: 8}.withDefaults())
+	c := newCommitter("c1", direct{g}, CommitConfig{Committers: 1, Linger: time.Minute, LingerAfter: 4, MaxMessages: 8}.WithDefaults())
 	// Cleanups run last-in first-out: the gate opens before stop waits.
 	t.Cleanup(c.Stop)
 	t.Cleanup(func() { close(g.quit) })
@@ -252,7 +173,7 @@ func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 	startsAtOnce(1)
 	// While it runs, 5 requests queue up (≥ LingerAfter).
 	submit(5)
-	testtime.Until(t, "5 requests are queued", func() bool { return len(c.in) == 5 })
+	testtime.Until(t, "5 requests are queued", func() bool { n, _ := c.batch.Queued(); return n == 5 })
 	finish(1)
 	// The next batch begins with those 5 and lingers: 3 more requests
 	// sent now join it instead of waiting for a transaction of their own
@@ -263,11 +184,14 @@ func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 	}
 	finish(8)
 	// The batch after a backlog lingers too, even when it begins alone:
-	// a request sent once the first is taken joins it.
-	first := &produceReq{items: []store.ProduceItem{item(100, "k")}, done: make(chan produceResp, 1)}
-	c.queued.Add(1) // as submit does
-	c.in <- first
-	testtime.Until(t, "the request is taken", func() bool { return len(c.in) == 0 })
+	// requests sent while it lingers join it.
+	testtime.Until(t, "the busy batch is over", func() bool { return !c.batch.Busy() })
+	first := make(chan struct{})
+	go func() {
+		c.submit(ctx, []store.ProduceItem{item(100, "k")})
+		close(first)
+	}()
+	testtime.Until(t, "the request is queued", func() bool { n, _ := c.batch.Queued(); return n == 1 })
 	select {
 	case n := <-g.started:
 		t.Fatalf("the batch after the busy one started at once with %d items: it did not linger", n)
@@ -278,7 +202,7 @@ func TestCommitterLingersOnlyWhenBusy(t *testing.T) {
 		t.Fatalf("batch after the busy one: %d items, want 8 (it lingered for the 7 sent after it began)", n)
 	}
 	finish(7)
-	<-first.done
+	<-first
 	// That batch began without a backlog: quiet again.
 	submit(1)
 	startsAtOnce(1)

@@ -2,7 +2,7 @@
 
 // Built only with -tags dbbench (make bench): the rest of the broker's
 // tests run on in-memory fakes and need no database.
-package broker
+package cluster
 
 import (
 	"context"

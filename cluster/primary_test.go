@@ -1,4 +1,4 @@
-package circuit
+package cluster
 
 import (
 	"context"
@@ -7,32 +7,33 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/circuit"
 	"github.com/shardmq/shardmq/store"
 )
 
 // Every operation, whatever it is, goes through the call point's breaker:
 // outages open it, then calls are refused without reaching the store, and
-// the observer is told each call with its operation and outcome.
+// the observer decorating it is told each call with its operation and
+// outcome.
 func TestDoGuardsEveryOperationAlike(t *testing.T) {
 	t.Parallel()
 	var obs opLog
-	c := NewCluster(nil, NewSet(Config{Failures: 2, OpenFor: time.Hour}).For("ep"), obs.observe)
+	c := Observe(NewPrimary(nil, circuit.NewSet(circuit.Config{Failures: 2, OpenFor: time.Hour}).For("ep")), obs.observe)
 	ran := 0
-	outage := func(ctx context.Context, s broker.Store) error {
+	outage := func(ctx context.Context, s Store) error {
 		ran++
 		return fmt.Errorf("%w: connection refused", store.ErrUnavailable)
 	}
-	for _, op := range []string{broker.OpStats, broker.OpRedrive} {
+	for _, op := range []string{OpStats, OpRedrive} {
 		if err := c.Do(context.Background(), op, outage); !errors.Is(err, store.ErrUnavailable) {
 			t.Fatalf("%s: %v", op, err)
 		}
 	}
-	err := c.Do(context.Background(), broker.OpProduce, outage)
-	if !errors.Is(err, ErrOpen) || !errors.Is(err, store.ErrUnavailable) || ran != 2 {
+	err := c.Do(context.Background(), OpProduce, outage)
+	if !errors.Is(err, circuit.ErrOpen) || !errors.Is(err, store.ErrUnavailable) || ran != 2 {
 		t.Fatalf("third call after two outages: %v (store reached %d times), want refused by the open breaker", err, ran)
 	}
-	for _, op := range []string{broker.OpStats, broker.OpRedrive, broker.OpProduce} {
+	for _, op := range []string{OpStats, OpRedrive, OpProduce} {
 		if calls, failed := obs.counts(op); calls != 1 || failed != 1 {
 			t.Errorf("observer saw %s %d times, %d failed; want 1, 1", op, calls, failed)
 		}
@@ -43,9 +44,9 @@ func TestDoGuardsEveryOperationAlike(t *testing.T) {
 // endpoint working: it never opens the breaker.
 func TestDoCountsOnlyOutagesAgainstTheEndpoint(t *testing.T) {
 	t.Parallel()
-	c := NewCluster(nil, NewSet(Config{Failures: 1, OpenFor: time.Hour}).For("ep"), nil)
+	c := NewPrimary(nil, circuit.NewSet(circuit.Config{Failures: 1, OpenFor: time.Hour}).For("ep"))
 	for range 3 {
-		if err := c.Do(context.Background(), broker.OpAck, func(context.Context, broker.Store) error { return store.ErrNotFound }); !errors.Is(err, store.ErrNotFound) {
+		if err := c.Do(context.Background(), OpAck, func(context.Context, Store) error { return store.ErrNotFound }); !errors.Is(err, store.ErrNotFound) {
 			t.Fatal(err)
 		}
 	}
@@ -58,17 +59,17 @@ func TestDoCountsOnlyOutagesAgainstTheEndpoint(t *testing.T) {
 // unavailable without running.
 func TestDoOnRetiredEndpointGoesToTheSuccessor(t *testing.T) {
 	t.Parallel()
-	set := NewSet(Config{})
-	old, next := NewCluster(named{name: "old"}, set.For("old"), nil), NewCluster(named{name: "new"}, set.For("new"), nil)
+	set := circuit.NewSet(circuit.Config{})
+	old, next := NewPrimary(named{name: "old"}, set.For("old")), NewPrimary(named{name: "new"}, set.For("new"))
 	old.Retire(next)
 	old.Retire(nil) // the first successor stays
 	on := ""
-	if err := old.Do(context.Background(), broker.OpAck, func(_ context.Context, s broker.Store) error { on = s.(named).name; return nil }); err != nil || on != "new" {
+	if err := old.Do(context.Background(), OpAck, func(_ context.Context, s Store) error { on = s.(named).name; return nil }); err != nil || on != "new" {
 		t.Fatalf("call on a retired endpoint ran on %q: %v", on, err)
 	}
-	gone := NewCluster(nil, set.For("gone"), nil)
+	gone := NewPrimary(nil, set.For("gone"))
 	gone.Retire(nil)
-	if err := gone.Do(context.Background(), broker.OpAck, func(context.Context, broker.Store) error {
+	if err := gone.Do(context.Background(), OpAck, func(context.Context, Store) error {
 		t.Error("ran on an endpoint retired without successor")
 		return nil
 	}); !errors.Is(err, store.ErrUnavailable) {
@@ -76,30 +77,9 @@ func TestDoOnRetiredEndpointGoesToTheSuccessor(t *testing.T) {
 	}
 }
 
-// An Endpoint's call is bounded by its own Timeout, and its timeout is an
-// outage of the endpoint.
-func TestEndpointBoundsEachCall(t *testing.T) {
-	t.Parallel()
-	e := Endpoint[string]{S: "replica", Breaker: NewSet(Config{CallTimeout: time.Hour}).For("r"), Timeout: 20 * time.Millisecond}
-	began := time.Now()
-	err := e.Do(context.Background(), func(ctx context.Context, s string) error {
-		if s != "replica" {
-			t.Errorf("ran on %q", s)
-		}
-		<-ctx.Done() // a hung endpoint
-		return ctx.Err()
-	})
-	if !errors.Is(err, store.ErrUnavailable) || time.Since(began) > 10*time.Second {
-		t.Fatalf("hung call: %v after %v", err, time.Since(began))
-	}
-	if s := e.Breaker.cb.Counts().ConsecutiveFailures; s != 1 {
-		t.Fatalf("the timeout counted %d failures, want 1", s)
-	}
-}
-
 // named is a store that is never called, told apart by its name.
 type named struct {
-	broker.Store
+	Store
 	name string
 }
 
@@ -135,15 +115,15 @@ func TestRetireHandsInFlightCallsToTheSuccessor(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			set := NewSet(Config{CallTimeout: time.Hour})
-			old, next := NewCluster(named{name: "old"}, set.For("old"), nil), NewCluster(named{name: "new"}, set.For("new"), nil)
+			set := circuit.NewSet(circuit.Config{CallTimeout: time.Hour})
+			old, next := NewPrimary(named{name: "old"}, set.For("old")), NewPrimary(named{name: "new"}, set.For("new"))
 			ctx, giveUp := context.WithCancel(context.Background())
 			defer giveUp()
 			started, retired := make(chan struct{}), make(chan struct{})
 			var on []string // written by the call's goroutine only, read after done
 			done := make(chan error, 1)
 			go func() {
-				done <- old.Do(ctx, broker.OpProduce, func(ctx context.Context, s broker.Store) error {
+				done <- old.Do(ctx, OpProduce, func(ctx context.Context, s Store) error {
 					on = append(on, s.(named).name)
 					if s.(named).name == "new" {
 						return nil
@@ -176,7 +156,7 @@ func TestRetireHandsInFlightCallsToTheSuccessor(t *testing.T) {
 			}
 			// Later calls go to the successor, or fail unavailable without one.
 			later := ""
-			err = old.Do(context.Background(), broker.OpAck, func(_ context.Context, s broker.Store) error { later = s.(named).name; return nil })
+			err = old.Do(context.Background(), OpAck, func(_ context.Context, s Store) error { later = s.(named).name; return nil })
 			switch {
 			case tt.successor && (err != nil || later != "new"):
 				t.Fatalf("a later call ran on %q: %v", later, err)

@@ -1,4 +1,4 @@
-package broker
+package clustertest
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/shardmq/shardmq/store"
 )
 
-// What owners need of memStore (delivery.Store), in memory: the same
+// What owners need of Store (delivery.Store), in memory: the same
 // answers the store gives on MariaDB for the cases the broker's tests
 // drive (the store's suite checks the real statements).
 
@@ -19,21 +19,21 @@ type memOwner struct {
 	leaseUntil, horizon time.Time
 }
 
-func (m *memStore) owned() map[[2]string]*memOwner {
+func (m *Store) owned() map[[2]string]*memOwner {
 	if m.owners == nil {
 		m.owners = map[[2]string]*memOwner{}
 	}
 	return m.owners
 }
 
-func (m *memStore) ScanClaimable(ctx context.Context, topic, sub string, now time.Time, after *store.ClaimCursor, limit int, exclude []uint16) ([]store.Candidate, error) {
-	if m.gate != nil {
-		m.gate(OpClaim)
+func (m *Store) ScanClaimable(ctx context.Context, topic, sub string, now time.Time, after *store.ClaimCursor, limit int, exclude []uint16) ([]store.Candidate, error) {
+	if m.Gate != nil {
+		m.Gate("claim")
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.Mu.Lock()
+	defer m.Mu.Unlock()
 	var out []store.Candidate
-	for _, d := range m.dels {
+	for _, d := range m.Dels {
 		if d.dead || d.until.After(now) || d.msg.Topic != topic || d.sub != sub || slices.Contains(exclude, d.msg.VShard) {
 			continue
 		}
@@ -53,11 +53,11 @@ func (m *memStore) ScanClaimable(ctx context.Context, topic, sub string, now tim
 	return out[:min(len(out), limit)], nil
 }
 
-func (m *memStore) OrderHeads(ctx context.Context, topic, sub string, keys []string) (map[string]uint64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (m *Store) OrderHeads(ctx context.Context, topic, sub string, keys []string) (map[string]uint64, error) {
+	m.Mu.Lock()
+	defer m.Mu.Unlock()
 	out := map[string]uint64{}
-	for _, d := range m.dels {
+	for _, d := range m.Dels {
 		if d.dead || d.msg.Topic != topic || d.sub != sub || !slices.Contains(keys, d.msg.OrderKey) {
 			continue
 		}
@@ -68,11 +68,11 @@ func (m *memStore) OrderHeads(ctx context.Context, topic, sub string, keys []str
 	return out, nil
 }
 
-func (m *memStore) Messages(ctx context.Context, ids []uint64) (map[uint64]*store.Message, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (m *Store) Messages(ctx context.Context, ids []uint64) (map[uint64]*store.Message, error) {
+	m.Mu.Lock()
+	defer m.Mu.Unlock()
 	out := map[uint64]*store.Message{}
-	for _, d := range m.dels {
+	for _, d := range m.Dels {
 		if slices.Contains(ids, d.msg.ID) {
 			out[d.msg.ID] = d.msg
 		}
@@ -80,21 +80,21 @@ func (m *memStore) Messages(ctx context.Context, ids []uint64) (map[uint64]*stor
 	return out, nil
 }
 
-func (m *memStore) stale(u store.OwnedUnit) bool {
+func (m *Store) stale(u store.OwnedUnit) bool {
 	o := m.owned()[[2]string{u.Topic, u.Subscription}]
 	return o == nil || o.epoch != u.Epoch
 }
 
-func (m *memStore) ClaimDurable(ctx context.Context, unit store.OwnedUnit, req store.ClaimRequest, ids []uint64) ([]store.Claimed, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (m *Store) ClaimDurable(ctx context.Context, unit store.OwnedUnit, req store.ClaimRequest, ids []uint64) ([]store.Claimed, error) {
+	m.Mu.Lock()
+	defer m.Mu.Unlock()
 	if m.stale(unit) {
 		return nil, store.ErrStaleOwner
 	}
 	m.claims = append(m.claims, []store.ClaimRequest{req})
 	var out []store.Claimed
 	for _, id := range ids {
-		d, ok := m.dels[delKey{id, req.Subscription}]
+		d, ok := m.Dels[delKey{id, req.Subscription}]
 		if !ok || d.dead || d.until.After(req.Now) {
 			continue
 		}
@@ -105,12 +105,12 @@ func (m *memStore) ClaimDurable(ctx context.Context, unit store.OwnedUnit, req s
 	return out, nil
 }
 
-func (m *memStore) FlushOwned(ctx context.Context, batch []store.OwnedFlush, now time.Time) ([]store.OwnedResult, error) {
-	if m.gate != nil {
-		m.gate(OpAck)
+func (m *Store) FlushOwned(ctx context.Context, batch []store.OwnedFlush, now time.Time) ([]store.OwnedResult, error) {
+	if m.Gate != nil {
+		m.Gate("ack")
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.Mu.Lock()
+	defer m.Mu.Unlock()
 	m.flushes++
 	out := make([]store.OwnedResult, len(batch))
 	for i, f := range batch {
@@ -124,18 +124,18 @@ func (m *memStore) FlushOwned(ctx context.Context, batch []store.OwnedFlush, now
 		var leases []store.Lease
 		for j, a := range f.Acks {
 			k := delKey{a.MessageID, sub}
-			if _, ok := m.dels[k]; ok {
-				delete(m.dels, k)
+			if _, ok := m.Dels[k]; ok {
+				delete(m.Dels, k)
 				r.Acks[j] = true
 				leases = append(leases, store.Lease{MessageID: a.MessageID, Subscription: sub})
 			}
 		}
 		if len(leases) > 0 {
-			m.acks = append(m.acks, leases)
+			m.Acks = append(m.Acks, leases)
 		}
 		r.Nacks = make([]bool, len(f.Nacks))
 		for j, n := range f.Nacks {
-			d, ok := m.dels[delKey{n.MessageID, sub}]
+			d, ok := m.Dels[delKey{n.MessageID, sub}]
 			if !ok || d.dead {
 				continue
 			}
@@ -150,7 +150,7 @@ func (m *memStore) FlushOwned(ctx context.Context, batch []store.OwnedFlush, now
 		}
 		r.Leases = make([]bool, len(f.Leases))
 		for j, l := range f.Leases {
-			d, ok := m.dels[delKey{l.MessageID, sub}]
+			d, ok := m.Dels[delKey{l.MessageID, sub}]
 			if !ok || d.dead {
 				continue
 			}
@@ -162,9 +162,9 @@ func (m *memStore) FlushOwned(ctx context.Context, batch []store.OwnedFlush, now
 	return out, nil
 }
 
-func (m *memStore) AcquireOwner(ctx context.Context, topic, sub, owner, addr string, ttl time.Duration) (store.OwnerGrant, store.OwnerRecord, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (m *Store) AcquireOwner(ctx context.Context, topic, sub, owner, addr string, ttl time.Duration) (store.OwnerGrant, store.OwnerRecord, error) {
+	m.Mu.Lock()
+	defer m.Mu.Unlock()
 	now := time.Now()
 	k := [2]string{topic, sub}
 	o := m.owned()[k]
@@ -184,9 +184,9 @@ func (m *memStore) AcquireOwner(ctx context.Context, topic, sub, owner, addr str
 	return store.OwnerGrant{Epoch: o.epoch, WaitUntil: wait, ServerNow: now, LeaseUntil: o.leaseUntil}, store.OwnerRecord{}, nil
 }
 
-func (m *memStore) RenewOwners(ctx context.Context, owner string, ttl, horizon time.Duration) ([]store.OwnedUnit, time.Time, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (m *Store) RenewOwners(ctx context.Context, owner string, ttl, horizon time.Duration) ([]store.OwnedUnit, time.Time, error) {
+	m.Mu.Lock()
+	defer m.Mu.Unlock()
 	now := time.Now()
 	var out []store.OwnedUnit
 	for k, o := range m.owned() {
@@ -202,9 +202,9 @@ func (m *memStore) RenewOwners(ctx context.Context, owner string, ttl, horizon t
 	return out, now, nil
 }
 
-func (m *memStore) ReleaseOwner(ctx context.Context, topic, sub, owner string, epoch uint64, leasesInTable bool) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (m *Store) ReleaseOwner(ctx context.Context, topic, sub, owner string, epoch uint64, leasesInTable bool) error {
+	m.Mu.Lock()
+	defer m.Mu.Unlock()
 	o := m.owned()[[2]string{topic, sub}]
 	if o == nil || o.owner != owner || o.epoch != epoch {
 		return nil
@@ -217,9 +217,9 @@ func (m *memStore) ReleaseOwner(ctx context.Context, topic, sub, owner string, e
 	return nil
 }
 
-func (m *memStore) Owners(ctx context.Context) ([]store.OwnerRecord, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (m *Store) Owners(ctx context.Context) ([]store.OwnerRecord, error) {
+	m.Mu.Lock()
+	defer m.Mu.Unlock()
 	now := time.Now()
 	var out []store.OwnerRecord
 	for k, o := range m.owned() {
@@ -229,11 +229,11 @@ func (m *memStore) Owners(ctx context.Context) ([]store.OwnerRecord, error) {
 	return out, nil
 }
 
-func (m *memStore) Beat(ctx context.Context, router, addr string, within time.Duration) ([]store.Member, time.Time, error) {
+func (m *Store) Beat(ctx context.Context, router, addr string, within time.Duration) ([]store.Member, time.Time, error) {
 	now := time.Now()
 	return []store.Member{{Router: router, Addr: addr, SeenAt: now}}, now, nil
 }
 
-func (m *memStore) LeaveMembers(ctx context.Context, router string, older time.Duration) error {
+func (m *Store) LeaveMembers(ctx context.Context, router string, older time.Duration) error {
 	return nil
 }

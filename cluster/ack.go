@@ -1,11 +1,10 @@
-package broker
+package cluster
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/shardmq/shardmq/internal/batch"
 	"github.com/shardmq/shardmq/internal/reqid"
 	"github.com/shardmq/shardmq/store"
 )
@@ -28,67 +27,39 @@ type ackCall struct {
 	group store.AckGroup
 	fence store.Fence // the map the ack was routed with
 	now   time.Time
-	done  chan store.AckResult // buffered 1
 }
 
-// acker queues one cluster's acks; a worker goroutine runs while any are
-// queued and exits when none is, so an idle cluster holds no goroutine.
+// acker queues one cluster's acks: a batcher (internal/batch) whose runs
+// are coalesced ack transactions, holding no goroutine while idle.
 type acker struct {
-	conn Cluster
-
-	mu      sync.Mutex
-	queue   []*ackCall
-	running bool
-
-	transactions, leases atomic.Int64 // what ran (tests, stats)
+	conn  Caller
+	batch *batch.Batcher[*ackCall, store.AckResult]
 }
 
-func newAcker(conn Cluster) *acker { return &acker{conn: conn} }
+func newAcker(conn Caller) *acker {
+	a := &acker{conn: conn}
+	a.batch = batch.New(batch.Config{MaxItems: maxAckBatch}, a.run, nil,
+		batch.Count(func(c *ackCall) int { return len(c.group.Leases) }),
+		// One transaction carries acks routed with one map: a stale one
+		// refused by the fence fails none of the others.
+		batch.Joins(func(first, next *ackCall) bool { return next.fence == first.fence }))
+	return a
+}
 
-// ack queues leases and waits for their statuses.
+// ack queues leases and waits for their statuses, whatever becomes of ctx
+// meanwhile: the ack may commit.
 func (a *acker) ack(ctx context.Context, leases []store.Lease, now time.Time) ([]store.LeaseStatus, error) {
 	f, _ := store.FenceFrom(ctx)
-	call := &ackCall{group: store.AckGroup{Leases: leases, RequestID: reqid.From(ctx)}, fence: f, now: now, done: make(chan store.AckResult, 1)}
-	a.mu.Lock()
-	a.queue = append(a.queue, call)
-	if !a.running {
-		a.running = true
-		go a.work()
-	}
-	a.mu.Unlock()
-	r := <-call.done
+	call := &ackCall{group: store.AckGroup{Leases: leases, RequestID: reqid.From(ctx)}, fence: f, now: now}
+	done, _ := a.batch.Enqueue(context.Background(), call) // never stopped, never full
+	r := <-done
 	return r.Statuses, r.Err
 }
 
-// work runs coalesced transactions until the queue is empty.
-func (a *acker) work() {
-	for {
-		a.mu.Lock()
-		if len(a.queue) == 0 {
-			a.running = false
-			a.mu.Unlock()
-			return
-		}
-		// One transaction carries acks routed with one map: a stale one
-		// refused by the fence fails none of the others.
-		n, take := 0, 0
-		for take < len(a.queue) && (take == 0 || n+len(a.queue[take].group.Leases) <= maxAckBatch && a.queue[take].fence == a.queue[0].fence) {
-			n += len(a.queue[take].group.Leases)
-			take++
-		}
-		batch := a.queue[:take:take]
-		a.queue = a.queue[take:]
-		a.mu.Unlock()
-		a.run(batch)
-	}
-}
-
-func (a *acker) run(batch []*ackCall) {
+func (a *acker) run(_ context.Context, batch []*ackCall) []store.AckResult {
 	groups := make([]store.AckGroup, len(batch))
-	n := 0
 	for i, c := range batch {
 		groups[i] = c.group
-		n += len(c.group.Leases)
 	}
 	ctx, cancel := context.WithTimeout(store.WithFence(reqid.With(context.Background(), groups[0].RequestID), batch[0].fence), ackTimeout)
 	defer cancel()
@@ -108,9 +79,5 @@ func (a *acker) run(batch []*ackCall) {
 			res[i].Err = err
 		}
 	}
-	a.transactions.Add(1)
-	a.leases.Add(int64(n))
-	for i, c := range batch {
-		c.done <- res[i]
-	}
+	return res
 }

@@ -1,13 +1,14 @@
-package broker
+package cluster
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/shardmq/shardmq/domain"
+	"github.com/shardmq/shardmq/internal/batch"
 	"github.com/shardmq/shardmq/store"
 )
 
@@ -52,7 +53,7 @@ type CommitConfig struct {
 	Timeout time.Duration
 }
 
-func (c CommitConfig) withDefaults() CommitConfig {
+func (c CommitConfig) WithDefaults() CommitConfig {
 	if c.MaxMessages <= 0 {
 		c.MaxMessages = 500
 	}
@@ -82,40 +83,30 @@ const queueLen = 64
 // produceReq is one caller's share of a group commit.
 type produceReq struct {
 	items []store.ProduceItem
-	bytes int
-	done  chan produceResp // buffered 1: a committer never blocks on it
+	bytes int // what its messages weigh against MaxBytes (domain.StoredSize)
 }
 
-type produceResp struct {
-	res  []store.ProduceResult
-	errs []error // per item; nil entries succeeded
-	// pending is set when the caller gave up (its ctx ended) on a
+// Produced is a produce request's outcome on one cluster, per item.
+type Produced struct {
+	Results []store.ProduceResult
+	Errs    []error // per item; nil entries succeeded
+	// Pending is set when the caller gave up (its ctx ended) on a
 	// request already queued: the batch may still commit, and this
 	// channel answers when it did.
-	pending <-chan produceResp
+	Pending <-chan Produced
 }
 
-// committer group-commits the produce requests of one cluster.
+// committer group-commits the produce requests of one cluster: a batcher
+// (internal/batch) of requests, each weighing its messages, whose runs
+// are transactions.
 type committer struct {
-	name string
-	conn Cluster
-	cfg  CommitConfig
-	in   chan *produceReq
-	quit chan struct{}
-	// queued counts the messages waiting in in; overflow wakes a further
-	// committer when it reaches MaxMessages.
-	queued   atomic.Int64
-	overflow chan struct{}
-	wg       sync.WaitGroup
-	once     sync.Once
+	name  string
+	conn  Caller
+	cfg   CommitConfig
+	batch *batch.Batcher[*produceReq, Produced]
 
-	// gate orders submissions before stop: once stopped is set under the
-	// write lock, nothing more enters in, so the drain on quit is complete.
-	gate    sync.RWMutex
-	stopped bool
-
-	transactions, messages, splits atomic.Int64
-	busy                           atomic.Int64 // nanoseconds in transactions
+	splits atomic.Int64
+	busy   atomic.Int64 // nanoseconds in transactions
 }
 
 // CommitStats counts what a cluster's group committer did.
@@ -128,179 +119,63 @@ type CommitStats struct {
 	// a split included, queueing excluded. Busy/Transactions is the mean
 	// time a batch took, as the router sees it.
 	Busy time.Duration
+	// Queued is how many messages wait for a transaction now.
+	Queued int64
 }
 
-func newCommitter(name string, conn Cluster, cfg CommitConfig) *committer {
-	c := &committer{name: name, conn: conn, cfg: cfg, in: make(chan *produceReq, queueLen), quit: make(chan struct{}),
-		overflow: make(chan struct{}, cfg.Committers)}
-	for i := 0; i < cfg.Committers; i++ {
-		c.wg.Add(1)
-		go c.run(i == 0)
-	}
+func newCommitter(name string, conn Caller, cfg CommitConfig) *committer {
+	c := &committer{name: name, conn: conn, cfg: cfg}
+	// One committer runs whenever requests wait; each further one only
+	// while a full batch waits behind the running ones. A busy cluster's
+	// batch lingers (LingerAfter).
+	c.batch = batch.New(batch.Config{MaxItems: cfg.MaxMessages, MaxBytes: cfg.MaxBytes, InFlight: cfg.Committers, Extra: batch.WhenFull,
+		Linger: cfg.Linger, LingerAfter: cfg.LingerAfter, MaxQueued: queueLen},
+		c.commit, func(r *produceReq) int { return r.bytes }, batch.Count(func(r *produceReq) int { return len(r.items) }))
 	return c
 }
 
 // Stop lets queued requests finish, then ends the committers. Safe to call
 // twice.
-func (c *committer) Stop() {
-	c.once.Do(func() {
-		c.gate.Lock()
-		c.stopped = true
-		c.gate.Unlock()
-		close(c.quit)
-	})
-	c.wg.Wait()
-}
+func (c *committer) Stop() { c.batch.Stop() }
 
-var errCommitterStopped = fmt.Errorf("%w: router is shutting down", ErrUnavailable)
+// ErrCommitterStopped answers produce requests that arrive after Stop.
+var ErrCommitterStopped = fmt.Errorf("%w: router is shutting down", domain.ErrUnavailable)
 
 // submit queues items and waits for their outcome. A caller whose ctx ends
 // while waiting gets ctx's error; its items may still commit (a retry with
 // the same keys then answers duplicate).
-func (c *committer) submit(ctx context.Context, items []store.ProduceItem) produceResp {
-	req := &produceReq{items: items, done: make(chan produceResp, 1)}
+func (c *committer) submit(ctx context.Context, items []store.ProduceItem) Produced {
+	req := &produceReq{items: items}
 	for _, it := range items {
-		req.bytes += itemBytes(it)
+		req.bytes += domain.StoredSize(it.Msg)
 	}
-	fail := func(err error) produceResp {
+	fail := func(err error) Produced {
 		errs := make([]error, len(items))
 		for i := range errs {
 			errs[i] = err
 		}
-		return produceResp{errs: errs}
+		return Produced{Errs: errs}
 	}
-	c.gate.RLock()
-	if c.stopped {
-		c.gate.RUnlock()
-		return fail(errCommitterStopped)
+	done, err := c.batch.Enqueue(ctx, req)
+	if errors.Is(err, batch.ErrStopped) {
+		return fail(ErrCommitterStopped)
 	}
-	c.queued.Add(int64(len(items)))
-	select {
-	case c.in <- req:
-	case <-ctx.Done():
-		c.queued.Add(-int64(len(items)))
-		c.gate.RUnlock()
-		return fail(ctx.Err())
-	}
-	c.gate.RUnlock()
-	if c.queued.Load() >= int64(c.cfg.MaxMessages) {
-		select {
-		case c.overflow <- struct{}{}:
-		default: // every further committer is already woken
-		}
+	if err != nil {
+		return fail(err)
 	}
 	select {
-	case r := <-req.done:
+	case r := <-done:
 		return r
 	case <-ctx.Done():
 		// Queued: the batch may still commit. pending says when it did.
 		r := fail(ctx.Err())
-		r.pending = req.done
+		r.Pending = done
 		return r
 	}
 }
 
-func itemBytes(it store.ProduceItem) int {
-	m := it.Msg
-	return len(m.Payload) + len(m.Headers) + len(m.Key) + len(m.OrderKey) + len(m.TransactionID) + 64
-}
-
-// take receives one queued request and uncounts its messages.
-func (c *committer) take(r *produceReq) *produceReq {
-	c.queued.Add(-int64(len(r.items)))
-	return r
-}
-
-// run is one committer. The first always serves the queue; the others
-// (primary false) serve it only when woken by a full batch waiting.
-func (c *committer) run(primary bool) {
-	defer c.wg.Done()
-	var carry *produceReq
-	// backlog is how many requests were waiting as the last batch began:
-	// after a batch that began with a backlog, the next one lingers even
-	// when the queue is momentarily empty (the callers just answered are
-	// on their way back), so a batch of one does not take a whole
-	// transaction while the rest pile up. Requests gathered while
-	// lingering do not count: steady traffic that commits keep up with
-	// never lingers.
-	backlog := 0
-	for {
-		first := carry
-		carry = nil
-		if first == nil && !primary {
-			select {
-			case <-c.overflow:
-			case <-c.quit:
-				return // the first committer drains the queue
-			}
-			select {
-			case r := <-c.in:
-				first = c.take(r)
-			default:
-				continue // the backlog was taken meanwhile
-			}
-		}
-		if first == nil {
-			select {
-			case r := <-c.in:
-				first = c.take(r)
-			case <-c.quit:
-				// Drain what is queued so no caller waits forever.
-				for {
-					select {
-					case r := <-c.in:
-						c.commit([]*produceReq{c.take(r)})
-					default:
-						return
-					}
-				}
-			}
-		}
-		batch := []*produceReq{first}
-		n, size := len(first.items), first.bytes
-		var linger <-chan time.Time
-		var timer *time.Timer
-		waiting := len(c.in) + 1
-		if c.cfg.Linger > 0 && (waiting >= c.cfg.LingerAfter || backlog >= c.cfg.LingerAfter) {
-			timer = time.NewTimer(c.cfg.Linger)
-			linger = timer.C
-		}
-	fill:
-		for n < c.cfg.MaxMessages && size < c.cfg.MaxBytes {
-			var r *produceReq
-			select {
-			case r = <-c.in:
-			default:
-				if linger == nil {
-					break fill
-				}
-				select {
-				case r = <-c.in:
-				case <-linger:
-					break fill
-				case <-c.quit:
-					break fill // no lingering once stopping
-				}
-			}
-			c.take(r)
-			if n+len(r.items) > c.cfg.MaxMessages || size+r.bytes > c.cfg.MaxBytes {
-				carry = r
-				break
-			}
-			batch = append(batch, r)
-			n += len(r.items)
-			size += r.bytes
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		backlog = waiting
-		c.commit(batch)
-	}
-}
-
 // commit runs one transaction for the batch and answers every request.
-func (c *committer) commit(batch []*produceReq) {
+func (c *committer) commit(_ context.Context, batch []*produceReq) []Produced {
 	var items []store.ProduceItem
 	for _, r := range batch {
 		items = append(items, r.items...)
@@ -308,14 +183,14 @@ func (c *committer) commit(batch []*produceReq) {
 	start := time.Now()
 	res, errs := c.produceIsolated(items)
 	c.busy.Add(int64(time.Since(start)))
-	c.transactions.Add(1)
-	c.messages.Add(int64(len(items)))
+	out := make([]Produced, len(batch))
 	off := 0
-	for _, r := range batch {
+	for i, r := range batch {
 		k := len(r.items)
-		r.done <- produceResp{res: res[off : off+k], errs: errs[off : off+k]}
+		out[i] = Produced{Results: res[off : off+k], Errs: errs[off : off+k]}
 		off += k
 	}
+	return out
 }
 
 // produceIsolated commits items in one transaction. If that fails for a
@@ -345,15 +220,4 @@ func (c *committer) produceIsolated(items []store.ProduceItem) ([]store.ProduceR
 	r1, e1 := c.produceIsolated(items[:half])
 	r2, e2 := c.produceIsolated(items[half:])
 	return append(r1, r2...), append(e1, e2...)
-}
-
-// CommitStats returns each cluster's group-commit counters.
-func (b *Broker) CommitStats() map[string]CommitStats {
-	out := map[string]CommitStats{}
-	for name, cs := range *b.clusters.Load() {
-		c := cs.commit
-		out[name] = CommitStats{Transactions: c.transactions.Load(), Messages: c.messages.Load(), Splits: c.splits.Load(),
-			Busy: time.Duration(c.busy.Load())}
-	}
-	return out
 }
