@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shardmq/shardmq/client/internal/backoff"
+	"github.com/shardmq/shardmq/internal/ctxwait"
 )
 
 // Handler processes one delivery. Returning nil acks it; returning an
@@ -222,7 +222,7 @@ func (cn *Consumer) claimLoop(ctx, workCtx context.Context) {
 			d := min(time.Duration(failures)*100*time.Millisecond, 5*time.Second)
 			d = max(d, retryAfterOf(err))
 			cn.c.log.Warn("shardmq consumer: claim failed", "topic", cn.cfg.Topic, "subscription", cn.cfg.Subscription, "err", err, "retry_in", d)
-			if backoff.Sleep(ctx, d) != nil {
+			if ctxwait.Sleep(ctx, d) != nil {
 				return
 			}
 			continue

@@ -7,7 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/shardmq/shardmq/client/internal/backoff"
+	"github.com/shardmq/shardmq/internal/backoff"
+	"github.com/shardmq/shardmq/internal/ctxwait"
 )
 
 // ProducerConfig tunes a Producer. Zero values take the defaults.
@@ -139,7 +140,7 @@ func (p *Producer) Send(ctx context.Context, topic string, m Message) (Result, e
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 {
-			if err := backoff.Sleep(ctx, wait); err != nil {
+			if err := ctxwait.Sleep(ctx, wait); err != nil {
 				return Result{Key: m.Key}, fmt.Errorf("send %q to %s after %d attempts (last: %v): %w", m.Key, topic, attempt-1, lastErr, err)
 			}
 		}

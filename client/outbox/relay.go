@@ -17,7 +17,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/shardmq/shardmq/client"
-	"github.com/shardmq/shardmq/client/internal/backoff"
+	"github.com/shardmq/shardmq/internal/backoff"
+	"github.com/shardmq/shardmq/internal/ctxwait"
 )
 
 // Message is what Enqueue stores and the relay sends.
@@ -191,7 +192,7 @@ func (r *Relay) claim(ctx context.Context) (uint64, []*row, error) {
 		if try >= 5 || !errors.As(err, &me) || (me.Number != 1213 && me.Number != 1205) {
 			return token, rows, err
 		}
-		if backoff.Sleep(ctx, time.Duration(try)*5*time.Millisecond) != nil {
+		if ctxwait.Sleep(ctx, time.Duration(try)*5*time.Millisecond) != nil {
 			return 0, nil, err
 		}
 	}
