@@ -255,21 +255,38 @@ func (b *Broker) claimOnce(ctx context.Context, req ClaimRequest, sub subscripti
 		}
 	}
 	if len(out) == 0 && len(failed) == len(names) && len(names) > 0 {
-		if errors.Is(lastErr, ErrUnavailable) {
-			return nil, lastErr
-		}
-		return nil, fmt.Errorf("%w: no cluster answered the claim: %w", ErrUnavailable, lastErr)
+		return nil, noClusterAnswered(lastErr)
 	}
-	// One answer in the claim's order over every cluster: priority, then
-	// age (ids are router-generated and grow with time).
+	inClaimOrder(out)
+	return out, nil
+}
+
+// claimedBefore says whether a delivery of priority pa and message id a
+// goes before one of pb and b in a claim: higher priority first, then
+// older (ids are router-generated and grow with time).
+func claimedBefore(pa int, a uint64, pb int, b uint64) bool {
+	if pa != pb {
+		return pa > pb
+	}
+	return a < b
+}
+
+// inClaimOrder sorts a claim's answer, gathered over several clusters,
+// into one claim order.
+func inClaimOrder(out []Delivery) {
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i].Message, out[j].Message
-		if a.Priority != b.Priority {
-			return a.Priority > b.Priority
-		}
-		return a.ID < b.ID
+		return claimedBefore(a.Priority, a.ID, b.Priority, b.ID)
 	})
-	return out, nil
+}
+
+// noClusterAnswered is the error of a claim that no cluster answered:
+// unavailable, with the last cluster's error.
+func noClusterAnswered(lastErr error) error {
+	if errors.Is(lastErr, ErrUnavailable) {
+		return lastErr
+	}
+	return fmt.Errorf("%w: no cluster answered the claim: %w", ErrUnavailable, lastErr)
 }
 
 // claimPlan is how a claim spanning clusters shares its max among them so
@@ -339,10 +356,7 @@ func (b *Broker) planClaim(ctx context.Context, req ClaimRequest, order []string
 	}
 	sort.Slice(all, func(i, j int) bool {
 		a, b := all[i].head, all[j].head
-		if a.Priority != b.Priority {
-			return a.Priority > b.Priority
-		}
-		return a.MessageID < b.MessageID
+		return claimedBefore(a.Priority, a.MessageID, b.Priority, b.MessageID)
 	})
 	placed := map[string]bool{}
 	for i, r := range all {

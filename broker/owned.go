@@ -89,10 +89,7 @@ func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscript
 	}
 	sort.Slice(all, func(i, j int) bool {
 		a, c := all[i].c, all[j].c
-		if a.Priority != c.Priority {
-			return a.Priority > c.Priority
-		}
-		return a.MessageID < c.MessageID
+		return claimedBefore(a.Priority, a.MessageID, c.Priority, c.MessageID)
 	})
 	chosen := make([][]store.Candidate, len(parts))
 	var order []int // parts by their best chosen candidate
@@ -172,18 +169,9 @@ func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscript
 		}
 	}
 	if len(out) == 0 && failed == len(parts) && len(parts) > 0 {
-		if errors.Is(lastErr, ErrUnavailable) {
-			return nil, lastErr
-		}
-		return nil, fmt.Errorf("%w: no cluster answered the claim: %w", ErrUnavailable, lastErr)
+		return nil, noClusterAnswered(lastErr)
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		a, c := out[i].Message, out[j].Message
-		if a.Priority != c.Priority {
-			return a.Priority > c.Priority
-		}
-		return a.ID < c.ID
-	})
+	inClaimOrder(out)
 	if out == nil {
 		out = []Delivery{}
 	}

@@ -286,20 +286,23 @@ func (s *Store) finishAcks(ctx context.Context, tx *sql.Tx, acked []unitAck, now
 		groups[k] = append(groups[k], x)
 		left[x.a.MessageID] = true // a second ack of it in this flush is no longer final
 	}
+	// The row's time is what ackedOn compares, to the microsecond: the
+	// driver sends nanoseconds, which MariaDB truncates and MySQL rounds.
+	at := now.Truncate(time.Microsecond)
 	for _, k := range order {
 		g := groups[k]
 		gids := make([]uint64, len(g))
 		for i, x := range g {
 			gids[i] = x.a.MessageID
 		}
-		n, err := markAcked(ctx, tx, gids, k, now)
+		n, err := markAcked(ctx, tx, gids, k, at)
 		if err != nil {
 			return nil, err
 		}
 		if int(n) == len(g) {
 			continue
 		}
-		on, err := ackedOn(ctx, tx, gids, k.sub, now)
+		on, err := ackedOn(ctx, tx, gids, k.sub, at)
 		if err != nil {
 			return nil, err
 		}
