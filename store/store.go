@@ -228,11 +228,28 @@ func translate(err error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
-// retryable reports a deadlock or lock wait timeout: the transaction was
-// rolled back and may be run again whole.
+// retryable reports a deadlock or lock wait timeout, or a connection lost
+// before the COMMIT was sent: the transaction was rolled back and may be
+// run again whole.
 func retryable(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == errDeadlock || me.Number == errLockWait)
+	return errors.Is(err, errLostBeforeCommit) || errors.As(err, &me) && (me.Number == errDeadlock || me.Number == errLockWait)
+}
+
+// errLostBeforeCommit marks a transaction whose connection broke before
+// its COMMIT was sent (killed, reset, a server that went away): the server
+// rolls such a transaction back, so running it again cannot apply it
+// twice. A break during the COMMIT itself is not this: its outcome is
+// unknown (uncertain).
+var errLostBeforeCommit = errors.New("connection lost before commit")
+
+// lostBeforeCommit marks err errLostBeforeCommit when the driver says the
+// connection is broken.
+func lostBeforeCommit(err error) error {
+	if errors.Is(err, mysql.ErrInvalidConn) || errors.Is(err, driver.ErrBadConn) {
+		return fmt.Errorf("%w: %w", errLostBeforeCommit, err)
+	}
+	return err
 }
 
 // txAttempts is how many times a write transaction runs when it meets a
@@ -256,7 +273,7 @@ func retry[T any](attempts int, onRetry func(), try func() (T, error)) (T, error
 		}
 	}
 	var zero T
-	return zero, fmt.Errorf("gave up after %d deadlocks or lock waits: %w", attempts, err)
+	return zero, fmt.Errorf("gave up after %d deadlocks, lock waits or lost connections: %w", attempts, err)
 }
 
 // inTx runs fn in a transaction, retrying the whole of it on deadlock or lock
@@ -284,19 +301,19 @@ func (s *Store) tryTx(ctx context.Context, wantGTID bool, fn func(tx *sql.Tx) er
 	defer conn.Close()
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		return "", err
+		return "", lostBeforeCommit(err)
 	}
 	if err := checkFence(ctx, tx); err != nil {
 		tx.Rollback()
-		return "", err
+		return "", lostBeforeCommit(err)
 	}
 	if err := checkOwnerRecord(ctx, tx); err != nil {
 		tx.Rollback()
-		return "", err
+		return "", lostBeforeCommit(err)
 	}
 	if err := fn(tx); err != nil {
 		tx.Rollback()
-		return "", err
+		return "", lostBeforeCommit(err)
 	}
 	if err := tx.Commit(); err != nil {
 		return "", uncertain(err)
