@@ -63,6 +63,7 @@ type memTable struct {
 	flushed []store.OwnedFlush
 	events  []string // "acked 12", "nacked 12", "dead 12", "expired 12"
 	fail    error    // every call fails with it while set
+	skipped []int    // the size of each skipping scan's skip set
 }
 
 func newMemTable(c *clock) *memTable {
@@ -132,6 +133,17 @@ func (m *memTable) ScanClaimable(ctx context.Context, topic, sub string, now tim
 		return out[i].MessageID < out[j].MessageID
 	})
 	return out[:min(len(out), limit)], nil
+}
+
+func (m *memTable) ScanClaimableSkipping(ctx context.Context, topic, sub string, now time.Time, after *store.ClaimCursor, limit int, exclude []uint16, skip map[uint64]bool) (store.Scan, error) {
+	m.mu.Lock()
+	m.skipped = append(m.skipped, len(skip))
+	m.mu.Unlock()
+	rows, err := m.ScanClaimable(ctx, topic, sub, now, after, limit, exclude)
+	if err != nil {
+		return store.Scan{}, err
+	}
+	return store.ScanOf(rows, skip), nil
 }
 
 func (m *memTable) heads(topic, sub string) map[string]uint64 {

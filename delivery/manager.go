@@ -20,6 +20,7 @@ import (
 // Store is what owners need of their cluster's primary.
 type Store interface {
 	ScanClaimable(ctx context.Context, topic, sub string, now time.Time, after *store.ClaimCursor, limit int, exclude []uint16) ([]store.Candidate, error)
+	ScanClaimableSkipping(ctx context.Context, topic, sub string, now time.Time, after *store.ClaimCursor, limit int, exclude []uint16, skip map[uint64]bool) (store.Scan, error)
 	OrderHeads(ctx context.Context, topic, sub string, keys []string) (map[string]uint64, error)
 	Messages(ctx context.Context, ids []uint64) (map[uint64]*store.Message, error)
 	ClaimDurable(ctx context.Context, unit store.OwnedUnit, req store.ClaimRequest, ids []uint64) ([]store.Claimed, error)

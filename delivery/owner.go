@@ -128,6 +128,18 @@ func (o *Owner) Reserve(ctx context.Context, n int, spec ClaimSpec) ([]store.Can
 	if from == nil || now.Sub(o.lastTop) >= o.m.cfg.TopScanEvery {
 		from = nil
 	}
+	// A scan from the head walks past every lease in flight (the table
+	// still shows them claimable): it reads their positions only.
+	var skip map[uint64]bool
+	if from == nil && known > 0 {
+		skip = make(map[uint64]bool, known)
+		for id := range o.leases {
+			skip[id] = true
+		}
+		for id := range o.reserved {
+			skip[id] = true
+		}
+	}
 	o.mu.Unlock()
 	defer func() {
 		o.mu.Lock()
@@ -142,11 +154,17 @@ func (o *Owner) Reserve(ctx context.Context, n int, spec ClaimSpec) ([]store.Can
 		if from == nil {
 			limit = min(n+known+16, o.m.cfg.MaxScan)
 		}
-		var rows []store.Candidate
+		var sc store.Scan
 		err := o.cl.conn.Do(ctx, OpScan, func(ctx context.Context, s Store) (err error) {
-			rows, err = s.ScanClaimable(ctx, o.unit.Topic, o.unit.Subscription, now.UTC(), from, limit, spec.Exclude)
+			if from == nil && skip != nil {
+				sc, err = s.ScanClaimableSkipping(ctx, o.unit.Topic, o.unit.Subscription, now.UTC(), nil, limit, spec.Exclude, skip)
+				return err
+			}
+			rows, err := s.ScanClaimable(ctx, o.unit.Topic, o.unit.Subscription, now.UTC(), from, limit, spec.Exclude)
+			sc = store.ScanOf(rows, nil)
 			return err
 		})
+		rows := sc.Candidates
 		var heads map[string]uint64
 		if err == nil && spec.Ordered {
 			heads, err = o.heads(ctx, rows)
@@ -183,11 +201,20 @@ func (o *Owner) Reserve(ctx context.Context, n int, spec ClaimSpec) ([]store.Can
 			o.reserved[c.MessageID] = true
 			taken = append(taken, c)
 		}
+		if len(taken) < n && sc.Last != nil {
+			// Walked to the end of what was read, the skipped leases too.
+			last = sc.Last
+		}
 		if last != nil {
 			o.cursor = last
 		}
-		end := len(rows) < limit
+		end := sc.Read < limit
 		o.mu.Unlock()
+		for _, c := range taken {
+			if skip != nil {
+				skip[c.MessageID] = true // a later pass from the head walks past it
+			}
+		}
 		switch {
 		case end && from == nil:
 			pass = 3 // read to the end from the top: nothing more

@@ -145,6 +145,32 @@ func TestPriorityThenAgeAndDelay(t *testing.T) {
 	}
 }
 
+// A scan from the head with leases in flight reads only the positions
+// of those leases (it skips them) and still finds what became claimable
+// behind the cursor, in claim order.
+func TestScanFromTheHeadSkipsLeasesInFlight(t *testing.T) {
+	b := newBed(t, Config{})
+	var plain []uint64
+	for range 5 {
+		plain = append(plain, b.table.add("t", "s", 0, "", 0))
+	}
+	first := b.claim(t, 3, spec("w"))
+	if !slices.Equal(ids(first), plain[:3]) {
+		t.Fatalf("first claim %v, want %v", ids(first), plain[:3])
+	}
+	urgent := b.table.add("t", "s", 9, "", 10*time.Second)
+	b.tick(11 * time.Second) // within the first claim's leases of 30s
+	got := b.claim(t, 10, spec("w"))
+	if want := []uint64{urgent, plain[3], plain[4]}; !slices.Equal(ids(got), want) {
+		t.Fatalf("claimed %v, want %v", ids(got), want)
+	}
+	b.table.mu.Lock()
+	defer b.table.mu.Unlock()
+	if !slices.Contains(b.table.skipped, 3) {
+		t.Fatalf("skipping scans' skip sets %v, want one of the 3 leases in flight", b.table.skipped)
+	}
+}
+
 // A nack of a first attempt schedules the retry in one flush; the retry is
 // claimed durably, its attempt counted in the table first; at max
 // attempts a nack kills it.

@@ -706,10 +706,13 @@ type Candidate struct {
 // its first attempt, and may be held in memory.
 func (c Candidate) Fresh() bool { return c.Attempts == 0 && c.ClaimToken == 0 }
 
+// claimableCols are the columns of a Candidate, in its Scan order.
+const claimableCols = `SELECT message_id, vshard, priority, attempts, COALESCE(locked_by, ''), claim_token, COALESCE(order_key, ''), available_at`
+
 // scanClaimableQuery reads a subscription's claimable deliveries in claim
 // order, after a cursor when after is set, on idx_claim's range.
 func scanClaimableQuery(after bool, exclude int) string {
-	q := `SELECT message_id, vshard, priority, attempts, COALESCE(locked_by, ''), claim_token, COALESCE(order_key, ''), available_at
+	q := claimableCols + `
 FROM message_queue FORCE INDEX (idx_claim)
 WHERE topic = ? AND subscription = ? AND is_dead = 0 AND parked = 0 AND available_at <= ?`
 	if after {
@@ -731,13 +734,117 @@ func (s *Store) ScanClaimable(ctx context.Context, topic, sub string, now time.T
 		args = append(args, after.Priority, after.Priority, after.MessageID)
 	}
 	args = append(appendArgs(args, exclude), limit)
-	out, err := queryRows(ctx, s.db, "scan claimable message_queue", scanClaimableQuery(after != nil, len(exclude)), args,
-		func(rows *sql.Rows) (Candidate, error) {
-			var c Candidate
-			err := rows.Scan(&c.MessageID, &c.VShard, &c.Priority, &c.Attempts, &c.LockedBy, &c.ClaimToken, &c.OrderKey, &c.AvailableAt)
+	out, err := queryRows(ctx, s.db, "scan claimable message_queue", scanClaimableQuery(after != nil, len(exclude)), args, scanCandidate)
+	return out, translate(err)
+}
+
+// scanCandidate reads a row of claimableCols.
+func scanCandidate(rows *sql.Rows) (Candidate, error) {
+	var c Candidate
+	err := rows.Scan(&c.MessageID, &c.VShard, &c.Priority, &c.Attempts, &c.LockedBy, &c.ClaimToken, &c.OrderKey, &c.AvailableAt)
+	return c, err
+}
+
+// Scan is what ScanClaimableSkipping read: the deliveries it read whole,
+// how many positions it walked and the last of them.
+type Scan struct {
+	Candidates []Candidate
+	Read       int
+	Last       *ClaimCursor
+}
+
+// ScanClaimableSkipping is ScanClaimable for a reader that already holds
+// many of the deliveries it will walk past (an owner's leases in memory,
+// which the table still shows as claimable): it walks the claim order on
+// idx_claim alone (priority and id are in the index, so no row is read)
+// and reads whole rows only for the ids not in skip. A scan from the head
+// of a unit whose consumers keep up walks every lease in flight; reading
+// their rows made each such row cost a lookup in the table's primary key.
+// A delivery that changed between the two reads is left out.
+func (s *Store) ScanClaimableSkipping(ctx context.Context, topic, sub string, now time.Time, after *ClaimCursor, limit int, exclude []uint16, skip map[uint64]bool) (Scan, error) {
+	args := []any{topic, sub, now}
+	if after != nil {
+		args = append(args, after.Priority, after.Priority, after.MessageID)
+	}
+	args = append(appendArgs(args, exclude), limit)
+	pos, err := queryRows(ctx, s.db, "scan claimable positions in message_queue", claimPositionsQuery(after != nil, len(exclude)), args,
+		func(rows *sql.Rows) (ClaimCursor, error) {
+			var c ClaimCursor
+			err := rows.Scan(&c.Priority, &c.MessageID)
 			return c, err
 		})
-	return out, translate(err)
+	if err != nil {
+		return Scan{}, translate(err)
+	}
+	out := Scan{Read: len(pos)}
+	if len(pos) == 0 {
+		return out, nil
+	}
+	out.Last = &pos[len(pos)-1]
+	var ids []uint64
+	for _, p := range pos {
+		if !skip[p.MessageID] {
+			ids = append(ids, p.MessageID)
+		}
+	}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	args = append([]any{sub}, appendArgs(nil, ids)...)
+	args = appendArgs(append(args, topic, now), exclude)
+	byID, err := queryMap(ctx, s.db, "read claimable message_queue by id", claimableByIDQuery(len(ids), len(exclude)), args,
+		func(rows *sql.Rows) (uint64, Candidate, error) {
+			c, err := scanCandidate(rows)
+			return c.MessageID, c, err
+		})
+	if err != nil {
+		return Scan{}, translate(err)
+	}
+	for _, id := range ids {
+		if c, ok := byID[id]; ok {
+			out.Candidates = append(out.Candidates, c)
+		}
+	}
+	return out, nil
+}
+
+// ScanOf is the Scan of rows read whole in claim order, leaving out those
+// in skip: what ScanClaimableSkipping answers when the same rows are
+// claimable (for a reader that read them whole, and for fakes).
+func ScanOf(rows []Candidate, skip map[uint64]bool) Scan {
+	out := Scan{Read: len(rows)}
+	if len(rows) == 0 {
+		return out
+	}
+	out.Last = &ClaimCursor{Priority: rows[len(rows)-1].Priority, MessageID: rows[len(rows)-1].MessageID}
+	if len(skip) == 0 {
+		out.Candidates = rows
+		return out
+	}
+	for _, c := range rows {
+		if !skip[c.MessageID] {
+			out.Candidates = append(out.Candidates, c)
+		}
+	}
+	return out
+}
+
+// claimPositionsQuery is scanClaimableQuery reading positions only, from
+// the index.
+func claimPositionsQuery(after bool, exclude int) string {
+	return "SELECT priority, message_id" + scanClaimableQuery(after, exclude)[len(claimableCols):]
+}
+
+// claimableByIDQuery reads the deliveries of one subscription among ids
+// that are claimable at a time, by primary key.
+func claimableByIDQuery(ids, exclude int) string {
+	q := claimableCols + `
+FROM message_queue
+WHERE subscription = ? AND message_id IN (` + inList(ids) + `) AND topic = ? AND is_dead = 0 AND parked = 0 AND available_at <= ?`
+	if exclude > 0 {
+		q += " AND vshard NOT IN (" + inList(exclude) + ")"
+	}
+	return q
 }
 
 // OrderHeads answers, for each order key, the id of its oldest live

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -365,3 +366,81 @@ func TestFinalAckOnTheMessageRow(t *testing.T) {
 // near says a time read back from a DATETIME(6) column is t (stored to
 // the microsecond).
 func near(read, t time.Time) bool { return read.Sub(t).Abs() < time.Microsecond }
+
+// A scan that skips what its reader holds answers what ScanClaimable
+// answers without those, walks the same positions (Read, Last), leaves
+// out a delivery that stopped being claimable, honours a cursor and
+// excluded vshards, and reads its positions from idx_claim alone.
+func TestScanClaimableSkipping(t *testing.T) {
+	testbed.Need(t)
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	ids := f.produce(t, 8, "", "s")
+	at := f.now.Add(time.Second)
+	all, err := f.st.ScanClaimable(ctx, "t", "s", at, nil, 100, nil)
+	if err != nil || len(all) != 8 {
+		t.Fatalf("scan: %d rows, %v", len(all), err)
+	}
+	idsOf := func(cs []Candidate) []uint64 {
+		var out []uint64
+		for _, c := range cs {
+			out = append(out, c.MessageID)
+		}
+		return out
+	}
+	skip := map[uint64]bool{ids[0]: true, ids[1]: true, ids[2]: true, ids[5]: true}
+	for _, tc := range []struct {
+		name    string
+		after   *ClaimCursor
+		limit   int
+		exclude []uint16
+		skip    map[uint64]bool
+		want    []uint64
+		read    int
+		last    uint64 // the last position read; 0: none
+	}{
+		{"nothing skipped", nil, 100, nil, nil, ids, 8, ids[7]},
+		{"leases skipped", nil, 100, nil, skip, []uint64{ids[3], ids[4], ids[6], ids[7]}, 8, ids[7]},
+		{"limit counts the skipped", nil, 4, nil, skip, []uint64{ids[3]}, 4, ids[3]},
+		{"after a cursor", &ClaimCursor{Priority: 0, MessageID: ids[4]}, 100, nil, skip, []uint64{ids[6], ids[7]}, 3, ids[7]},
+		{"all skipped", nil, 3, nil, skip, nil, 3, ids[2]},
+		{"excluded vshard", nil, 100, []uint16{7}, skip, nil, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc, err := f.st.ScanClaimableSkipping(ctx, "t", "s", at, tc.after, tc.limit, tc.exclude, tc.skip)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := idsOf(sc.Candidates); fmt.Sprint(got) != fmt.Sprint(tc.want) || sc.Read != tc.read {
+				t.Fatalf("candidates %v read %d, want %v read %d", got, sc.Read, tc.want, tc.read)
+			}
+			var last uint64
+			if sc.Last != nil {
+				last = sc.Last.MessageID
+			}
+			if last != tc.last {
+				t.Fatalf("last position %d, want %d", last, tc.last)
+			}
+			if tc.skip == nil {
+				if fmt.Sprintf("%+v", sc.Candidates) != fmt.Sprintf("%+v", all) {
+					t.Fatalf("rows differ from ScanClaimable's:\n%+v\n%+v", sc.Candidates, all)
+				}
+			}
+		})
+	}
+	// A delivery that stopped being claimable between the walk and the
+	// read (here: not yet claimable at the read's time) is left out.
+	if _, err := f.db.Exec("UPDATE message_queue SET available_at = ? WHERE message_id = ?", at.Add(time.Hour), ids[3]); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := f.st.ScanClaimableSkipping(ctx, "t", "s", at, nil, 100, nil, skip)
+	if err != nil || fmt.Sprint(idsOf(sc.Candidates)) != fmt.Sprint([]uint64{ids[4], ids[6], ids[7]}) || sc.Read != 7 {
+		t.Fatalf("after a change: %v read %d, %v", idsOf(sc.Candidates), sc.Read, err)
+	}
+	for _, p := range explain(t, f.db, claimPositionsQuery(false, 0), "t", "s", at, 10) {
+		if p["key"] != "idx_claim" || !strings.Contains(p["Extra"], "Using index") {
+			t.Fatalf("positions are not read from idx_claim alone: %+v", p)
+		}
+	}
+}

@@ -53,6 +53,14 @@ func (m *Store) ScanClaimable(ctx context.Context, topic, sub string, now time.T
 	return out[:min(len(out), limit)], nil
 }
 
+func (m *Store) ScanClaimableSkipping(ctx context.Context, topic, sub string, now time.Time, after *store.ClaimCursor, limit int, exclude []uint16, skip map[uint64]bool) (store.Scan, error) {
+	rows, err := m.ScanClaimable(ctx, topic, sub, now, after, limit, exclude)
+	if err != nil {
+		return store.Scan{}, err
+	}
+	return store.ScanOf(rows, skip), nil
+}
+
 func (m *Store) OrderHeads(ctx context.Context, topic, sub string, keys []string) (map[string]uint64, error) {
 	m.Mu.Lock()
 	defer m.Mu.Unlock()
