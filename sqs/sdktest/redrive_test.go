@@ -13,7 +13,8 @@ import (
 // TestRedrive: after maxReceiveCount receives a message is received from
 // the dead-letter queue (DeadLetterQueueSourceArn names its source),
 // ListDeadLetterSourceQueues names the source, and a move task puts it
-// back on the source with its receive count reset.
+// back on the source with its receive count reset; it cannot be
+// cancelled, having completed, and AddPermission is unsupported.
 func TestRedrive(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -76,6 +77,21 @@ func TestRedrive(t *testing.T) {
 	_, err = c.StartMessageMoveTask(x, &sqs.StartMessageMoveTaskInput{SourceArn: aws.String("arn:aws:sqs:us-east-1:000000000000:work")})
 	if code(err) != "InvalidParameterValue" {
 		t.Fatalf("a move task from a queue that is no dead-letter queue: %v", err)
+	}
+	// A task ends within its start, so there is never one to cancel
+	// (docs/sqs.md); permissions are the router's tokens, not SQS policies.
+	_, err = c.CancelMessageMoveTask(x, &sqs.CancelMessageMoveTaskInput{TaskHandle: task.TaskHandle})
+	var notFound *types.ResourceNotFoundException
+	if !errors.As(err, &notFound) {
+		t.Fatalf("cancelling a move task that has completed: %v", err)
+	}
+	_, err = c.AddPermission(x, &sqs.AddPermissionInput{QueueUrl: src, Label: aws.String("l"),
+		AWSAccountIds: []string{"111122223333"}, Actions: []string{"SendMessage"}})
+	// SQS's JSON protocol names the type UnsupportedOperation and, for
+	// query-compatible clients, the code AWS.SimpleQueueService.…
+	var unsupported *types.UnsupportedOperation
+	if !errors.As(err, &unsupported) || code(err) != "AWS.SimpleQueueService.UnsupportedOperation" {
+		t.Fatalf("AddPermission: %v", err)
 	}
 }
 
