@@ -449,3 +449,94 @@ func burstKeysStored(t *testing.T, e *env, keys []string) int {
 	}
 	return n
 }
+
+// With the default in-flight cap (three quarters of MaxConns) the router
+// sheds before its connections run out: requests in flight up to the cap
+// (long-polling claims here) leave a new connection room to be answered
+// 503 overloaded with Retry-After — not cut — and /healthz passes; once
+// the claims' connections close, requests are served again.
+func TestDefaultsShedBeforeConnectionsRunOut(t *testing.T) {
+	testbed.Need(t)
+	t.Parallel()
+	const conns = 8
+	s := serve(t, func(c *Config) { c.HTTP.MaxConns = conns })
+	inFlightCap := s.r.cfg.Security.MaxInFlight
+	if inFlightCap != conns*3/4 {
+		t.Fatalf("in-flight cap %d with -max-conns %d, want %d", inFlightCap, conns, conns*3/4)
+	}
+	c0, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c0.Close()
+	if resp, body := rawRequest(t, c0, bufio.NewReader(c0), "PUT", "/v1/topics/shed/subscriptions/s", `{}`); resp.StatusCode/100 != 2 {
+		t.Fatalf("subscription: %d %v", resp.StatusCode, body)
+	}
+	c0.Close()
+	inFlight := func() float64 {
+		fams, err := s.r.Metrics().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			if f.GetName() == "shardmq_http_in_flight" {
+				return f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		return -1
+	}
+	// Fill the cap with claims that wait for messages that never come.
+	var claims []net.Conn
+	for i := 0; i < inFlightCap; i++ {
+		c, err := net.Dial("tcp", s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		body := `{"max":1,"wait_ms":20000}`
+		fmt.Fprintf(c, "POST /v1/topics/shed/subscriptions/s/claim HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		claims = append(claims, c)
+	}
+	testtime.UntilState(t, "the in-flight cap taken", func() (bool, string) {
+		n := inFlight()
+		return n == float64(inFlightCap), fmt.Sprint(n, " in flight")
+	})
+	if n := s.r.OpenConns(); n >= conns {
+		t.Fatalf("%d connections open at the in-flight cap of %d, want fewer than %d", n, inFlightCap, conns)
+	}
+	for _, path := range []string{"/v1/admin/topology", "/v1/topics/shed/subscriptions/s"} {
+		c, err := net.Dial("tcp", s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, body := rawRequest(t, c, bufio.NewReader(c), "GET", path, "")
+		c.Close()
+		code, _ := body["error"].(map[string]any)["code"].(string)
+		if resp.StatusCode != 503 || code != "overloaded" || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("GET %s at the in-flight cap: %d %v, want 503 overloaded with Retry-After", path, resp.StatusCode, body)
+		}
+	}
+	c, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := rawRequest(t, c, bufio.NewReader(c), "GET", "/healthz", ""); resp.StatusCode != 200 {
+		t.Fatalf("/healthz at the in-flight cap: %d %v", resp.StatusCode, body)
+	}
+	c.Close()
+	for _, c := range claims {
+		c.Close()
+	}
+	testtime.UntilState(t, "the claims ended with their connections", func() (bool, string) {
+		n := inFlight()
+		return n == 0, fmt.Sprint(n, " in flight")
+	})
+	c, err = net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if resp, body := rawRequest(t, c, bufio.NewReader(c), "GET", "/v1/topics/shed/subscriptions/s", ""); resp.StatusCode != 200 {
+		t.Fatalf("after the claims: %d %v", resp.StatusCode, body)
+	}
+}

@@ -320,9 +320,10 @@ func TestUIBrowser(t *testing.T) {
 // blocked until its name is typed; billing's consumers (worker-7 with its
 // four leases), one dead letter retried (it leaves the list and is ready
 // again), one deleted, one traced from its row, the rest redriven by code
-// after a dry run; keys "." and ".." traced from the form. Then, on the
-// same page, a cluster and the router stop answering (one router and one
-// browser for both: each costs a minute on a loaded machine).
+// after a dry run; keys "." and ".." traced from the form; 23 dead letters
+// paged older and newer. Then, on the same page, a cluster and the router
+// stop answering (one router and one browser for both: each costs a
+// minute on a loaded machine).
 func TestUIDeadLettersAndRouterDown(t *testing.T) {
 	testbed.Need(t)
 	e := setupUI(t, nil)
@@ -444,6 +445,54 @@ func TestUIDeadLettersAndRouterDown(t *testing.T) {
 			document.getElementById("trorder").value = ""; document.getElementById("trtx").value = ""; document.getElementById("trgo").click()`)
 		u.wait("the trace of "+k, `(document.querySelector("#trout .tracehead") || {}).textContent?.startsWith("message "+`+strconv.Quote(strconv.Quote(k))+`) === true`)
 	}
+
+	// The dead-letter list pages by the router's cursor, 20 a page:
+	// 23 dead letters are 20 on page 1 and the 3 oldest on page 2, each
+	// listed once; "newer" goes back to page 1.
+	e.must(t, "PUT", "/v1/topics/dlpages/subscriptions/default", map[string]any{"max_attempts": 1})
+	var many []any
+	for i := range 23 {
+		many = append(many, map[string]any{"key": fmt.Sprintf("dlpage-%02d", i), "payload": map[string]any{"i": i}})
+	}
+	e.must(t, "POST", "/v1/topics/dlpages/messages", map[string]any{"messages": many})
+	for dead := 0; dead < len(many); {
+		got := e.must(t, "POST", "/v1/topics/dlpages/subscriptions/default/claim", map[string]any{"max": len(many), "wait_ms": 2000})
+		var items []any
+		for _, m := range got["messages"].([]any) {
+			items = append(items, map[string]any{"receipt": m.(map[string]any)["receipt"], "error_code": "E_PAGE"})
+		}
+		if len(items) == 0 {
+			t.Fatalf("%d of %d dead, then nothing to claim", dead, len(many))
+		}
+		e.must(t, "POST", "/v1/nack", map[string]any{"items": items})
+		dead += len(items)
+	}
+	rowIDs := func(what string) []string {
+		var ids []string
+		u.step(what, u.p.Eval(u.ctx, `[...document.querySelectorAll("#deadletters tr[data-id]")].map((r) => r.dataset.id)`, &ids))
+		return ids
+	}
+	u.eval("pick dlpages", `pickSub("dlpages", "default")`)
+	u.wait("page 1 of the dead letters", `document.getElementById("dlsub").textContent === "dlpages/default" &&
+		document.querySelectorAll("#deadletters tr[data-id]").length === 20 && !document.getElementById("dlnext").disabled &&
+		document.getElementById("dlprev").disabled && document.getElementById("dlinfo").textContent.startsWith("page 1")`)
+	first := rowIDs("page 1's ids")
+	u.click("older", "#dlnext")
+	u.wait("page 2 of the dead letters", `document.querySelectorAll("#deadletters tr[data-id]").length === 3 &&
+		document.getElementById("dlnext").disabled && !document.getElementById("dlprev").disabled &&
+		document.getElementById("dlinfo").textContent.startsWith("page 2")`)
+	seen := map[string]bool{}
+	for _, id := range append(first, rowIDs("page 2's ids")...) {
+		if seen[id] {
+			t.Fatalf("dead letter %s on both pages: %v", id, first)
+		}
+		seen[id] = true
+	}
+	u.click("newer", "#dlprev")
+	u.wait("back on page 1", `document.querySelectorAll("#deadletters tr[data-id]").length === 20 && document.getElementById("dlinfo").textContent.startsWith("page 1")`)
+	if back := rowIDs("page 1's ids again"); strings.Join(back, ",") != strings.Join(first, ",") {
+		t.Fatalf("page 1 again lists %v, first %v", back, first)
+	}
 	u.noProblems(nil)
 
 	// When a cluster stops answering, the queue table keeps the last
@@ -459,6 +508,10 @@ func TestUIDeadLettersAndRouterDown(t *testing.T) {
 	u.wait("c2 named in red", `[...document.querySelectorAll('#banners [data-banner="missing"]')].some((b) => b.textContent.includes("c2 (queue counts"))`)
 	u.wait("the last complete counts, stale", `(() => { const r = document.querySelector('`+row+`');
 		return r.classList.contains("stale") && r.querySelector(".depth").textContent === "20"; })()`)
+	// The banners say why: c2's primary cannot serve (the topology's live
+	// check fails on the dropped database), and the counts are stale.
+	u.wait("the not-served banner", `[...document.querySelectorAll('#banners [data-banner="unserved"]')].some((b) => b.textContent.includes("c2's primary is unreachable"))`)
+	u.wait("the stale-counts banner", `[...document.querySelectorAll('#banners [data-banner="stale"]')].some((b) => b.textContent.includes("missed c2"))`)
 	if q := e.must(t, "GET", "/v1/admin/queues", nil); fmt.Sprint(q["missing_clusters"]) != "[c2]" {
 		t.Fatalf("queues without c2: %v", q)
 	}

@@ -2,8 +2,10 @@ package sdktest
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -13,7 +15,8 @@ import (
 // TestRedrive: after maxReceiveCount receives a message is received from
 // the dead-letter queue (DeadLetterQueueSourceArn names its source),
 // ListDeadLetterSourceQueues names the source, and a move task puts it
-// back on the source with its receive count reset.
+// back on the source with its receive count reset; it cannot be
+// cancelled, having completed, and AddPermission is unsupported.
 func TestRedrive(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -76,6 +79,21 @@ func TestRedrive(t *testing.T) {
 	_, err = c.StartMessageMoveTask(x, &sqs.StartMessageMoveTaskInput{SourceArn: aws.String("arn:aws:sqs:us-east-1:000000000000:work")})
 	if code(err) != "InvalidParameterValue" {
 		t.Fatalf("a move task from a queue that is no dead-letter queue: %v", err)
+	}
+	// A task ends within its start, so there is never one to cancel
+	// (docs/sqs.md); permissions are the router's tokens, not SQS policies.
+	_, err = c.CancelMessageMoveTask(x, &sqs.CancelMessageMoveTaskInput{TaskHandle: task.TaskHandle})
+	var notFound *types.ResourceNotFoundException
+	if !errors.As(err, &notFound) {
+		t.Fatalf("cancelling a move task that has completed: %v", err)
+	}
+	_, err = c.AddPermission(x, &sqs.AddPermissionInput{QueueUrl: src, Label: aws.String("l"),
+		AWSAccountIds: []string{"111122223333"}, Actions: []string{"SendMessage"}})
+	// SQS's JSON protocol names the type UnsupportedOperation and, for
+	// query-compatible clients, the code AWS.SimpleQueueService.…
+	var unsupported *types.UnsupportedOperation
+	if !errors.As(err, &unsupported) || code(err) != "AWS.SimpleQueueService.UnsupportedOperation" {
+		t.Fatalf("AddPermission: %v", err)
 	}
 }
 
@@ -176,5 +194,58 @@ func TestSignature(t *testing.T) {
 	_, err = p.DeleteMessage(x, &sqs.DeleteMessageInput{QueueUrl: q, ReceiptHandle: got.Messages[0].ReceiptHandle})
 	if code(err) != "AccessDenied" {
 		t.Fatalf("a produce-only key deleting: %v", err)
+	}
+}
+
+// TestDelay: a message sent with DelaySeconds, or to a queue whose
+// DelaySeconds is set, is not received before its delay has passed and
+// is counted meanwhile as ApproximateNumberOfMessagesDelayed; a message
+// sent beside it without a delay is received at once.
+func TestDelay(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c, x := e.client(e.admin), ctx(t)
+	q := must(c.CreateQueue(x, &sqs.CreateQueueInput{QueueName: aws.String("delayed")}))(t).QueueUrl
+	must(c.SendMessage(x, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("later"), DelaySeconds: 3}))(t)
+	must(c.SendMessage(x, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("now")}))(t)
+	sysAttrs := []types.MessageSystemAttributeName{types.MessageSystemAttributeNameSentTimestamp, types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp}
+	receive := func(wait int32) []types.Message {
+		return must(c.ReceiveMessage(x, &sqs.ReceiveMessageInput{QueueUrl: q, MaxNumberOfMessages: 10, WaitTimeSeconds: wait,
+			MessageSystemAttributeNames: sysAttrs}))(t).Messages
+	}
+	// delayedBy is the time from a message's send to its first receipt.
+	delayedBy := func(m types.Message) time.Duration {
+		sent, err1 := strconv.ParseInt(m.Attributes["SentTimestamp"], 10, 64)
+		first, err2 := strconv.ParseInt(m.Attributes["ApproximateFirstReceiveTimestamp"], 10, 64)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("timestamps of %s: %v", aws.ToString(m.Body), m.Attributes)
+		}
+		return time.Duration(first-sent) * time.Millisecond
+	}
+	got := receive(0)
+	if len(got) != 1 || aws.ToString(got[0].Body) != "now" {
+		t.Fatalf("at once: %d messages %+v, want only the one without a delay", len(got), got)
+	}
+	must(c.DeleteMessage(x, &sqs.DeleteMessageInput{QueueUrl: q, ReceiptHandle: got[0].ReceiptHandle}))(t)
+	attrs := must(c.GetQueueAttributes(x, &sqs.GetQueueAttributesInput{QueueUrl: q, AttributeNames: []types.QueueAttributeName{
+		types.QueueAttributeNameApproximateNumberOfMessagesDelayed, types.QueueAttributeNameApproximateNumberOfMessages}}))(t).Attributes
+	if attrs["ApproximateNumberOfMessagesDelayed"] != "1" || attrs["ApproximateNumberOfMessages"] != "0" {
+		t.Fatalf("while one message waits out its delay: %v", attrs)
+	}
+	got = receive(10)
+	if len(got) != 1 || aws.ToString(got[0].Body) != "later" || delayedBy(got[0]) < 2900*time.Millisecond {
+		t.Fatalf("after the delay: %+v", got)
+	}
+	must(c.DeleteMessage(x, &sqs.DeleteMessageInput{QueueUrl: q, ReceiptHandle: got[0].ReceiptHandle}))(t)
+
+	// The queue's own DelaySeconds applies to a message that names none.
+	must(c.SetQueueAttributes(x, &sqs.SetQueueAttributesInput{QueueUrl: q, Attributes: map[string]string{"DelaySeconds": "2"}}))(t)
+	must(c.SendMessage(x, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("queue-delayed")}))(t)
+	if got := receive(0); len(got) != 0 {
+		t.Fatalf("a message of a queue with DelaySeconds 2 received at once: %+v", got)
+	}
+	got = receive(10)
+	if len(got) != 1 || aws.ToString(got[0].Body) != "queue-delayed" || delayedBy(got[0]) < 1900*time.Millisecond {
+		t.Fatalf("after the queue's delay: %+v", got)
 	}
 }
