@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/expirable"
-
 	"github.com/shardmq/shardmq/cluster"
 	"github.com/shardmq/shardmq/delivery"
 	"github.com/shardmq/shardmq/domain"
@@ -94,7 +92,9 @@ type Config struct {
 	// duplicates and conflicts without a round trip. It never decides that
 	// a key is new. Defaults to 100,000 entries (about 20 MB); -1 disables.
 	RecentKeys int
-	// RecentKeysTTL is how long a key stays in that cache. Defaults to 1h.
+	// RecentKeysTTL bounds how long a key stays in that cache: at least
+	// half of it (unless half the size of newer keys came after it), never
+	// longer. Defaults to 1h.
 	RecentKeysTTL time.Duration
 	// FrozenWait bounds how long a request for a frozen vshard (resharding
 	// cut-over) is held before it is answered unavailable. Defaults to 2s.
@@ -163,7 +163,7 @@ type Broker struct {
 	log      *slog.Logger
 	wake     *notifier
 	rr       atomic.Uint64
-	recent   *expirable.LRU[string, recentKey]
+	recent   *recentKeys
 	setMu    sync.Mutex
 	// claimsStopped refuses claims once Close began.
 	claimsStopped atomic.Bool
@@ -209,7 +209,7 @@ func New(cfg Config, table *routing.Table, clusters map[string]Cluster, subs Sub
 	ocfg.Bodies = delivery.NewBodies(b.cfg.BodyCacheBytes)
 	b.owners = delivery.New(ocfg, now, log)
 	if b.cfg.RecentKeys > 0 {
-		b.recent = expirable.NewLRU[string, recentKey](b.cfg.RecentKeys, nil, b.cfg.RecentKeysTTL)
+		b.recent = newRecentKeys(b.cfg.RecentKeys, b.cfg.RecentKeysTTL, now)
 		b.rejected = newRejectedTrace(b)
 	}
 	empty := map[string]*clusterConn{}

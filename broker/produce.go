@@ -113,7 +113,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 		vs[i] = v
 		hash := PayloadHash(m.Payload)
 		if dur == DurabilityPrimary && b.recent != nil {
-			if rk, ok := b.recent.Get(topic + "\x00" + key); ok {
+			if rk, ok := b.recent.get(topic, key); ok {
 				results[i].ID = rk.id
 				results[i].VShard = shard.ID(rk.vshard) // where the holder lives (and its trace)
 				status := store.Conflict
@@ -233,7 +233,7 @@ func (b *Broker) produceOn(ctx context.Context, cs *clusterConn, topic string, i
 			if r.Status == store.Duplicate {
 				v = r.VShard
 			}
-			b.recent.Add(topic+"\x00"+results[i].Key, recentKey{id: r.ID, vshard: v, hash: h})
+			b.recent.add(topic, results[i].Key, recentKey{id: r.ID, vshard: v, hash: h})
 		}
 	}
 	return gtid
