@@ -117,7 +117,7 @@ test: deps browser-deps sqs-deps vet promtool-test
 # test-partitions runs the partition suite (docs/testing.md): routers and
 # MariaDB servers on test hosts of their own (network namespaces joined by
 # veth pairs; root on Linux with iproute2), links cut, slowed and healed
-# under load. About 2.5 minutes on a quiet 2-core machine, 5–7 on a loaded
+# under load. About 3.5 minutes on a quiet 2-core machine, 5–8 on a loaded
 # one. Where namespaces are not allowed every test skips and says why.
 .PHONY: test-partitions test-partitions-quick
 test-partitions: deps
