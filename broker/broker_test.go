@@ -360,3 +360,40 @@ func TestClosedBrokerRefusesWork(t *testing.T) {
 		t.Fatalf("claim after close: %v", err)
 	}
 }
+
+// A self-fenced router hands out no delivery, to its own clients or to
+// the claims other routers forward to it as the owner of a unit: every ack
+// through it is refused while it is fenced, so a lease handed out then
+// could not be acked, and the delivery would come round again until it
+// was dead (seen in the partition test of a router cut off from Consul:
+// 40 messages dead-lettered whose every attempt was refused its ack).
+func TestSelfFencedRefusesForwardedClaims(t *testing.T) {
+	t.Parallel()
+	f := setup(t, Config{})
+	ctx := context.Background()
+	on1, _ := keysOn(3)
+	if _, err := f.b.Produce(ctx, "t", msgs(on1...), DurabilityPrimary); err != nil {
+		t.Fatal(err)
+	}
+	req := ClaimRequest{Topic: "t", Subscription: "s", Consumer: "w", Max: 3, Lease: time.Minute}
+	f.b.SetSelfFenced(true)
+	if ds, err := f.b.ClaimCluster(ctx, "c1", req); !errors.Is(err, ErrUnavailable) || len(ds) != 0 {
+		t.Fatalf("forwarded claim on a self-fenced router: %d deliveries, %v; want unavailable", len(ds), err)
+	}
+	if ds, err := f.b.Claim(ctx, req); !errors.Is(err, ErrUnavailable) || len(ds) != 0 {
+		t.Fatalf("claim on a self-fenced router: %d deliveries, %v; want unavailable", len(ds), err)
+	}
+	if held, _ := f.b.Owners().InFlight(); held != 0 {
+		t.Fatalf("%d leases held in memory while self-fenced, want 0", held)
+	}
+	f.b.SetSelfFenced(false)
+	ds, err := f.b.ClaimCluster(ctx, "c1", req)
+	if err != nil || len(ds) != 3 {
+		t.Fatalf("forwarded claim once registered again: %d, %v; want 3", len(ds), err)
+	}
+	for _, d := range ds {
+		if d.Attempt != 1 {
+			t.Fatalf("attempt %d, want 1: the fenced claims counted attempts", d.Attempt)
+		}
+	}
+}

@@ -193,6 +193,13 @@ func (b *Broker) anyClaimable(ctx context.Context, name, topic, sub string, excl
 // belongs to). It never forwards again: a unit owned elsewhere answers
 // ErrNotOwner, and the caller reads the records again.
 func (b *Broker) ClaimCluster(ctx context.Context, cluster string, req ClaimRequest) ([]Delivery, error) {
+	// A self-fenced router hands out nothing, to another router's clients
+	// either: every ack of a lease it handed out now would be refused
+	// (the writes are), and the delivery would come round again until it
+	// was dead.
+	if b.selfFenced.Load() {
+		return nil, errSelfFenced
+	}
 	sub, ok, err := b.subs.Get(ctx, req.Topic, req.Subscription)
 	if err != nil {
 		return nil, err

@@ -8,8 +8,9 @@ import (
 )
 
 // reshardVia submits a move of vshards 256–511 to c2 through r and waits
-// until the job ends; it returns the job.
-func (w *world) reshardVia(r *router) map[string]any {
+// until the job ends; it returns the job. onState, when not nil, is told
+// each state the job is seen in (asked every 10 ms).
+func (w *world) reshardVia(r *router, onState func(string)) map[string]any {
 	w.t.Helper()
 	st, body := w.call("POST", r.url+"/v1/admin/reshard", map[string]any{"ranges": []any{map[string]any{"from": 256, "to": 511, "target": "c2"}}})
 	if st != 202 {
@@ -20,6 +21,9 @@ func (w *world) reshardVia(r *router) map[string]any {
 	w.waitFor(3*time.Minute, "the job ending", func() bool {
 		_, job = w.call("GET", r.url+"/v1/admin/reshard/"+id, nil)
 		s, _ := job["state"].(string)
+		if onState != nil {
+			onState(s)
+		}
 		return s == "done" || s == "failed" || s == "aborted"
 	})
 	return job
@@ -52,7 +56,9 @@ func TestRouterCutFromConsulDuringReshard(t *testing.T) {
 	if err := link.Cut(); err != nil {
 		t.Fatal(err)
 	}
-	job := w.reshardVia(r2)
+	began := time.Now()
+	job := w.reshardVia(r2, nil)
+	t.Logf("reshard done %v after the cut", time.Since(began).Round(time.Millisecond))
 	if job["state"] != "done" {
 		t.Fatalf("job: %v", job)
 	}
@@ -66,22 +72,27 @@ func TestRouterCutFromConsulDuringReshard(t *testing.T) {
 	stopped = true
 	l1.settle(time.Minute)
 	l2.settle(time.Minute)
+	t.Logf("settled %v after the cut", time.Since(began).Round(time.Millisecond))
 	l1.drain()
 	l2.drain()
+	t.Logf("drained %v after the cut", time.Since(began).Round(time.Millisecond))
 	l1.checkStored()
 	l2.checkStored()
 }
 
 // Must-show (b) of issue 26 on the test hosts: r1 is frozen with SIGSTOP
-// (requests through it in flight) for a whole reshard that r2 runs, and
-// woken after the cut-over. Every acknowledged key stored once, every
+// (requests through it in flight) through the copy and the cut-over of a
+// reshard that r2 runs, and woken while the job cleans up the source (r2
+// deletes at 2,000 rows/s so that the cleanup lasts). Every acknowledged
+// key stored once with its id, keys sent again answer duplicate (never
+// created), no ack within its lease answers not_found or lease_lost, every
 // message consumed once, none acked twice.
 func TestRouterFrozenThroughReshard(t *testing.T) {
 	testbed.Need(t)
 	w := newWorld(t, "r1", "r2")
 	w.onConsul("r1", "r2")
 	r1 := w.startRouter("r1")
-	r2 := w.startRouter("r2")
+	r2 := w.startRouter("r2", "-reshard-rows-per-second", "2000")
 	l1 := w.newLoad(r1.url, "pf", nil)
 	l2 := w.newLoad(r2.url, "pg", nil)
 	l1.start(2, 5, 50*time.Millisecond, 1)
@@ -96,11 +107,23 @@ func TestRouterFrozenThroughReshard(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	began := time.Now()
 	r1.signal(syscall.SIGSTOP)
-	job := w.reshardVia(r2)
-	r1.signal(syscall.SIGCONT)
+	woken := ""
+	job := w.reshardVia(r2, func(state string) {
+		if woken == "" && (state == "cleanup" || state == "done") {
+			woken = state
+			r1.signal(syscall.SIGCONT)
+			t.Logf("r1 woken %v after it stopped, the job in state %s", time.Since(began).Round(time.Millisecond), state)
+		}
+	})
+	if woken == "" {
+		r1.signal(syscall.SIGCONT)
+	}
 	t.Logf("reshard done %v after r1 stopped", time.Since(began).Round(time.Millisecond))
 	if job["state"] != "done" {
 		t.Fatalf("job: %v", job)
+	}
+	if woken != "cleanup" {
+		t.Errorf("r1 was woken with the job in state %q, not in its cleanup (it lasted less than a poll)", woken)
 	}
 	time.Sleep(5 * time.Second)
 	l1.Stop()

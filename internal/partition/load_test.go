@@ -14,8 +14,8 @@ import (
 type answer struct {
 	status string // created, duplicate, unavailable, …; "" when the request failed
 	id     string
-	at     time.Time
-	took   time.Duration
+	at     time.Time     // when the request was sent
+	took   time.Duration // until its answer came
 }
 
 // load produces known keys through a router and consumes them: every
@@ -25,6 +25,9 @@ type load struct {
 	topic string
 	url   string
 	extra map[string]any // added to every produce body (durability)
+	// resend: producers send acknowledged keys again now and then
+	// (newLoad sets it).
+	resend bool
 
 	mu      sync.Mutex
 	answers map[string][]answer // per key, in order
@@ -39,7 +42,7 @@ type load struct {
 }
 
 func (w *world) newLoad(url, topic string, extra map[string]any) *load {
-	return &load{w: w, topic: topic, url: url, extra: extra, answers: map[string][]answer{}, acked: map[string]string{},
+	return &load{w: w, topic: topic, url: url, extra: extra, resend: true, answers: map[string][]answer{}, acked: map[string]string{},
 		acks: map[string]int{}, ackUnknown: map[string]bool{}, stop: make(chan struct{})}
 }
 
@@ -69,7 +72,9 @@ func (l *load) produce(keys []string) {
 		l.answers[k] = append(l.answers[k], a)
 		if a.status == "created" || a.status == "duplicate" {
 			if prev, ok := l.acked[k]; ok && prev != a.id {
-				l.w.t.Errorf("key %s answered with id %s, earlier %s", k, a.id, prev)
+				l.w.t.Errorf("key %s answered %s with id %s, acknowledged earlier with id %s (stored twice)", k, a.status, a.id, prev)
+			} else if ok && a.status == "created" {
+				l.w.t.Errorf("key %s answered created again (acknowledged earlier with id %s)", k, prev)
 			}
 			l.acked[k] = a.id
 		}
@@ -79,7 +84,9 @@ func (l *load) produce(keys []string) {
 // start runs producers and consumers until Stop: per cluster (c1, c2)
 // producers whose keys all live there (so a cluster's trouble holds only
 // its own producers), each its own key sequence in batches of batch keys
-// paced by every.
+// paced by every. With resend, every fifth batch also sends again two
+// keys the producer had acknowledged: they must answer duplicate with
+// their id, never created.
 func (l *load) start(producers, batch int, every time.Duration, consumers int) {
 	for p := 0; p < 2*producers; p++ {
 		c1 := p%2 == 0
@@ -88,7 +95,8 @@ func (l *load) start(producers, batch int, every time.Duration, consumers int) {
 			defer l.wg.Done()
 			tick := time.NewTicker(every)
 			defer tick.Stop()
-			for seq := 0; ; {
+			var sent []string
+			for seq, round := 0, 0; ; round++ {
 				var keys []string
 				for len(keys) < batch {
 					k := fmt.Sprintf("%s-%d-%d", l.topic, p, seq)
@@ -97,6 +105,10 @@ func (l *load) start(producers, batch int, every time.Duration, consumers int) {
 						keys = append(keys, k)
 					}
 				}
+				if l.resend && round%5 == 4 {
+					keys = append(keys, l.ackedAmong(sent, 2)...)
+				}
+				sent = append(sent, keys[:batch]...)
 				l.produce(keys)
 				select {
 				case <-l.stop:
@@ -126,10 +138,32 @@ func (l *load) start(producers, batch int, every time.Duration, consumers int) {
 	}
 }
 
+// ackedAmong picks up to n keys of sent that were acknowledged, spread
+// over its length.
+func (l *load) ackedAmong(sent []string, n int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for i := len(sent) - 1; i >= 0 && len(out) < n; i -= 1 + len(sent)/(2*n+1) {
+		if _, ok := l.acked[sent[i]]; ok {
+			out = append(out, sent[i])
+		}
+	}
+	return out
+}
+
+// claimLease is the visibility timeout the load's claims ask for.
+const claimLease = 5 * time.Second
+
 // consumeOnce claims and acks one batch, counting the acks answered ok.
+// An ack answered not_found or lease_lost before claimLease had passed
+// since its claim was sent is a violation: the lease was valid when the
+// ack was applied (it began after the claim was sent, and the answer came
+// before its end).
 func (l *load) consumeOnce(consumer string) int {
+	began := time.Now()
 	st, out := l.w.call("POST", l.url+"/v1/topics/"+l.topic+"/subscriptions/default/claim",
-		map[string]any{"max": 50, "visibility_timeout_ms": 5000, "wait_ms": 200, "consumer": consumer})
+		map[string]any{"max": 50, "visibility_timeout_ms": claimLease.Milliseconds(), "wait_ms": 200, "consumer": consumer})
 	msgs, _ := out["messages"].([]any)
 	if st != 200 || len(msgs) == 0 {
 		if st != 200 {
@@ -145,6 +179,7 @@ func (l *load) consumeOnce(consumer string) int {
 		ids = append(ids, mm["id"].(string))
 	}
 	st, out = l.w.call("POST", l.url+"/v1/ack", map[string]any{"receipts": receipts})
+	within := time.Since(began) < claimLease
 	res, _ := out["results"].([]any)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -158,9 +193,13 @@ func (l *load) consumeOnce(consumer string) int {
 	}
 	n := 0
 	for i, r := range res {
-		if rr, _ := r.(map[string]any); st == 200 && rr["status"] == "ok" && i < len(ids) {
+		rr, _ := r.(map[string]any)
+		if st == 200 && rr["status"] == "ok" && i < len(ids) {
 			l.acks[ids[i]]++
 			n++
+		}
+		if st == 200 && within && (rr["status"] == "not_found" || rr["status"] == "lease_lost") && i < len(ids) {
+			l.w.t.Errorf("ack of message %s answered %s %v after its claim was sent, within its %v lease", ids[i], rr["status"], time.Since(began).Round(time.Millisecond), claimLease)
 		}
 	}
 	return n
