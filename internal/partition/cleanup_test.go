@@ -38,17 +38,9 @@ func TestRouterKilledInCleanupRefusesOlderMap(t *testing.T) {
 		}
 	}()
 	time.Sleep(3 * time.Second)
-	st, body := w.call("POST", r.url+"/v1/admin/reshard", map[string]any{"ranges": []any{map[string]any{"from": 256, "to": 511, "target": "c2"}}})
-	if st != 202 {
-		t.Fatalf("submit: %d %v", st, body)
-	}
-	id := body["job"].(string)
+	id := w.submitMove(r)
 	var state string
-	w.waitFor(2*time.Minute, "the job reaching its cleanup", func() bool {
-		_, j := w.call("GET", r.url+"/v1/admin/reshard/"+id, nil)
-		state, _ = j["state"].(string)
-		return state == "cleanup" || state == "done" || state == "failed" || state == "aborted"
-	})
+	state = jobState(w.waitJob(r, id, 2*time.Minute, "the job reaching its cleanup", stateIn("cleanup", "done", "failed", "aborted")))
 	if state != "cleanup" {
 		t.Fatalf("the job went to %s before the kill", state)
 	}
@@ -87,11 +79,7 @@ func TestRouterKilledInCleanupRefusesOlderMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.start()
-	w.waitFor(2*time.Minute, "the job ending after the restart", func() bool {
-		_, j := w.call("GET", r.url+"/v1/admin/reshard/"+id, nil)
-		state, _ = j["state"].(string)
-		return state == "done" || state == "failed" || state == "aborted"
-	})
+	state = jobState(w.waitJob(r, id, 2*time.Minute, "the job ending after the restart", stateIn("done", "failed", "aborted")))
 	if state != "done" {
 		_, j := w.call("GET", r.url+"/v1/admin/reshard/"+id, nil)
 		t.Fatalf("job after the restart: %v", j)

@@ -1,10 +1,12 @@
 package partition
 
 import (
-	"github.com/shardmq/shardmq/internal/testbed"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shardmq/shardmq/internal/testbed"
 )
 
 // reshardVia submits a move of vshards 256–511 to c2 through r and waits
@@ -12,21 +14,45 @@ import (
 // each state the job is seen in (asked every 10 ms).
 func (w *world) reshardVia(r *router, onState func(string)) map[string]any {
 	w.t.Helper()
-	st, body := w.call("POST", r.url+"/v1/admin/reshard", map[string]any{"ranges": []any{map[string]any{"from": 256, "to": 511, "target": "c2"}}})
-	if st != 202 {
-		w.t.Fatalf("submit: %d %v", st, body)
-	}
-	id := body["job"].(string)
-	var job map[string]any
-	w.waitFor(3*time.Minute, "the job ending", func() bool {
-		_, job = w.call("GET", r.url+"/v1/admin/reshard/"+id, nil)
-		s, _ := job["state"].(string)
+	return w.waitJob(r, w.submitMove(r), 3*time.Minute, "the job ending", func(s string) bool {
 		if onState != nil {
 			onState(s)
 		}
 		return s == "done" || s == "failed" || s == "aborted"
 	})
+}
+
+// submitMove asks r to move vshards 256–511 to c2 and answers the job's id.
+func (w *world) submitMove(r *router) string {
+	w.t.Helper()
+	st, body := w.call("POST", r.url+"/v1/admin/reshard", map[string]any{"ranges": []any{map[string]any{"from": 256, "to": 511, "target": "c2"}}})
+	if st != 202 {
+		w.t.Fatalf("submit: %d %v", st, body)
+	}
+	return body["job"].(string)
+}
+
+// waitJob waits up to d until the state r answers for job id satisfies
+// until, and answers the job as r last showed it.
+func (w *world) waitJob(r *router, id string, d time.Duration, what string, until func(state string) bool) map[string]any {
+	w.t.Helper()
+	var job map[string]any
+	w.waitFor(d, what, func() bool {
+		_, job = w.call("GET", r.url+"/v1/admin/reshard/"+id, nil)
+		return until(jobState(job))
+	})
 	return job
+}
+
+// jobState is a job's state.
+func jobState(job map[string]any) string {
+	s, _ := job["state"].(string)
+	return s
+}
+
+// stateIn is a waitJob condition: the state is one of states.
+func stateIn(states ...string) func(string) bool {
+	return func(s string) bool { return slices.Contains(states, s) }
 }
 
 // Must-show (a) of issue 26 on the test hosts: two routers on Consul; r1

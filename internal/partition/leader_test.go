@@ -31,17 +31,9 @@ func TestLeaderKilledInCutover(t *testing.T) {
 		}
 	}()
 	time.Sleep(3 * time.Second)
-	st, body := w.call("POST", r.url+"/v1/admin/reshard", map[string]any{"ranges": []any{map[string]any{"from": 256, "to": 511, "target": "c2"}}})
-	if st != 202 {
-		t.Fatalf("submit: %d %v", st, body)
-	}
-	id := body["job"].(string)
+	id := w.submitMove(r)
 	var state string
-	w.waitFor(2*time.Minute, "the job reaching its freeze", func() bool {
-		_, j := w.call("GET", r.url+"/v1/admin/reshard/"+id, nil)
-		state, _ = j["state"].(string)
-		return state == "freezing" || state == "frozen" || state == "cutover" || state == "cleanup" || state == "done"
-	})
+	state = jobState(w.waitJob(r, id, 2*time.Minute, "the job reaching its freeze", stateIn("freezing", "frozen", "cutover", "cleanup", "done")))
 	if state == "cleanup" || state == "done" {
 		t.Fatalf("the job went past its cut-over (%s) before the kill", state)
 	}
@@ -49,11 +41,7 @@ func TestLeaderKilledInCutover(t *testing.T) {
 	t.Logf("router killed with the job in state %s", state)
 	time.Sleep(time.Second)
 	r.start()
-	w.waitFor(2*time.Minute, "the job ending", func() bool {
-		_, j := w.call("GET", r.url+"/v1/admin/reshard/"+id, nil)
-		state, _ = j["state"].(string)
-		return state == "done" || state == "failed" || state == "aborted"
-	})
+	state = jobState(w.waitJob(r, id, 2*time.Minute, "the job ending", stateIn("done", "failed", "aborted")))
 	if state != "done" {
 		_, j := w.call("GET", r.url+"/v1/admin/reshard/"+id, nil)
 		t.Fatalf("job after the restart: %v", j)
@@ -93,20 +81,12 @@ func TestLeaderStoppedInCutover(t *testing.T) {
 		}
 	}()
 	time.Sleep(3 * time.Second)
-	st, body := w.call("POST", r2.url+"/v1/admin/reshard", map[string]any{"ranges": []any{map[string]any{"from": 256, "to": 511, "target": "c2"}}})
-	if st != 202 {
-		t.Fatalf("submit: %d %v", st, body)
-	}
-	id := body["job"].(string)
+	id := w.submitMove(r2)
 	var state string
 	// Stopped once every router holds the range frozen (state frozen: the
 	// final sync under freeze, then the cut-over), so that no write of it
 	// passes until a leader finishes the cut-over.
-	w.waitFor(2*time.Minute, "the job holding the range frozen", func() bool {
-		_, j := w.call("GET", r2.url+"/v1/admin/reshard/"+id, nil)
-		state, _ = j["state"].(string)
-		return state == "frozen" || state == "cutover" || state == "cleanup" || state == "done" || state == "failed"
-	})
+	state = jobState(w.waitJob(r2, id, 2*time.Minute, "the job holding the range frozen", stateIn("frozen", "cutover", "cleanup", "done", "failed")))
 	if state != "frozen" && state != "cutover" {
 		t.Fatalf("the job went to %s before the stop", state)
 	}
@@ -134,11 +114,7 @@ func TestLeaderStoppedInCutover(t *testing.T) {
 	if took > 30*time.Second {
 		t.Errorf("range writable again only %v after the leader stopped, want within 30 s", took.Round(time.Millisecond))
 	}
-	w.waitFor(2*time.Minute, "the job ending", func() bool {
-		_, j := w.call("GET", r2.url+"/v1/admin/reshard/"+id, nil)
-		state, _ = j["state"].(string)
-		return state == "done" || state == "failed" || state == "aborted"
-	})
+	state = jobState(w.waitJob(r2, id, 2*time.Minute, "the job ending", stateIn("done", "failed", "aborted")))
 	if state != "done" {
 		_, j := w.call("GET", r2.url+"/v1/admin/reshard/"+id, nil)
 		t.Fatalf("job after the leader stopped: %v", j)
