@@ -312,8 +312,13 @@ var errSelfFenced = fmt.Errorf("%w: this router lost its registration among the 
 // SetSelfFenced makes the router refuse (unavailable) every write and
 // claim while fenced is true: its registration among the live routers
 // lapsed, so a resharding barrier may pass without it (docs/consul.md,
-// "Self-fencing"). Reads go on.
-func (b *Broker) SetSelfFenced(fenced bool) { b.selfFenced.Store(fenced) }
+// "Self-fencing"). Reads go on. Meanwhile the router steps aside from
+// delivery state (delivery.Manager.SetAside): the units it owns pass to
+// the other routers, which serve their consumers through the cut.
+func (b *Broker) SetSelfFenced(fenced bool) {
+	b.selfFenced.Store(fenced)
+	b.owners.SetAside(fenced)
+}
 
 // SelfFenced reports SetSelfFenced's state.
 func (b *Broker) SelfFenced() bool { return b.selfFenced.Load() }

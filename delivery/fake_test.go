@@ -381,11 +381,17 @@ func (m *memTable) Owners(ctx context.Context) ([]store.OwnerRecord, error) {
 }
 
 func (m *memTable) Beat(ctx context.Context, router, addr string, within time.Duration) ([]store.Member, time.Time, error) {
+	m.mu.Lock()
+	m.calls["beat "+router]++
+	m.mu.Unlock()
 	now := m.clock.now()
 	return []store.Member{{Router: router, Addr: addr, SeenAt: now}}, now, nil
 }
 
 func (m *memTable) LeaveMembers(ctx context.Context, router string, older time.Duration) error {
+	m.mu.Lock()
+	m.calls["leave "+router]++
+	m.mu.Unlock()
 	return nil
 }
 

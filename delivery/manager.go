@@ -154,6 +154,10 @@ type Manager struct {
 
 	inflight atomic.Int64
 	refused  atomic.Int64
+	// aside is set while the router may not serve delivery state (it
+	// fenced itself: its registration among the live routers lapsed):
+	// it hands its units over, stops being a member and takes none.
+	aside atomic.Bool
 
 	stop    chan struct{}
 	done    chan struct{}
@@ -441,6 +445,25 @@ func (m *Manager) unadmit(n int) { m.inflight.Add(-int64(n)) }
 // first attempts the cap kept it from handing out so far.
 func (m *Manager) InFlight() (held, refused int64) { return m.inflight.Load(), m.refused.Load() }
 
+// SetAside steps this router aside from delivery state while it may not
+// serve it (a router that fenced itself: cut off from the registry of
+// live routers, it still reaches the clusters). Until SetAside(false) its
+// upkeep hands every unit it owns over (leases written to the table, the
+// unit released), leaves the members so that the other routers choose
+// among themselves and take the units at once, and it takes no unit.
+// Without it a fenced router kept its units for as long as the cut
+// lasted, refusing every claim of them while its membership, renewed in
+// the clusters, kept the others from taking them.
+func (m *Manager) SetAside(aside bool) {
+	if m.aside.Swap(aside) != aside {
+		if aside {
+			m.log.Warn("delivery owner: stepping aside (router fenced): handing every unit over and leaving the members")
+		} else {
+			m.log.Info("delivery owner: serving again; units come back as the members choose")
+		}
+	}
+}
+
 // Route says where unit u's delivery state lives: owner is this router's
 // owner of it, or addr the router that owns it. With take, a unit that
 // no live router owns and that belongs here (the live routers' choice
@@ -482,6 +505,9 @@ func (m *Manager) Route(ctx context.Context, u Unit, take bool, epoch uint64) (o
 	}
 	if !take {
 		return nil, "", nil
+	}
+	if m.aside.Load() {
+		return nil, "", fmt.Errorf("%w: this router is fenced and takes no unit (%s)", domain.ErrUnavailable, u)
 	}
 	if want := cl.choose(u, false); want != nil && want.Router != m.cfg.Router {
 		return nil, want.Addr, nil
@@ -744,6 +770,9 @@ func (m *Manager) upkeep() {
 
 func (cl *clusterState) upkeep(ctx context.Context) error {
 	m := cl.m
+	if m.aside.Load() {
+		return cl.stepAside(ctx)
+	}
 	if m.cfg.Addr != "" {
 		var members []store.Member
 		err := cl.conn.Do(ctx, OpMembers, func(ctx context.Context, s Store) (err error) {
@@ -795,6 +824,27 @@ func (cl *clusterState) upkeep(ctx context.Context) error {
 		if want := cl.choose(o.unit, true); want != nil && want.Router != m.cfg.Router {
 			m.log.Info("delivery owner: handing unit over to the router it belongs to", "unit", o.unit.String(), "to", want.Router)
 			go m.handOver(context.Background(), o)
+		}
+	}
+	return nil
+}
+
+// stepAside is the upkeep of a router set aside: every unit handed over,
+// out of the members (the others stop choosing it at their next beat),
+// nothing renewed but what a failed hand-over still holds.
+func (cl *clusterState) stepAside(ctx context.Context) error {
+	m := cl.m
+	for _, o := range m.Owners(cl.name) {
+		m.handOver(ctx, o)
+	}
+	if m.cfg.Addr != "" {
+		cl.mu.Lock()
+		cl.members = nil
+		cl.mu.Unlock()
+		if err := cl.conn.Do(ctx, OpMembers, func(ctx context.Context, s Store) error {
+			return s.LeaveMembers(ctx, m.cfg.Router, time.Hour)
+		}); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -369,4 +369,43 @@ func TestHandOverWritesLeasesOut(t *testing.T) {
 	}
 }
 
+// A router set aside (fenced) hands its units over with their leases in
+// the table, stops beating as a member, leaves, and takes no unit; the
+// next router serves at once (no horizon to wait for); set back, the
+// router takes units again.
+func TestSetAsideHandsUnitsOver(t *testing.T) {
+	a := newBed(t, Config{Router: "a", Addr: "a:1"})
+	id := a.table.add("t", "s", 0, "", 0)
+	other := a.table.add("t", "s", 0, "", 0)
+	got := a.claim(t, 1, spec("w"))
+	beats := a.table.count("beat a")
+	a.m.SetAside(true)
+	a.m.upkeep()
+	if r := a.table.get(id, "s"); r.token != got[0].Token || !r.available.Equal(got[0].LeaseExpires) {
+		t.Fatalf("lease not written out on stepping aside: %+v", r)
+	}
+	if n := a.table.count("beat a"); n != beats {
+		t.Fatalf("a router set aside beat as a member (%d beats, %d before)", n, beats)
+	}
+	if a.table.count("leave a") == 0 {
+		t.Fatal("a router set aside did not leave the members")
+	}
+	if o, _, err := a.m.Route(context.Background(), unit, true, 0); o != nil || !errors.Is(err, domain.ErrUnavailable) {
+		t.Fatalf("a router set aside took a unit: %v, %v", o, err)
+	}
+	b := newRouter(t, a.clock, a.table, Config{Router: "b", Addr: "b:1"})
+	if next := b.claim(t, 5, spec("w2")); !slices.Equal(ids(next), []uint64{other}) {
+		t.Fatalf("next owner claimed %v, want %d at once", ids(next), other)
+	}
+	b.m.Stop()
+	a.m.SetAside(false)
+	if again := a.claim(t, 5, spec("w3")); len(again) != 0 {
+		t.Fatalf("handed out %v while the written-out lease runs", ids(again))
+	}
+	a.tick(31 * time.Second)
+	if again := a.claim(t, 5, spec("w3")); !slices.Equal(ids(again), []uint64{id, other}) {
+		t.Fatalf("after the leases: %v, want %d and %d", ids(again), id, other)
+	}
+}
+
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }

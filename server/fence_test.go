@@ -760,6 +760,23 @@ func TestFenceRouterCutOffFromConsul(t *testing.T) {
 	}
 	l := startFenceLoad(topic, []*env{a, b}, []*env{a, b})
 	defer l.end()
+	// Units of delivery state spread over a and b by their names: claims
+	// on a few more topics make a own some (each unit goes to the router
+	// the members choose for it, half of them a).
+	var extra []string
+	for i := 0; i < 8; i++ {
+		tp := fmt.Sprint(topic, "-x", i)
+		extra = append(extra, tp)
+		b.post(t, "/v1/topics/"+tp+"/messages", map[string]any{"messages": []any{msg("x", i)}})
+		a.do(t, "POST", "/v1/topics/"+tp+"/subscriptions/default/claim", map[string]any{"max": 1, "visibility_timeout_ms": 60000})
+	}
+	unitsOf := func(e *env) (n int) {
+		for _, st := range e.r.broker.Owners().Stats() {
+			n += st.Units
+		}
+		return n
+	}
+	testtime.Until(t, "router a owning units of delivery state", func() bool { return unitsOf(a) > 0 })
 	time.Sleep(300 * time.Millisecond) // leases in a's memory before the cut
 
 	st, sub := b.do(t, "POST", "/v1/admin/reshard", map[string]any{"ranges": []any{map[string]any{"from": 0, "to": 255, "target": "c2"}}})
@@ -779,6 +796,23 @@ func TestFenceRouterCutOffFromConsul(t *testing.T) {
 	}
 	if a.owner(100) != "c1" {
 		t.Fatalf("the cut-off router learnt the new map (vshard 100 on %s): the test did not cut it off", a.owner(100))
+	}
+	// Fenced, a stepped aside from delivery state: it owns no unit, and b
+	// serves the consumers of those a had through the cut (the leases a
+	// held were written to the table: their deliveries come back when
+	// those leases end).
+	testtime.Within(t, 30*time.Second, "the cut-off router owning no unit of delivery state", func() bool { return unitsOf(a) == 0 })
+	for _, tp := range extra {
+		if st, body := b.do(t, "POST", "/v1/topics/"+tp+"/messages", map[string]any{"messages": []any{msg("y", 0)}}); st != 200 {
+			t.Fatalf("produce to %s through b: %d %v", tp, st, body)
+		}
+		st, body := b.do(t, "POST", "/v1/topics/"+tp+"/subscriptions/default/claim", map[string]any{"max": 10, "wait_ms": 2000})
+		if st != 200 {
+			t.Fatalf("claim of %s through b while a is cut off: %d %v", tp, st, body)
+		}
+		if ms, _ := body["messages"].([]any); len(ms) == 0 {
+			t.Fatalf("claim of %s through b while a is cut off got nothing", tp)
+		}
 	}
 
 	proxy.setCut(false)
