@@ -129,9 +129,11 @@ func (o *Owner) Reserve(ctx context.Context, n int, spec ClaimSpec) ([]store.Can
 		from = nil
 	}
 	// A scan from the head walks past every lease in flight (the table
-	// still shows them claimable): it reads their positions only.
+	// still shows them claimable): it reads their positions only. Past
+	// a few scans' worth of leases, copying their ids would cost more
+	// than reading the rows a scan can reach.
 	var skip map[uint64]bool
-	if from == nil && known > 0 {
+	if from == nil && known > 0 && known <= 4*o.m.cfg.MaxScan {
 		skip = make(map[uint64]bool, known)
 		for id := range o.leases {
 			skip[id] = true
