@@ -776,7 +776,7 @@ func TestFenceRouterCutOffFromConsul(t *testing.T) {
 		}
 		return n
 	}
-	testtime.Until(t, "router a owning units of delivery state", func() bool { return unitsOf(a) > 0 })
+	testtime.Within(t, 30*time.Second, "router a owning units of delivery state", func() bool { return unitsOf(a) > 0 })
 	time.Sleep(300 * time.Millisecond) // leases in a's memory before the cut
 
 	st, sub := b.do(t, "POST", "/v1/admin/reshard", map[string]any{"ranges": []any{map[string]any{"from": 0, "to": 255, "target": "c2"}}})

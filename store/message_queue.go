@@ -712,7 +712,13 @@ const claimableCols = `SELECT message_id, vshard, priority, attempts, COALESCE(l
 // scanClaimableQuery reads a subscription's claimable deliveries in claim
 // order, after a cursor when after is set, on idx_claim's range.
 func scanClaimableQuery(after bool, exclude int) string {
-	q := claimableCols + `
+	return claimOrderQuery(claimableCols, after, exclude)
+}
+
+// claimOrderQuery selects cols of a subscription's claimable deliveries in
+// claim order, after a cursor when after is set, on idx_claim's range.
+func claimOrderQuery(cols string, after bool, exclude int) string {
+	q := cols + `
 FROM message_queue FORCE INDEX (idx_claim)
 WHERE topic = ? AND subscription = ? AND is_dead = 0 AND parked = 0 AND available_at <= ?`
 	if after {
@@ -832,7 +838,7 @@ func ScanOf(rows []Candidate, skip map[uint64]bool) Scan {
 // claimPositionsQuery is scanClaimableQuery reading positions only, from
 // the index.
 func claimPositionsQuery(after bool, exclude int) string {
-	return "SELECT priority, message_id" + scanClaimableQuery(after, exclude)[len(claimableCols):]
+	return claimOrderQuery("SELECT priority, message_id", after, exclude)
 }
 
 // claimableByIDQuery reads the deliveries of one subscription among ids
