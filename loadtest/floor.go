@@ -16,23 +16,30 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shardmq/shardmq/internal/ctxwait"
+	"github.com/shardmq/shardmq/internal/idgen"
+	"github.com/shardmq/shardmq/internal/reqid"
+	"github.com/shardmq/shardmq/store"
 )
 
 // Floor writes DESIGN §6's row budget by hand, with nothing else: the
 // three rows a produced message costs (dedup registry, message, delivery)
 // and the four a first-attempt claim → ack costs (lease, delete, `acked`
 // event, status), each batch in the fewest statements, on one primary,
-// with no router, no HTTP, no partitions, no transaction or ordering index
-// and no status check across subscriptions. It is the measuring stick for
-// the speed targets (docs/performance.md, "The floor"): an implementation
-// of the contract writes at least these rows, so a rate against a peer that
-// the floor cannot reach is out of reach for the router as well.
+// with no router, no HTTP, no transaction or ordering index and no status
+// check across subscriptions. It is the measuring stick for the speed
+// targets (docs/performance.md, "The floor"): an implementation of the
+// contract writes at least these rows, so a rate against a peer that the
+// floor cannot reach is out of reach for the router as well.
 //
 // Its tables live in the database its DB was opened on and are named
 // floor_*; they are a benchmark's schema, not the product's (package store
-// holds those).
+// holds those). The queue layout's are not partitioned; the inline
+// layout's message table is, by month as the product's (LayoutInline).
 type Floor struct {
 	DB *sql.DB
+	// Layout is where the default subscription's delivery lives. Defaults
+	// to LayoutQueue, the product's: a row of its own.
+	Layout FloorLayout
 	// Acks is what an ack writes besides the delete. Defaults to
 	// AckBudget, DESIGN §6's rows; the others measure budgets the
 	// contract does not allow today (docs/performance.md, "The floor").
@@ -47,23 +54,79 @@ type Floor struct {
 	// Clock gives the times written; defaults to time.Now.
 	Clock func() time.Time
 
-	ids   atomic.Uint64 // router-generated ids, as the contract asks
-	token atomic.Uint64
+	ids     atomic.Uint64 // router-generated ids, as the contract asks
+	token   atomic.Uint64
+	genOnce sync.Once
+	gen     *idgen.Gen // the inline layout's message ids (messageID)
 }
 
-// floorTables are the budget's four tables, each with only the keys the
-// contract's reads need: the dedup registry's unique key, the message by
-// id, the delivery's claim index (the product's idx_claim column order),
-// the trace by message.
-var floorTables = []string{
-	`CREATE TABLE floor_key (
+// FloorLayout is where a floor keeps the default subscription's delivery.
+type FloorLayout int
+
+const (
+	// LayoutQueue keeps a delivery row per message in floor_queue, as the
+	// product keeps one in message_queue: a produced message is three
+	// rows, and a consumed one deletes its delivery (its key and claim
+	// index entries) besides updating the message row.
+	LayoutQueue FloorLayout = iota
+	// LayoutInline keeps the default subscription's delivery on the
+	// message row: a state (dlv_state: ready, acked), available_at and a
+	// claim index on floor_store. floor_queue would hold only what needs a
+	// row of its own — other subscriptions, retries, delays, ordered
+	// parking, dead letters — which the floor never writes. A produced
+	// message is two rows (the dedup key and the message) and a consumed
+	// one is one update of its message row, the state with the final ack.
+	// It is the schema change docs/performance.md weighs ("What limits
+	// the figures"). It has only the owned consume (ConsumeOwned) and the
+	// final ack on the message row (Acks AckFolded), and no delivery row
+	// to lease out (LeasedOut false).
+	LayoutInline
+)
+
+// String names the layout for reports.
+func (l FloorLayout) String() string {
+	if l == LayoutInline {
+		return "inline"
+	}
+	return "queue"
+}
+
+// ParseFloorLayout reads a FloorLayout's name.
+func ParseFloorLayout(s string) (FloorLayout, error) {
+	for _, l := range []FloorLayout{LayoutQueue, LayoutInline} {
+		if l.String() == s {
+			return l, nil
+		}
+	}
+	return 0, fmt.Errorf("floor layout %q: want queue or inline", s)
+}
+
+// errInlineOwnedOnly: the inline layout's claims are the owner's
+// (ConsumeOwned); it has no durable lease to write.
+var errInlineOwnedOnly = errors.New("floor: the inline layout has only the owned consume (ConsumeOwned)")
+
+// check refuses settings the layout cannot honour.
+func (f *Floor) check() error {
+	if f.Layout == LayoutInline && (f.Acks != AckFolded || f.LeasedOut) {
+		return fmt.Errorf("floor: the inline layout acks on the message row (Acks %s, not %s) and has no delivery row to lease out", AckFolded, f.Acks)
+	}
+	return nil
+}
+
+// The budget's four tables, each with only the keys the contract's reads
+// need: the dedup registry's unique key, the message by id, the delivery's
+// claim index (the product's idx_claim column order), the trace by
+// message. floor_store carries the final ack's columns (store's
+// markAcked).
+const (
+	floorKey = `CREATE TABLE floor_key (
   topic VARBINARY(128) NOT NULL,
   msg_key VARBINARY(256) NOT NULL,
   message_id BIGINT UNSIGNED NOT NULL,
   payload_hash BINARY(16) NOT NULL,
   PRIMARY KEY (topic, msg_key)
-) ENGINE=InnoDB`,
-	`CREATE TABLE floor_store (
+) ENGINE=InnoDB`
+	floorStore = `CREATE TABLE floor_store (
   id BIGINT UNSIGNED NOT NULL,
   created_at DATETIME(3) NOT NULL,
   topic VARBINARY(128) NOT NULL,
@@ -71,12 +134,47 @@ var floorTables = []string{
   payload MEDIUMBLOB NOT NULL,
   msg_status TINYINT UNSIGNED NOT NULL DEFAULT 0,
   status_at DATETIME(6) NULL,
+  acked_sub VARBINARY(128) NULL,
   acked_by VARBINARY(128) NULL,
   acked_attempt SMALLINT UNSIGNED NULL,
   acked_claimed_at DATETIME(6) NULL,
+  acked_request VARBINARY(64) NULL,
   PRIMARY KEY (id)
-) ENGINE=InnoDB`,
-	`CREATE TABLE floor_queue (
+) ENGINE=InnoDB`
+	// floorInlineStore is LayoutInline's floor_store: the message with
+	// its priority, the final ack's columns and the default
+	// subscription's delivery (dlv_state 0 ready, 1 acked; available_at),
+	// found through idx_claim in the product's idx_claim column order.
+	// It is partitioned by month on created_at as message_store is
+	// (store.MonthPartitions: last month, this one, three ahead and a
+	// catch-all; the rows land in this month's), with message_store's
+	// primary key (id, created_at), so an ack names each row's partition.
+	// An InnoDB index of a partitioned table is local to each partition:
+	// a claim's ORDER BY priority DESC, id reads the claim index of every
+	// partition (no condition on created_at prunes them) and merges them,
+	// which a claim index on message_queue, not partitioned, does not
+	// pay. The floor pays it too.
+	floorInlineStore = `CREATE TABLE floor_store (
+  id BIGINT UNSIGNED NOT NULL,
+  created_at DATETIME(3) NOT NULL,
+  topic VARBINARY(128) NOT NULL,
+  msg_key VARBINARY(256) NOT NULL,
+  priority TINYINT UNSIGNED NOT NULL,
+  payload MEDIUMBLOB NOT NULL,
+  msg_status TINYINT UNSIGNED NOT NULL DEFAULT 0,
+  status_at DATETIME(6) NULL,
+  acked_sub VARBINARY(128) NULL,
+  acked_by VARBINARY(128) NULL,
+  acked_attempt SMALLINT UNSIGNED NULL,
+  acked_claimed_at DATETIME(6) NULL,
+  acked_request VARBINARY(64) NULL,
+  dlv_state TINYINT UNSIGNED NOT NULL DEFAULT 0,
+  available_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (id, created_at),
+  KEY idx_claim (topic, dlv_state, priority DESC, id, available_at)
+) ENGINE=InnoDB
+`
+	floorQueue = `CREATE TABLE floor_queue (
   message_id BIGINT UNSIGNED NOT NULL,
   subscription VARBINARY(128) NOT NULL,
   topic VARBINARY(128) NOT NULL,
@@ -89,8 +187,8 @@ var floorTables = []string{
   leased TINYINT UNSIGNED NOT NULL DEFAULT 0,
   PRIMARY KEY (message_id, subscription),
   KEY idx_claim (%s)
-) ENGINE=InnoDB`,
-	`CREATE TABLE floor_trace (
+) ENGINE=InnoDB`
+	floorTrace = `CREATE TABLE floor_trace (
   message_id BIGINT UNSIGNED NOT NULL,
   id BIGINT UNSIGNED NOT NULL,
   subscription VARBINARY(128) NOT NULL,
@@ -100,11 +198,14 @@ var floorTables = []string{
   claimed_at DATETIME(6) NULL,
   created_at DATETIME(6) NOT NULL,
   PRIMARY KEY (message_id, id)
-) ENGINE=InnoDB`,
-}
+) ENGINE=InnoDB`
+)
 
-// Create drops and creates the floor's tables.
+// Create drops and creates the floor's tables, those of its Layout.
 func (f *Floor) Create(ctx context.Context) error {
+	if err := f.check(); err != nil {
+		return err
+	}
 	for _, t := range []string{"floor_key", "floor_store", "floor_queue", "floor_trace"} {
 		if _, err := f.DB.ExecContext(ctx, "DROP TABLE IF EXISTS "+t); err != nil {
 			return fmt.Errorf("floor: drop %s: %w", t, err)
@@ -114,15 +215,48 @@ func (f *Floor) Create(ctx context.Context) error {
 	if f.LeasedOut {
 		claimKey = "topic, subscription, leased, priority DESC, message_id, available_at"
 	}
-	for _, q := range floorTables {
-		if strings.Contains(q, "%s") {
-			q = fmt.Sprintf(q, claimKey)
-		}
+	messages := floorStore
+	if f.Layout == LayoutInline {
+		messages = floorInlineStore + store.MonthPartitions("created_at", f.now())
+	}
+	for _, q := range []string{floorKey, messages, fmt.Sprintf(floorQueue, claimKey), floorTrace} {
 		if _, err := f.DB.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("floor: create tables: %w", err)
 		}
 	}
 	return nil
+}
+
+// messageID is a new message's id and creation time. The inline layout's
+// ids are the product's (idgen: the creation time is in the id, so that
+// an ack names the row's partition from its id alone); the queue
+// layout's are a counter and created_at the publish time.
+func (f *Floor) messageID(now time.Time) (uint64, time.Time) {
+	if f.Layout != LayoutInline {
+		return f.ids.Add(1), now
+	}
+	f.genOnce.Do(func() { f.gen = idgen.New(f.now) })
+	id := f.gen.Next()
+	return id, idgen.Time(id)
+}
+
+// rowsByID is the condition naming rows of floor_store by id: id IN (…),
+// or in the inline layout each row's whole primary key, (id, created_at)
+// with the time taken from the id, as store's idList writes it (one pair
+// as "id = ? AND created_at = ?", which MariaDB's UPDATE can use an index
+// for). It answers the condition and its arguments.
+func (f *Floor) rowsByID(ids []uint64) (string, []any) {
+	if f.Layout != LayoutInline {
+		return "id IN (" + marks(len(ids)) + ")", idArgs(ids)
+	}
+	args := make([]any, 0, 2*len(ids))
+	for _, id := range ids {
+		args = append(args, id, idgen.Time(id))
+	}
+	if len(ids) == 1 {
+		return "(id = ? AND created_at = ?)", args
+	}
+	return "(id, created_at) IN (" + repeatList("(?,?)", len(ids)) + ")", args
 }
 
 func (f *Floor) now() time.Time {
@@ -180,33 +314,44 @@ type FloorMessage struct {
 const FloorSubscription = "default"
 
 // Publish writes msgs to topic in one transaction: a registry row, a
-// message row and a delivery row each, one multi-row INSERT per table.
-// A key already registered fails the transaction (the floor's keys are
+// message row and (LayoutQueue) a delivery row each, one multi-row INSERT
+// per table; the inline layout's message row is the delivery as well. A
+// key already registered fails the transaction (the floor's keys are
 // unique; the registry's primary key is the dedup check).
 func (f *Floor) Publish(ctx context.Context, topic string, msgs []FloorMessage) error {
 	if len(msgs) == 0 {
 		return nil
 	}
 	now := f.now()
-	keys := make([]any, 0, 4*len(msgs))
-	store := make([]any, 0, 5*len(msgs))
-	queue := make([]any, 0, 4*len(msgs))
+	type insert struct {
+		head, row string
+		args      []any
+	}
+	keys := insert{"INSERT INTO floor_key (topic, msg_key, message_id, payload_hash) VALUES ", "(?,?,?,?)", make([]any, 0, 4*len(msgs))}
+	stored := insert{"INSERT INTO floor_store (id, created_at, topic, msg_key, payload) VALUES ", "(?,?,?,?,?)", make([]any, 0, 5*len(msgs))}
+	queue := insert{"INSERT INTO floor_queue (message_id, subscription, topic, priority, available_at) VALUES ", "(?,?,?,?,?)", nil}
+	if f.Layout == LayoutInline {
+		stored.head = "INSERT INTO floor_store (id, created_at, topic, msg_key, priority, payload, available_at) VALUES "
+		stored.row = "(?,?,?,?,?,?,?)"
+	} else {
+		queue.args = make([]any, 0, 5*len(msgs))
+	}
 	for _, m := range msgs {
-		id := f.ids.Add(1)
+		id, created := f.messageID(now)
 		sum := md5.Sum(m.Payload)
-		keys = append(keys, topic, m.Key, id, sum[:])
-		store = append(store, id, now, topic, m.Key, m.Payload)
-		queue = append(queue, id, FloorSubscription, topic, 0, now)
+		keys.args = append(keys.args, topic, m.Key, id, sum[:])
+		if f.Layout == LayoutInline {
+			stored.args = append(stored.args, id, created, topic, m.Key, 0, m.Payload, now)
+			continue
+		}
+		stored.args = append(stored.args, id, created, topic, m.Key, m.Payload)
+		queue.args = append(queue.args, id, FloorSubscription, topic, 0, now)
 	}
 	return f.inTx(ctx, "publish", func(tx *sql.Tx) error {
-		for _, st := range []struct {
-			head, row string
-			args      []any
-		}{
-			{"INSERT INTO floor_key (topic, msg_key, message_id, payload_hash) VALUES ", "(?,?,?,?)", keys},
-			{"INSERT INTO floor_store (id, created_at, topic, msg_key, payload) VALUES ", "(?,?,?,?,?)", store},
-			{"INSERT INTO floor_queue (message_id, subscription, topic, priority, available_at) VALUES ", "(?,?,?,?,?)", queue},
-		} {
+		for _, st := range []insert{keys, stored, queue} {
+			if st.args == nil {
+				continue
+			}
 			if _, err := tx.ExecContext(ctx, st.head+repeatList(st.row, len(msgs)), st.args...); err != nil {
 				return err
 			}
@@ -229,6 +374,9 @@ type FloorLease struct {
 // skipping rows another claim holds, and reads their bodies: one short
 // transaction of a locking read, the lease update and the body read.
 func (f *Floor) Claim(ctx context.Context, topic, consumer string, limit int, visibility time.Duration) ([]FloorLease, error) {
+	if f.Layout == LayoutInline {
+		return nil, errInlineOwnedOnly
+	}
 	// Only the LeasedOut layout has the flag in its index; with the
 	// product's layout a condition on it would read every walked row.
 	notLeased := ""
@@ -278,6 +426,9 @@ func (f *Floor) Claim(ctx context.Context, topic, consumer string, limit int, vi
 // transaction. A lease the token no longer holds fails the whole ack: the
 // floor's leases never expire during a run.
 func (f *Floor) Ack(ctx context.Context, leases []FloorLease) error {
+	if f.Layout == LayoutInline {
+		return errInlineOwnedOnly
+	}
 	if len(leases) == 0 {
 		return nil
 	}
@@ -301,13 +452,7 @@ func (f *Floor) Ack(ctx context.Context, leases []FloorLease) error {
 		case AckDeleteOnly:
 			return nil
 		case AckFolded:
-			// One claim's leases share consumer, attempt and claim time, so
-			// one UPDATE with constants carries them.
-			l := leases[0]
-			_, err = tx.ExecContext(ctx, "UPDATE floor_store SET msg_status = 1, status_at = ?, acked_by = ?, acked_attempt = ?,"+
-				" acked_claimed_at = ? WHERE id IN ("+marks(len(ids))+")",
-				append([]any{now, l.Consumer, l.Attempt, l.ClaimedAt}, idArgs(ids)...)...)
-			return err
+			return f.finalAck(ctx, tx, leases, "", now)
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO floor_trace (message_id, id, subscription, event, consumer, attempt, claimed_at, created_at) VALUES "+
 			repeatList("(?,?,?,?,?,?,?,?)", len(leases)), trace...); err != nil {
@@ -319,11 +464,51 @@ func (f *Floor) Ack(ctx context.Context, leases []FloorLease) error {
 	})
 }
 
-// Counts reads how many messages, live deliveries, `acked` events (trace
-// rows, or folded into message rows) and consumed messages the floor
-// holds: what a test checks after a run.
+// finalAck writes one claim's final ack on its messages' rows in tx: the
+// columns the product's final ack writes (store's markAcked: status and
+// its time, subscription, consumer, attempt, claim time, request; request
+// NULL when empty). One claim's leases share consumer, attempt and claim
+// time, so one UPDATE with constants carries them. In the inline layout
+// the same update ends the default subscription's delivery, and only a
+// delivery still ready is acked: an ack of a message acked already
+// changes fewer rows than it names, and fails.
+func (f *Floor) finalAck(ctx context.Context, tx *sql.Tx, leases []FloorLease, request string, now time.Time) error {
+	l := leases[0]
+	var req any
+	if request != "" {
+		req = request
+	}
+	ids := make([]uint64, len(leases))
+	for i, x := range leases {
+		ids[i] = x.MessageID
+	}
+	byID, args := f.rowsByID(ids)
+	q := "UPDATE floor_store SET msg_status = 1, status_at = ?, acked_sub = ?, acked_by = ?, acked_attempt = ?, acked_claimed_at = ?, acked_request = ?"
+	if f.Layout == LayoutInline {
+		q += ", dlv_state = 1 WHERE dlv_state = 0 AND " + byID
+	} else {
+		q += " WHERE " + byID
+	}
+	res, err := tx.ExecContext(ctx, q, append([]any{now, FloorSubscription, l.Consumer, l.Attempt, l.ClaimedAt, req}, args...)...)
+	if err != nil || f.Layout != LayoutInline {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != int64(len(ids)) {
+		return fmt.Errorf("acked %d of %d deliveries (%v)", n, len(ids), err)
+	}
+	return nil
+}
+
+// Counts reads how many messages, live deliveries (the inline layout's
+// ready message rows among them), `acked` events (trace rows, or folded
+// into message rows) and consumed messages the floor holds: what a test
+// checks after a run.
 func (f *Floor) Counts(ctx context.Context) (messages, deliveries, acked, consumed int64, err error) {
-	err = f.DB.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM floor_store), (SELECT COUNT(*) FROM floor_queue),"+
+	live := "(SELECT COUNT(*) FROM floor_queue)"
+	if f.Layout == LayoutInline {
+		live += " + (SELECT COUNT(*) FROM floor_store WHERE dlv_state = 0)"
+	}
+	err = f.DB.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM floor_store), "+live+","+
 		" (SELECT COUNT(*) FROM floor_trace WHERE event = 'acked') + (SELECT COUNT(*) FROM floor_store WHERE acked_by IS NOT NULL),"+
 		" (SELECT COUNT(*) FROM floor_store WHERE msg_status = 1)").
 		Scan(&messages, &deliveries, &acked, &consumed)
@@ -597,10 +782,14 @@ func idArgs(ids []uint64) []any {
 // one owner holds the in-flight set in memory, a claim is a non-locking
 // read of the claim index from a cursor plus the bodies (no lease row, no
 // commit), and acks from every worker are coalesced into one transaction
-// (an epoch check of the owner row, the delete, and Acks' rows) every
-// flushEvery or flushMax acks. An ack returns only after its flush
-// committed.
+// (an epoch check of the owner row, the delete, and Acks' rows; in the
+// inline layout the epoch check and one update of the message rows per
+// ack request) every flushEvery or flushMax acks. An ack returns only
+// after its flush committed.
 func (f *Floor) ConsumeOwned(ctx context.Context, topic string, workers, batch int, backlog int64, flushEvery time.Duration, flushMax int) (FloorRun, error) {
+	if err := f.check(); err != nil {
+		return FloorRun{}, err
+	}
 	if _, err := f.DB.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS floor_owner (topic VARBINARY(128) NOT NULL, subscription VARBINARY(128) NOT NULL, epoch BIGINT NOT NULL, PRIMARY KEY (topic, subscription)) ENGINE=InnoDB"); err != nil {
 		return FloorRun{}, err
 	}
@@ -608,18 +797,14 @@ func (f *Floor) ConsumeOwned(ctx context.Context, topic string, workers, batch i
 		return FloorRun{}, err
 	}
 	o := &floorOwner{f: f, topic: topic, inflight: map[uint64]bool{}}
-	type ackReq struct {
-		leases []FloorLease
-		done   chan error
-	}
-	acks := make(chan ackReq, workers*2)
+	acks := make(chan floorAck, workers*2)
 	fctx, stopFlush := context.WithCancel(ctx)
 	var fwg sync.WaitGroup
 	fwg.Add(1)
 	go func() {
 		defer fwg.Done()
 		for {
-			var pend []ackReq
+			var pend []floorAck
 			select {
 			case r := <-acks:
 				pend = append(pend, r)
@@ -639,11 +824,7 @@ func (f *Floor) ConsumeOwned(ctx context.Context, topic string, workers, batch i
 				}
 			}
 			timer.Stop()
-			var all []FloorLease
-			for _, r := range pend {
-				all = append(all, r.leases...)
-			}
-			err := o.flush(ctx, all)
+			err := o.flush(ctx, pend)
 			for _, r := range pend {
 				r.done <- err
 			}
@@ -660,7 +841,7 @@ func (f *Floor) ConsumeOwned(ctx context.Context, topic string, workers, batch i
 			return false, err
 		}
 		if len(leases) > 0 {
-			r := ackReq{leases: leases, done: make(chan error, 1)}
+			r := floorAck{leases: leases, request: reqid.New(), done: make(chan error, 1)}
 			acks <- r
 			if err := <-r.done; err != nil {
 				return false, err
@@ -680,6 +861,14 @@ func (f *Floor) ConsumeOwned(ctx context.Context, topic string, workers, batch i
 	return FloorRun{Messages: acked.Load(), Total: acked.Load(), Window: time.Since(start)}, err
 }
 
+// floorAck is one ack request of an owned consume: one claim's leases,
+// acked together under a request id as the product's acks are.
+type floorAck struct {
+	leases  []FloorLease
+	request string
+	done    chan error // the flush's outcome
+}
+
 type floorOwner struct {
 	f        *Floor
 	topic    string
@@ -689,13 +878,27 @@ type floorOwner struct {
 	cursor   uint64 // last id scanned (priority 0 only in the floor)
 }
 
+// Owned claims find ready deliveries through the layout's claim index,
+// from the owner's cursor, in claim order, without locks: floor_queue's
+// idx_claim, or the inline layout's on floor_store (one index per month
+// partition, merged).
+const (
+	floorOwnedScan = "SELECT message_id FROM floor_queue WHERE topic = ? AND subscription = ? AND available_at <= ?" +
+		" AND (priority < 0 OR (priority = 0 AND message_id > ?)) ORDER BY priority DESC, message_id LIMIT ?"
+	floorInlineOwnedScan = "SELECT id FROM floor_store WHERE topic = ? AND dlv_state = 0 AND available_at <= ?" +
+		" AND (priority < 0 OR (priority = 0 AND id > ?)) ORDER BY priority DESC, id LIMIT ?"
+)
+
 func (o *floorOwner) claim(ctx context.Context, consumer string, n int) ([]FloorLease, error) {
 	now := o.f.now()
 	o.mu.Lock()
 	if len(o.buf) < n {
 		ids, err := func() ([]uint64, error) {
-			rows, err := o.f.DB.QueryContext(ctx, "SELECT message_id FROM floor_queue WHERE topic = ? AND subscription = ? AND available_at <= ?"+
-				" AND (priority < 0 OR (priority = 0 AND message_id > ?)) ORDER BY priority DESC, message_id LIMIT ?", o.topic, FloorSubscription, now, o.cursor, 4*n)
+			q, args := floorOwnedScan, []any{o.topic, FloorSubscription, now, o.cursor, 4 * n}
+			if o.f.Layout == LayoutInline {
+				q, args = floorInlineOwnedScan, []any{o.topic, now, o.cursor, 4 * n}
+			}
+			rows, err := o.f.DB.QueryContext(ctx, q, args...)
 			if err != nil {
 				return nil, err
 			}
@@ -733,7 +936,8 @@ func (o *floorOwner) claim(ctx context.Context, consumer string, n int) ([]Floor
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := o.f.DB.QueryContext(ctx, "SELECT id, payload FROM floor_store WHERE id IN ("+marks(len(ids))+")", idArgs(ids)...)
+	byID, args := o.f.rowsByID(ids)
+	rows, err := o.f.DB.QueryContext(ctx, "SELECT id, payload FROM floor_store WHERE "+byID, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -749,13 +953,27 @@ func (o *floorOwner) claim(ctx context.Context, consumer string, n int) ([]Floor
 	return out, rows.Err()
 }
 
-func (o *floorOwner) flush(ctx context.Context, leases []FloorLease) error {
+// flush writes acks in one transaction: the owner's epoch checked, then
+// in the queue layout the deliveries deleted and Acks' rows written; in
+// the inline layout each ack request's final ack on its message rows,
+// which ends their delivery (finalAck).
+func (o *floorOwner) flush(ctx context.Context, acks []floorAck) error {
 	now := o.f.now()
+	var leases []FloorLease
+	for _, a := range acks {
+		leases = append(leases, a.leases...)
+	}
 	ids := make([]uint64, len(leases))
-	trace := make([]any, 0, 8*len(leases))
 	for i, l := range leases {
 		ids[i] = l.MessageID
-		trace = append(trace, l.MessageID, o.f.ids.Add(1), FloorSubscription, "acked", l.Consumer, l.Attempt, l.ClaimedAt, now)
+	}
+	finalAcks := func(tx *sql.Tx) error {
+		for _, a := range acks {
+			if err := o.f.finalAck(ctx, tx, a.leases, a.request, now); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	err := o.f.inTx(ctx, "owned ack", func(tx *sql.Tx) error {
 		var epoch int64
@@ -764,6 +982,9 @@ func (o *floorOwner) flush(ctx context.Context, leases []FloorLease) error {
 		}
 		if epoch != 1 {
 			return fmt.Errorf("epoch %d", epoch)
+		}
+		if o.f.Layout == LayoutInline {
+			return finalAcks(tx)
 		}
 		res, err := tx.ExecContext(ctx, "DELETE FROM floor_queue WHERE subscription = ? AND message_id IN ("+marks(len(ids))+")",
 			append([]any{FloorSubscription}, idArgs(ids)...)...)
@@ -777,9 +998,11 @@ func (o *floorOwner) flush(ctx context.Context, leases []FloorLease) error {
 		case AckDeleteOnly:
 			return nil
 		case AckFolded:
-			_, err = tx.ExecContext(ctx, "UPDATE floor_store SET msg_status = 1, status_at = ?, acked_attempt = 1 WHERE id IN ("+marks(len(ids))+")",
-				append([]any{now}, idArgs(ids)...)...)
-			return err
+			return finalAcks(tx)
+		}
+		trace := make([]any, 0, 8*len(leases))
+		for _, l := range leases {
+			trace = append(trace, l.MessageID, o.f.ids.Add(1), FloorSubscription, "acked", l.Consumer, l.Attempt, l.ClaimedAt, now)
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO floor_trace (message_id, id, subscription, event, consumer, attempt, claimed_at, created_at) VALUES "+
 			repeatList("(?,?,?,?,?,?,?,?)", len(leases)), trace...); err != nil {

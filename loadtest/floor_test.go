@@ -4,11 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/internal/testtime"
+	"github.com/shardmq/shardmq/store"
 )
 
 // setupFloor is a Floor on its own database on the bed's first primary.
@@ -151,5 +154,148 @@ func TestFloorAckNeedsTheLease(t *testing.T) {
 	}
 	if _, deliveries, acked, done, _ := f.Counts(ctx); deliveries != 0 || acked != 2 || done != 2 {
 		t.Fatalf("after the ack: deliveries %d, acked %d, consumed %d; want 0, 2, 2", deliveries, acked, done)
+	}
+}
+
+// TestFloorOwnedConsumesEachMessageOnce drains a backlog with the owned
+// consume in both layouts, the final ack on the message row: every
+// message of the topic consumed once with its ack, the other topic's
+// left as they were.
+func TestFloorOwnedConsumesEachMessageOnce(t *testing.T) {
+	testbed.Need(t)
+	t.Parallel()
+	for _, layout := range []FloorLayout{LayoutQueue, LayoutInline} {
+		t.Run(layout.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := testtime.Context(t)
+			f := &Floor{DB: setupFloor(t).DB, Layout: layout, Acks: AckFolded}
+			if err := f.Create(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Preload(ctx, "t", 260, 3, 40); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Preload(ctx, "other", 30, 2, 10); err != nil {
+				t.Fatal(err)
+			}
+			run, err := f.ConsumeOwned(ctx, "t", 3, 25, 260, 2*time.Millisecond, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if run.Messages != 260 {
+				t.Fatalf("consumed %d of 260", run.Messages)
+			}
+			messages, deliveries, acked, consumed, err := f.Counts(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if messages != 290 || deliveries != 30 || acked != 260 || consumed != 260 {
+				t.Fatalf("messages %d, deliveries %d, acked %d, consumed %d; want 290, 30 (the other topic's), 260, 260",
+					messages, deliveries, acked, consumed)
+			}
+			var requests int64
+			if err := f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM floor_store WHERE acked_sub = ? AND acked_request IS NOT NULL AND acked_claimed_at IS NOT NULL",
+				FloorSubscription).Scan(&requests); err != nil || requests != 260 {
+				t.Fatalf("%d rows carry the whole final ack (%v); want 260", requests, err)
+			}
+		})
+	}
+}
+
+// TestFloorInlineLayout checks the inline layout's budget: a produced
+// message is two rows (its key and its message, no delivery row), spread
+// over the month partitions it was created in; the owned consume finds
+// both months' messages through the claim index (read in claim order,
+// no sort) and acks each once, and an ack of a message acked already
+// changes nothing and fails.
+func TestFloorInlineLayout(t *testing.T) {
+	testbed.Need(t)
+	t.Parallel()
+	ctx := testtime.Context(t)
+	db := setupFloor(t).DB
+	if err := (&Floor{DB: db, Layout: LayoutInline}).Create(ctx); err == nil {
+		t.Fatal("an inline floor with the budget's ack (a trace row) was created")
+	}
+	now := time.Now().UTC()
+	f := &Floor{DB: db, Layout: LayoutInline, Acks: AckFolded}
+	if err := f.Create(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A second producer a month ahead: its rows are next month's.
+	next := &Floor{DB: db, Layout: LayoutInline, Acks: AckFolded, Clock: func() time.Time { return time.Now().AddDate(0, 1, 0) }}
+	if err := f.Preload(ctx, "t", 300, 3, 50); err != nil {
+		t.Fatal(err)
+	}
+	var seq atomic.Int64
+	for range 4 {
+		if err := next.Publish(ctx, "t", floorMessages(50, "next", &seq)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var keys, stored, queued, traced int64
+	if err := db.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM floor_key), (SELECT COUNT(*) FROM floor_store),"+
+		" (SELECT COUNT(*) FROM floor_queue), (SELECT COUNT(*) FROM floor_trace)").Scan(&keys, &stored, &queued, &traced); err != nil {
+		t.Fatal(err)
+	}
+	if keys != 500 || stored != 500 || queued != 0 || traced != 0 {
+		t.Fatalf("after 500 produced: %d keys, %d messages, %d deliveries, %d trace rows; want 500, 500, 0, 0", keys, stored, queued, traced)
+	}
+	for month, want := range map[time.Time]int64{store.MonthOf(now): 300, store.MonthOf(now.AddDate(0, 1, 0)): 200} {
+		var n int64
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM floor_store PARTITION ("+store.PartitionName(month)+")").Scan(&n); err != nil || n != want {
+			t.Fatalf("partition %s holds %d messages (%v); want %d", store.PartitionName(month), n, err, want)
+		}
+	}
+	plan := map[string]sql.NullString{}
+	rows, err := db.QueryContext(ctx, "EXPLAIN "+floorInlineOwnedScan, "t", now, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols, _ := rows.Columns()
+	for rows.Next() {
+		v := make([]sql.NullString, len(cols))
+		dest := make([]any, len(cols))
+		for i := range v {
+			dest[i] = &v[i]
+		}
+		if err := rows.Scan(dest...); err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range cols {
+			plan[c] = v[i]
+		}
+	}
+	rows.Close()
+	if plan["key"].String != "idx_claim" || strings.Contains(plan["Extra"].String, "filesort") {
+		t.Fatalf("the owned claim's scan reads key %q (%s); want idx_claim in claim order", plan["key"].String, plan["Extra"].String)
+	}
+
+	if _, err := next.ConsumeOwned(ctx, "t", 3, 30, 500, 2*time.Millisecond, 120); err != nil {
+		t.Fatal(err)
+	}
+	messages, deliveries, acked, consumed, err := next.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if messages != 500 || deliveries != 0 || acked != 500 || consumed != 500 {
+		t.Fatalf("messages %d, deliveries %d, acked %d, consumed %d; want 500, 0, 500, 500", messages, deliveries, acked, consumed)
+	}
+	if _, err := f.Claim(ctx, "t", "c", 1, time.Minute); err == nil {
+		t.Fatal("the inline layout wrote a durable lease")
+	}
+
+	var id uint64
+	var status any
+	if err := db.QueryRowContext(ctx, "SELECT id, status_at FROM floor_store ORDER BY id LIMIT 1").Scan(&id, &status); err != nil {
+		t.Fatal(err)
+	}
+	o := &floorOwner{f: f, topic: "t", inflight: map[uint64]bool{}}
+	again := floorAck{leases: []FloorLease{{MessageID: id, Consumer: "late", Attempt: 1, ClaimedAt: now}}, request: "again"}
+	if err := o.flush(ctx, []floorAck{again}); err == nil {
+		t.Fatal("a message acked twice")
+	}
+	var by string
+	if err := db.QueryRowContext(ctx, "SELECT acked_by FROM floor_store WHERE id = ?", id).Scan(&by); err != nil || by == "late" {
+		t.Fatalf("the second ack was written: acked_by %q (%v)", by, err)
 	}
 }

@@ -63,7 +63,7 @@ func createMessageStore(now time.Time) string {
   PRIMARY KEY (id, created_at),
   KEY idx_transaction (transaction_id)
 ) ENGINE=InnoDB
-` + monthPartitions("created_at", now)
+` + MonthPartitions("created_at", now)
 }
 
 // Message is a stored message.

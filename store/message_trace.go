@@ -32,7 +32,7 @@ func createMessageTrace(now time.Time) string {
   PRIMARY KEY (id, created_at),
   KEY idx_message (message_id)
 ) ENGINE=InnoDB
-` + monthPartitions("created_at", now)
+` + MonthPartitions("created_at", now)
 }
 
 // Trace event types.

@@ -91,11 +91,13 @@ func (s *Store) Migrate(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// monthPartitions returns the PARTITION BY clause for a table partitioned by
+// MonthPartitions returns the PARTITION BY clause for a table partitioned by
 // month on column col: the previous month, this month and the next three,
 // plus a catch-all so that a write never fails for want of a partition. The
-// partition upkeep job splits the catch-all ahead of time.
-func monthPartitions(col string, now time.Time) string {
+// partition upkeep job splits the catch-all ahead of time. It is exported
+// for the load tester's floor, whose tables are partitioned as the
+// product's are.
+func MonthPartitions(col string, now time.Time) string {
 	first := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC).AddDate(0, -1, 0)
 	var parts []string
 	for i := 0; i < 5; i++ {
