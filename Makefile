@@ -290,8 +290,10 @@ bench-consume: deps loadtest-build
 # before and after one round of bench-produce and of bench-consume. Its
 # own Go module (loadtest/peers) keeps Watermill out of the product's
 # go.mod. The same run drives loadtest.Floor, DESIGN §6's rows written by
-# hand with no router, to show what the contract allows on this machine.
-# Last lines: consume ratio router/peer: R, produce ratio router/peer: R.
+# hand with no router, to show what the contract allows on this machine,
+# and the floor of the inline layout (no delivery row for the default
+# subscription; docs/performance.md). Last lines: consume ratio
+# router/peer: R, produce ratio router/peer: R.
 bench-peers: deps loadtest-build
 	cd loadtest/peers && $(GO) build -o ../../bin/bench-peers .
 	bin/bench-peers -sandbox $(SANDBOX_DIR) -loadtest bin/loadtest -router-bin bin/router -out $(LOADTEST_OUT)/bench-peers $(if $(LOADTEST_ARGS),-loadtest-args '$(LOADTEST_ARGS)')

@@ -273,9 +273,10 @@ const (
 	// AckBudget writes DESIGN §6's rows: an `acked` trace row and the
 	// message's status.
 	AckBudget FloorAck = iota
-	// AckFolded writes the `acked` event's fields (consumer, attempt,
-	// claim time) into the status update of the message row: three rows
-	// per consumed message instead of four.
+	// AckFolded writes the `acked` event's fields into the status update
+	// of the message row, the columns the product's final ack writes
+	// (finalAck): three rows per consumed message instead of four (two
+	// in the owned consume, which writes no lease).
 	AckFolded
 	// AckDeleteOnly writes neither: the lease and the delete only, as if
 	// status and trace were left to a later bulk job.

@@ -12,38 +12,40 @@ import (
 // floorPhases runs loadtest.Floor, DESIGN §6's rows written by hand, in
 // its own database beside the peer's, with the peer's phase shapes: the
 // same publishers and batch, the same backlog; its single-message phase
-// has the client scenario's senders.
+// has the client scenario's senders. Its phases' target is "floor" for
+// the queue layout (the product's) and "floor-inline" for the inline one.
 type floorPhases struct {
-	db  *sql.DB
-	f   *loadtest.Floor
-	o   options
-	cpu []loadtest.CPUSource
-	n   int
+	db     *sql.DB
+	f      *loadtest.Floor
+	o      options
+	cpu    []loadtest.CPUSource
+	target string
+	n      int
 }
 
-func newFloor(ctx context.Context, dsn string, o options, cpu []loadtest.CPUSource) (*floorPhases, error) {
+// newFloor creates database on the primary of dsn (dropped first when it
+// exists) and the tables of the floor that floor makes on it.
+func newFloor(ctx context.Context, dsn, database string, o options, cpu []loadtest.CPUSource, floor func(*sql.DB) *loadtest.Floor) (*floorPhases, error) {
 	admin, err := sql.Open("mysql", dsn)
 	if err != nil {
 		return nil, err
 	}
 	defer admin.Close()
-	for _, q := range []string{"DROP DATABASE IF EXISTS peer_floor", "CREATE DATABASE peer_floor"} {
+	for _, q := range []string{"DROP DATABASE IF EXISTS " + database, "CREATE DATABASE " + database} {
 		if _, err := admin.ExecContext(ctx, q); err != nil {
 			return nil, fmt.Errorf("floor database: %s: %w", q, err)
 		}
 	}
-	db, err := sql.Open("mysql", dsn+"peer_floor?interpolateParams=true&parseTime=true")
+	db, err := sql.Open("mysql", dsn+database+"?interpolateParams=true&parseTime=true")
 	if err != nil {
 		return nil, err
 	}
 	db.SetMaxOpenConns(128)
 	db.SetMaxIdleConns(128)
-	ack, err := loadtest.ParseFloorAck(o.floorAck)
-	if err != nil {
-		db.Close()
-		return nil, err
+	fl := &floorPhases{db: db, f: floor(db), o: o, cpu: cpu, target: "floor"}
+	if fl.f.Layout == loadtest.LayoutInline {
+		fl.target = "floor-inline"
 	}
-	fl := &floorPhases{db: db, f: &loadtest.Floor{DB: db, Acks: ack, LeasedOut: o.floorLeasedOut}, o: o, cpu: cpu}
 	if err := fl.f.Create(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -59,7 +61,7 @@ func (fl *floorPhases) topic() string {
 }
 
 func (fl *floorPhases) phase(name, work string, r loadtest.FloorRun, tr *tracker) phase {
-	return phase{Name: name, Target: "floor", Work: work, Messages: r.Messages, Seconds: r.Window.Seconds(),
+	return phase{Name: name, Target: fl.target, Work: work, Messages: r.Messages, Seconds: r.Window.Seconds(),
 		PerSec: r.PerSec(), CPU: tr.finish(r.Total)}
 }
 
@@ -96,6 +98,8 @@ func (fl *floorPhases) consume(ctx context.Context, name string) (phase, error) 
 	return fl.phase(name, "consume", r, tr), nil
 }
 
+// consumeOwned drains a backlog as the owner model does
+// (loadtest.Floor.ConsumeOwned), acks flushed every 2 ms or 1,000.
 func (fl *floorPhases) consumeOwned(ctx context.Context, name string) (phase, error) {
 	topic := fl.topic()
 	if err := fl.f.Preload(ctx, topic, fl.o.preload, fl.o.publishers, fl.o.batch); err != nil {

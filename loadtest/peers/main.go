@@ -156,11 +156,37 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "%s: %.0f messages/s (%d in %.1f s)\n", ph.Name, ph.PerSec, ph.Messages, ph.Seconds)
 		return nil
 	}
-	fl, err := newFloor(ctx, primary.DSN(""), o, cpu)
+	ack, err := loadtest.ParseFloorAck(o.floorAck)
+	if err != nil {
+		return err
+	}
+	fl, err := newFloor(ctx, primary.DSN(""), "peer_floor", o, cpu, func(db *sql.DB) *loadtest.Floor {
+		return &loadtest.Floor{DB: db, Acks: ack, LeasedOut: o.floorLeasedOut}
+	})
 	if err != nil {
 		return err
 	}
 	defer fl.close()
+	// The inline layout (no delivery row for the default subscription;
+	// docs/performance.md, "The baseline, the peer and the floor"), with
+	// the product's final ack on the message row, its only ack.
+	inline, err := newFloor(ctx, primary.DSN(""), "peer_floor_inline", o, cpu, func(db *sql.DB) *loadtest.Floor {
+		return &loadtest.Floor{DB: db, Layout: loadtest.LayoutInline, Acks: loadtest.AckFolded}
+	})
+	if err != nil {
+		return err
+	}
+	defer inline.close()
+	// ownedFolded is the queue layout's owned consume with the product's
+	// final ack (on the message row), the inline layout's counterpart.
+	ownedFolded := func(name string) (phase, error) {
+		acks := fl.f.Acks
+		fl.f.Acks = loadtest.AckFolded
+		defer func() { fl.f.Acks = acks }()
+		ph, err := fl.consumeOwned(ctx, name)
+		ph.Target = "floor-owned"
+		return ph, err
+	}
 	if o.ownerOnly {
 		if err := addPeer(p.consume(ctx, "peer consume #1")); err != nil {
 			return err
@@ -171,10 +197,14 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 				return err
 			}
 		}
+		if err := addPeer(inline.consumeOwned(ctx, "floor inline owned consume")); err != nil {
+			return err
+		}
 		return addPeer(p.consume(ctx, "peer consume #2"))
 	}
 	// Produce: peer, router (bench-produce, one round: baseline, router
-	// batched, router single), the floor (batched, single), peer.
+	// batched, router single), the floor (batched, single, inline
+	// batched), peer.
 	if err := addPeer(p.publish(ctx, "peer publish #1")); err != nil {
 		return err
 	}
@@ -189,10 +219,14 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 	if err := addPeer(fl.produceSingle(ctx, "floor single")); err != nil {
 		return err
 	}
+	if err := addPeer(inline.produceBatched(ctx, "floor inline publish")); err != nil {
+		return err
+	}
 	if err := addPeer(p.publish(ctx, "peer publish #2")); err != nil {
 		return err
 	}
-	// Consume: peer, router (bench-consume, one round), peer.
+	// Consume: peer, router (bench-consume, one round), the floor
+	// (durable leases; owned in both layouts), peer.
 	if err := addPeer(p.consume(ctx, "peer consume #1")); err != nil {
 		return err
 	}
@@ -211,6 +245,12 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 	if err := addPeer(fl.consume(ctx, consumeName)); err != nil {
 		return err
 	}
+	if err := addPeer(ownedFolded("floor owned consume (ack folded)")); err != nil {
+		return err
+	}
+	if err := addPeer(inline.consumeOwned(ctx, "floor inline owned consume")); err != nil {
+		return err
+	}
 	if err := addPeer(p.consume(ctx, "peer consume #2")); err != nil {
 		return err
 	}
@@ -223,6 +263,9 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 		"router_floor_consume": rate(rep.Phases, "router", "consume") / rate(rep.Phases, "floor", "consume"),
 		"router_floor_produce": rate(rep.Phases, "router", "produce") / rate(rep.Phases, "floor", "produce"),
 		"floor_single":         rate(rep.Phases, "floor", "single") / rate(rep.Phases, "floor", "produce"),
+		"floor_owned_consume":  rate(rep.Phases, "floor-owned", "consume") / rate(rep.Phases, "peer", "consume"),
+		"floor_inline_consume": rate(rep.Phases, "floor-inline", "consume") / rate(rep.Phases, "peer", "consume"),
+		"floor_inline_produce": rate(rep.Phases, "floor-inline", "produce") / rate(rep.Phases, "peer", "produce"),
 	}
 	for _, ph := range rep.Phases {
 		for _, pr := range ph.Problems {
@@ -243,6 +286,9 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "floor consume ratio floor/peer: %.2f\n", rep.Ratios["floor_consume"])
 	fmt.Fprintf(stdout, "floor produce ratio floor/peer: %.2f\n", rep.Ratios["floor_produce"])
 	fmt.Fprintf(stdout, "floor single-message ratio floor single/floor batched: %.2f\n", rep.Ratios["floor_single"])
+	fmt.Fprintf(stdout, "floor owned consume ratio floor/peer: %.2f\n", rep.Ratios["floor_owned_consume"])
+	fmt.Fprintf(stdout, "floor inline produce ratio floor/peer: %.2f\n", rep.Ratios["floor_inline_produce"])
+	fmt.Fprintf(stdout, "floor inline consume ratio floor/peer: %.2f\n", rep.Ratios["floor_inline_consume"])
 	fmt.Fprintf(stdout, "consume ratio router/peer: %.2f\n", rep.Ratios["consume"])
 	fmt.Fprintf(stdout, "produce ratio router/peer: %.2f\n", rep.Ratios["produce"])
 	if len(rep.Problems) > 0 {
@@ -603,6 +649,9 @@ func (r *report) markdown() string {
 	w("| floor consume / peer consume | %.2f |\n| floor publish / peer publish | %.2f |\n", r.Ratios["floor_consume"], r.Ratios["floor_produce"])
 	w("| router consume / floor consume | %.2f |\n| router batched produce / floor publish | %.2f |\n", r.Ratios["router_floor_consume"], r.Ratios["router_floor_produce"])
 	w("| floor single (ideal group commit) / floor publish | %.2f |\n", r.Ratios["floor_single"])
+	w("| floor owned consume (queue layout, ack folded) / peer consume | %.2f |\n", r.Ratios["floor_owned_consume"])
+	w("| floor inline publish (no delivery row: 2 rows) / peer publish | %.2f |\n", r.Ratios["floor_inline_produce"])
+	w("| floor inline owned consume (1 update) / peer consume | %.2f |\n", r.Ratios["floor_inline_consume"])
 	for _, p := range r.Problems {
 		w("\nPROBLEM: %s\n", p)
 	}
