@@ -91,16 +91,6 @@ func (l FloorLayout) String() string {
 	return "queue"
 }
 
-// ParseFloorLayout reads a FloorLayout's name.
-func ParseFloorLayout(s string) (FloorLayout, error) {
-	for _, l := range []FloorLayout{LayoutQueue, LayoutInline} {
-		if l.String() == s {
-			return l, nil
-		}
-	}
-	return 0, fmt.Errorf("floor layout %q: want queue or inline", s)
-}
-
 // errInlineOwnedOnly: the inline layout's claims are the owner's
 // (ConsumeOwned); it has no durable lease to write.
 var errInlineOwnedOnly = errors.New("floor: the inline layout has only the owned consume (ConsumeOwned)")
