@@ -296,6 +296,11 @@ func (s *Server) claimWith(w http.ResponseWriter, r *http.Request, dead bool) {
 		writeError(w, s.failure(r, fmt.Errorf("claim %s/%s: %w", topic, sub, err)))
 		return
 	}
+	s.writeClaimed(w, got)
+}
+
+// writeClaimed answers a claim with the deliveries got.
+func (s *Server) writeClaimed(w http.ResponseWriter, got []broker.Delivery) {
 	out := make([]claimedMessage, len(got))
 	for i, d := range got {
 		out[i] = claimedMessage{messageBody: s.bodyOf(d.Message), Attempt: d.Attempt, Receipt: d.Receipt,
