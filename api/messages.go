@@ -299,14 +299,15 @@ func (s *Server) claimWith(w http.ResponseWriter, r *http.Request, dead bool) {
 	s.writeClaimed(w, got)
 }
 
-// writeClaimed answers a claim with the deliveries got.
+// writeClaimed answers a claim with the deliveries got (appendClaimed).
 func (s *Server) writeClaimed(w http.ResponseWriter, got []broker.Delivery) {
-	out := make([]claimedMessage, len(got))
-	for i, d := range got {
-		out[i] = claimedMessage{messageBody: s.bodyOf(d.Message), Attempt: d.Attempt, Receipt: d.Receipt,
-			LeaseExpires: formatTime(d.LeaseExpires), ErrorCode: d.ErrorCode}
+	buf := getBuffer()
+	defer putBuffer(buf)
+	var err error
+	if buf.b, err = s.appendClaimed(buf.b, got); err != nil {
+		buf.b = buf.b[:0] // as encoding/json: the status alone
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"messages": out})
+	writeBody(w, http.StatusOK, buf.b)
 }
 
 // ackRequest is an ack's body: receipts only (a visibility timeout there
