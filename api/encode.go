@@ -120,6 +120,37 @@ func (s *Server) appendClaimed(dst []byte, got []broker.Delivery) ([]byte, error
 	return append(dst, "]}\n"...), nil
 }
 
+// appendLeaseResults appends the answer to an ack or extend,
+// {"results":[…]} and a newline, byte for byte as encoding/json encodes
+// map[string]any{"results": out} without HTML escaping
+// (TestAppendLeaseResultsMatchesJSON).
+func appendLeaseResults(dst []byte, out []leaseResult) []byte {
+	dst = append(dst, `{"results":[`...)
+	for i := range out {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		r := &out[i]
+		dst = append(dst, `{"receipt":`...)
+		dst = appendJSONString(dst, r.Receipt)
+		dst = append(dst, `,"status":`...)
+		dst = appendJSONString(dst, string(r.Status))
+		if r.Expires != "" {
+			dst = append(dst, `,"lease_expires_at":`...)
+			dst = appendJSONString(dst, r.Expires)
+		}
+		if r.Error != nil {
+			dst = append(dst, `,"error":{"code":`...)
+			dst = appendJSONString(dst, r.Error.Code)
+			dst = append(dst, `,"message":`...)
+			dst = appendJSONString(dst, r.Error.Message)
+			dst = append(dst, '}')
+		}
+		dst = append(dst, '}')
+	}
+	return append(dst, "]}\n"...)
+}
+
 // appendCompactJSON appends the JSON text src as encoding/json writes a
 // json.RawMessage: compacted, and refused when it is not JSON. A payload
 // stored by produce is already compact (produce compacts what is not), so
@@ -170,6 +201,15 @@ func appendStringMap(dst []byte, m map[string]string) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+// plainByte holds the bytes a JSON string carries as they are: ASCII from
+// space up, but for " and \.
+var plainByte = func() (t [256]bool) {
+	for b := 0x20; b < utf8.RuneSelf; b++ {
+		t[b] = b != '"' && b != '\\'
+	}
+	return t
+}()
+
 // appendJSONString appends s quoted as encoding/json does without HTML
 // escaping: \" \\ \b \f \n \r \t, other control bytes as \u00XX, invalid
 // UTF-8 as \ufffd, and U+2028 and U+2029 escaped.
@@ -178,11 +218,11 @@ func appendJSONString(dst []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		b := s[i]
+		if plainByte[b] {
+			i++
+			continue
+		}
 		if b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' {
-				i++
-				continue
-			}
 			dst = append(dst, s[start:i]...)
 			switch b {
 			case '\\', '"':

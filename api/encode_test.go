@@ -254,3 +254,29 @@ func FuzzIsCompactJSON(f *testing.F) {
 		}
 	})
 }
+
+func TestAppendLeaseResultsMatchesJSON(t *testing.T) {
+	t.Parallel()
+	cases := [][]leaseResult{
+		{},
+		{{Receipt: "v1.abc", Status: domain.LeaseOK}},
+		{{Receipt: "v1.abc", Status: domain.LeaseOK, Expires: "2026-12-02T03:04:05.12Z"}, {Receipt: "", Status: domain.LeaseLost},
+			{Receipt: "r", Status: domain.LeaseNotFound}},
+		{{Receipt: "r", Status: domain.LeaseUnavailable, Error: fail(CodeUnavailable, `cluster c1: dial "tcp" <10.0.0.1> & more`)},
+			{Receipt: "r2", Status: domain.LeaseUnavailable, Error: fail(CodeUnavailable, "")}},
+	}
+	for _, str := range trickyStrings {
+		cases = append(cases, []leaseResult{{Receipt: str, Status: domain.LeaseStatus(str), Expires: str, Error: fail(str, str)}})
+	}
+	for _, out := range cases {
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(map[string]any{"results": out}); err != nil {
+			t.Fatal(err)
+		}
+		if have := appendLeaseResults(nil, out); !bytes.Equal(have, want.Bytes()) {
+			t.Errorf("appendLeaseResults differs from encoding/json:\nhave %q\nwant %q", have, want.Bytes())
+		}
+	}
+}

@@ -363,7 +363,10 @@ func (s *Server) writeLeaseResults(w http.ResponseWriter, r *http.Request, recei
 			}
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"results": out})
+	buf := getBuffer()
+	defer putBuffer(buf)
+	buf.b = appendLeaseResults(buf.b, out)
+	writeBody(w, http.StatusOK, buf.b)
 }
 
 func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
