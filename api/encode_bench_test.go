@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -69,5 +70,29 @@ func BenchmarkWriteLeaseResults(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		s.writeLeaseResults(w, r, receipts, res)
+	}
+}
+
+// BenchmarkDecodeAck measures reading an ack body of 100 receipts:
+// decodeStrict alone, and the ack's path (decodeReceiptsBody).
+func BenchmarkDecodeAck(b *testing.B) {
+	receipts := make([]string, 100)
+	for i := range receipts {
+		receipts[i] = "v1.AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMDE"
+	}
+	body, _ := json.Marshal(ackRequest{Receipts: receipts})
+	for _, c := range []struct {
+		name   string
+		decode func([]byte, any) *apiError
+	}{{"strict", decodeStrict}, {"ack", decodeReceiptsBody}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var req ackRequest
+				if e := c.decode(body, &req); e != nil || len(req.Receipts) != 100 {
+					b.Fatal(e)
+				}
+			}
+		})
 	}
 }

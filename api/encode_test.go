@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -279,4 +280,53 @@ func TestAppendLeaseResultsMatchesJSON(t *testing.T) {
 			t.Errorf("appendLeaseResults differs from encoding/json:\nhave %q\nwant %q", have, want.Bytes())
 		}
 	}
+}
+
+// checkPlainReceiptList holds plainReceiptList to decodeStrict: what it
+// reads, decodeStrict reads the same. It reports whether body was read.
+func checkPlainReceiptList(t *testing.T, body []byte) bool {
+	t.Helper()
+	list, ok := plainReceiptList(body)
+	if !ok {
+		return false
+	}
+	var want ackRequest
+	if e := decodeStrict(body, &want); e != nil {
+		t.Fatalf("plainReceiptList(%q) = %q, but decodeStrict refuses it: %v", body, list, e)
+	}
+	if !slices.Equal(list, want.Receipts) || len(list) == 0 {
+		t.Fatalf("plainReceiptList(%q) = %q, decodeStrict reads %q", body, list, want.Receipts)
+	}
+	return true
+}
+
+func TestPlainReceiptList(t *testing.T) {
+	t.Parallel()
+	sent, err := json.Marshal(ackRequest{Receipts: []string{"v1.AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMDE", "b", ""}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := []string{string(sent), `{"receipts":["a"]}`, " {\n\t\"receipts\" : [ \"a\" ,\r\"b c\" ] } \n", `{"receipts":["~!@#$%^&*()_+{}[]:;'<>,./?"]}`}
+	for _, body := range read {
+		if !checkPlainReceiptList(t, []byte(body)) {
+			t.Errorf("plainReceiptList(%q) left it to decodeStrict, want it read", body)
+		}
+	}
+	left := []string{``, `{}`, `{"receipts":[]}`, `{"receipts":null}`, `{"receipts":"a"}`, `{"Receipts":["a"]}`, `{"receipts":["a"],"x":1}`,
+		`{"receipts":["a"]}{}`, `{"receipts":["a",]}`, `{"receipts":["a""b"]}`, `{"receipts":["a\"b"]}`, `{"receipts":["a\u0062"]}`,
+		`{"receipts":["é"]}`, "{\"receipts\":[\"a\tb\"]}", `{"receipts":["a"]`, `{"receipts":["a`, `{"receipts":[1]}`, "\ufeff{\"receipts\":[\"a\"]}",
+		`{"receipts":["a"],"receipts":["b"]}`}
+	for _, body := range left {
+		if checkPlainReceiptList(t, []byte(body)) {
+			t.Errorf("plainReceiptList(%q) read it, want it left to decodeStrict", body)
+		}
+	}
+}
+
+// FuzzPlainReceiptList holds the ack body's fast path to decodeStrict.
+func FuzzPlainReceiptList(f *testing.F) {
+	for _, s := range []string{`{"receipts":["a","b"]}`, ` { "receipts" : [ "a" ] } `, `{"receipts":["a\"b"]}`, `{"receipts":[]}`, `{"receipts":["a"],"x":1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) { checkPlainReceiptList(t, body) })
 }
