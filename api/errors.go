@@ -117,10 +117,15 @@ func ErrorResponse(code, msg string) (status int, body []byte) {
 	return st, body
 }
 
+// writeJSON answers status with v encoded as JSON (without HTML
+// escaping), in one write with a Content-Length.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
+	buf := getBuffer()
+	defer putBuffer(buf)
+	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
-	enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		buf.b = buf.b[:0]
+	}
+	writeBody(w, status, buf.b)
 }

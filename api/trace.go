@@ -50,7 +50,7 @@ type messageBody struct {
 
 func (s *Server) bodyOf(m *domain.Message) messageBody {
 	v := messageBody{ID: strconv.FormatUint(m.ID, 10), Key: m.Key, Topic: m.Topic, VShard: int(m.VShard),
-		Headers: map[string]string{}, Priority: m.Priority, OrderKey: m.OrderKey, TransactionID: m.TransactionID,
+		Headers: s.headersOf(m), Priority: m.Priority, OrderKey: m.OrderKey, TransactionID: m.TransactionID,
 		ProducedAt: formatTime(m.CreatedAt)}
 	raw, b64 := encodePayload(m.PayloadJSON, m.Payload)
 	if m.PayloadJSON {
@@ -58,12 +58,19 @@ func (s *Server) bodyOf(m *domain.Message) messageBody {
 	} else {
 		v.PayloadBase64 = &b64
 	}
+	return v
+}
+
+// headersOf is m's stored headers as a map: empty when it has none, and
+// what could be read (logged) when they are unreadable.
+func (s *Server) headersOf(m *domain.Message) map[string]string {
+	h := map[string]string{}
 	if len(m.Headers) > 0 {
-		if err := json.Unmarshal(m.Headers, &v.Headers); err != nil {
+		if err := json.Unmarshal(m.Headers, &h); err != nil {
 			s.log.Warn("stored headers unreadable", "id", m.ID, "err", err)
 		}
 	}
-	return v
+	return h
 }
 
 // messageView is a stored message as the trace and lookups show it.

@@ -120,7 +120,7 @@ func (m *memTable) ScanClaimable(ctx context.Context, topic, sub string, now tim
 			continue
 		}
 		c := store.Candidate{MessageID: r.msg.ID, VShard: r.msg.VShard, Priority: r.msg.Priority, OrderKey: r.msg.OrderKey,
-			Attempts: r.attempts, ClaimToken: r.token, LockedBy: r.lockedBy, AvailableAt: r.available}
+			Attempts: r.attempts, ClaimToken: r.token}
 		if after != nil && !(c.Priority < after.Priority || c.Priority == after.Priority && c.MessageID > after.MessageID) {
 			continue
 		}

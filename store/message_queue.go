@@ -689,16 +689,16 @@ type ClaimCursor struct {
 	MessageID uint64
 }
 
-// Candidate is a claimable delivery as the owner's scan reads it.
+// Candidate is a claimable delivery as the owner's scan reads it: what
+// the owner decides on, and no more (each column read costs the router
+// a conversion per row; a DATETIME's is the dearest).
 type Candidate struct {
-	MessageID   uint64
-	VShard      uint16
-	Priority    int
-	OrderKey    string
-	Attempts    int
-	ClaimToken  uint64
-	LockedBy    string
-	AvailableAt time.Time
+	MessageID  uint64
+	VShard     uint16
+	Priority   int
+	OrderKey   string
+	Attempts   int
+	ClaimToken uint64
 }
 
 // Fresh says the delivery was never handed out (or handed out only from
@@ -707,7 +707,7 @@ type Candidate struct {
 func (c Candidate) Fresh() bool { return c.Attempts == 0 && c.ClaimToken == 0 }
 
 // claimableCols are the columns of a Candidate, in its Scan order.
-const claimableCols = `SELECT message_id, vshard, priority, attempts, COALESCE(locked_by, ''), claim_token, COALESCE(order_key, ''), available_at`
+const claimableCols = `SELECT message_id, vshard, priority, attempts, claim_token, COALESCE(order_key, '')`
 
 // scanClaimableQuery reads a subscription's claimable deliveries in claim
 // order, after a cursor when after is set, on idx_claim's range.
@@ -747,7 +747,7 @@ func (s *Store) ScanClaimable(ctx context.Context, topic, sub string, now time.T
 // scanCandidate reads a row of claimableCols.
 func scanCandidate(rows *sql.Rows) (Candidate, error) {
 	var c Candidate
-	err := rows.Scan(&c.MessageID, &c.VShard, &c.Priority, &c.Attempts, &c.LockedBy, &c.ClaimToken, &c.OrderKey, &c.AvailableAt)
+	err := rows.Scan(&c.MessageID, &c.VShard, &c.Priority, &c.Attempts, &c.ClaimToken, &c.OrderKey)
 	return c, err
 }
 

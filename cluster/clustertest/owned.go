@@ -38,7 +38,7 @@ func (m *Store) ScanClaimable(ctx context.Context, topic, sub string, now time.T
 			continue
 		}
 		c := store.Candidate{MessageID: d.msg.ID, VShard: d.msg.VShard, Priority: d.msg.Priority, OrderKey: d.msg.OrderKey,
-			Attempts: d.attempts, ClaimToken: d.token, AvailableAt: d.until}
+			Attempts: d.attempts, ClaimToken: d.token}
 		if after != nil && !(c.Priority < after.Priority || c.Priority == after.Priority && c.MessageID > after.MessageID) {
 			continue
 		}
