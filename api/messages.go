@@ -49,8 +49,13 @@ func (s *Server) produce(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
+	body, e := s.readBody(w, r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
 	var req produceRequest
-	if e := s.decode(w, r, &req); e != nil {
+	if e := decodeProduce(body, &req); e != nil {
 		writeError(w, e)
 		return
 	}

@@ -50,3 +50,28 @@ func BenchmarkDecodeStrictProduce(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeProduce is what the produce handler runs before any SQL
+// (decodeProduce and validation), over the body above and over one of the
+// load tester's shape.
+func BenchmarkDecodeProduce(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		body []byte
+	}{{"headers", produceBody()}, {"loadtest", loadtestBody()}} {
+		b.Run(bc.name, func(b *testing.B) {
+			s := New(nil, Limits{}, nil, nil)
+			b.SetBytes(int64(len(bc.body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				var req produceRequest
+				if e := decodeProduce(bc.body, &req); e != nil {
+					b.Fatal(e)
+				}
+				if _, e := s.validateProduce(&req); e != nil {
+					b.Fatal(e)
+				}
+			}
+		})
+	}
+}
