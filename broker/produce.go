@@ -111,20 +111,31 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 		}
 		results[i] = ProduceResult{Key: key, VShard: v}
 		vs[i] = v
-		hash := PayloadHash(m.Payload)
-		if dur == DurabilityPrimary && b.recent != nil {
-			if rk, ok := b.recent.get(topic, key); ok {
-				results[i].ID = rk.id
-				results[i].VShard = shard.ID(rk.vshard) // where the holder lives (and its trace)
-				status := store.Conflict
-				if string(rk.hash[:]) == string(hash) {
-					status = store.Duplicate
-				}
-				results[i].Status = status
-				b.rejected.add(b.ids.Next(), status, rk, hash)
-				skip[i] = true
-				continue
+	}
+	// Keys the recent-keys cache holds are answered from it (all looked
+	// up under one lock); skip marks them.
+	var held []recentKey
+	if dur == DurabilityPrimary && b.recent != nil {
+		b.recent.getAll(topic, len(msgs), func(i int) string { return results[i].Key }, func(i int, rk recentKey) {
+			if held == nil {
+				held = make([]recentKey, len(msgs))
 			}
+			held[i], skip[i] = rk, true
+		})
+	}
+	for i, m := range msgs {
+		hash := PayloadHash(m.Payload)
+		if skip[i] {
+			rk := held[i]
+			results[i].ID = rk.id
+			results[i].VShard = shard.ID(rk.vshard) // where the holder lives (and its trace)
+			status := store.Conflict
+			if string(rk.hash[:]) == string(hash) {
+				status = store.Duplicate
+			}
+			results[i].Status = status
+			b.rejected.add(b.ids.Next(), status, rk, hash)
+			continue
 		}
 		id := b.ids.Next()
 		avail := now
@@ -135,7 +146,7 @@ func (b *Broker) Produce(ctx context.Context, topic string, msgs []Message, dur 
 			avail = now.Add(m.Delay)
 		}
 		items[i] = store.ProduceItem{
-			Msg: &store.Message{ID: id, VShard: uint16(v), Topic: topic, Key: key, OrderKey: m.OrderKey,
+			Msg: &store.Message{ID: id, VShard: uint16(vs[i]), Topic: topic, Key: results[i].Key, OrderKey: m.OrderKey,
 				TransactionID: m.TransactionID, Priority: m.Priority, Headers: m.Headers, PayloadJSON: m.PayloadJSON,
 				Payload: m.Payload, CreatedAt: idgen.Time(id)},
 			Hash:          hash,
@@ -223,18 +234,23 @@ func (b *Broker) produceOn(ctx context.Context, cs *clusterConn, topic string, i
 		if r.GTID != "" {
 			gtid = r.GTID
 		}
-		if b.recent != nil {
-			var h [16]byte
+	}
+	if b.recent != nil {
+		b.recent.addAll(topic, len(idx), func(j int) (string, recentKey, bool) {
+			if resp.Errs[j] != nil {
+				return "", recentKey{}, false
+			}
+			i, r := idx[j], resp.Results[j]
 			if r.Status == store.Conflict {
-				continue // the holder's hash is not ours; let the database answer again
+				return "", recentKey{}, false // the holder's hash is not ours; let the database answer again
 			}
-			copy(h[:], items[i].Hash)
-			v := items[i].Msg.VShard
+			rk := recentKey{id: r.ID, vshard: items[i].Msg.VShard}
+			copy(rk.hash[:], items[i].Hash)
 			if r.Status == store.Duplicate {
-				v = r.VShard
+				rk.vshard = r.VShard
 			}
-			b.recent.add(topic, results[i].Key, recentKey{id: r.ID, vshard: v, hash: h})
-		}
+			return results[i].Key, rk, true
+		})
 	}
 	return gtid
 }

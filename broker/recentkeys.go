@@ -37,37 +37,48 @@ func newRecentKeys(size int, ttl time.Duration, now func() time.Time) *recentKey
 	return &recentKeys{half: half, ttl: ttl, now: now, cur: make(map[recentName]recentKey, half), curSince: t, prevSince: t}
 }
 
-// get answers what is remembered of topic's key.
-func (r *recentKeys) get(topic, key string) (recentKey, bool) {
-	n := recentName{topic, key}
+// getAll looks topic's keys key(0) … key(n-1) up under one lock and calls
+// held(i, v) with what is remembered of each key held (under the lock:
+// held must not use the cache).
+func (r *recentKeys) getAll(topic string, n int, key func(i int) string, held func(i int, v recentKey)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
 	if now.Sub(r.curSince) >= r.ttl {
 		// No key was added for half the TTL: both generations are old.
 		r.prev, r.cur, r.curSince = nil, make(map[recentName]recentKey, r.half), now
-		return recentKey{}, false
+		return
 	}
-	if v, ok := r.cur[n]; ok {
-		return v, true
-	}
-	if r.prev == nil || now.Sub(r.prevSince) >= r.ttl {
+	if r.prev != nil && now.Sub(r.prevSince) >= r.ttl {
 		r.prev = nil // its oldest key is a TTL old
-		return recentKey{}, false
 	}
-	v, ok := r.prev[n]
-	return v, ok
+	for i := range n {
+		name := recentName{topic, key(i)}
+		if v, ok := r.cur[name]; ok {
+			held(i, v)
+		} else if v, ok := r.prev[name]; ok {
+			held(i, v)
+		}
+	}
 }
 
-// add remembers topic's key.
-func (r *recentKeys) add(topic, key string, v recentKey) {
+// addAll remembers, under one lock, the keys of topic that entry(0) …
+// entry(n-1) answer with ok.
+func (r *recentKeys) addAll(topic string, n int, entry func(i int) (key string, v recentKey, ok bool)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.cur) >= r.half || r.now().Sub(r.curSince) >= r.ttl/2 {
-		r.prev, r.prevSince = r.cur, r.curSince
-		r.cur, r.curSince = make(map[recentName]recentKey, r.half), r.now()
+	now := r.now()
+	for i := range n {
+		key, v, ok := entry(i)
+		if !ok {
+			continue
+		}
+		if len(r.cur) >= r.half || now.Sub(r.curSince) >= r.ttl/2 {
+			r.prev, r.prevSince = r.cur, r.curSince
+			r.cur, r.curSince = make(map[recentName]recentKey, r.half), now
+		}
+		r.cur[recentName{topic, key}] = v
 	}
-	r.cur[recentName{topic, key}] = v
 }
 
 // len is how many keys are held (the two generations may hold one twice).
