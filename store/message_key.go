@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -35,7 +36,7 @@ type keyRow struct {
 // how many were new. Rows are sorted by the caller so that concurrent
 // batches take row locks in one order (fewer deadlocks).
 func insertKeys(ctx context.Context, tx *sql.Tx, rows []keyRow) (int64, error) {
-	q, args := insertKeysSQL(rows, true)
+	q, args := insertKeysSQL(nil, rows, true)
 	res, err := tx.ExecContext(ctx, q, args...)
 	if err != nil {
 		return 0, fmt.Errorf("insert message_key: %w", err)
@@ -45,8 +46,8 @@ func insertKeys(ctx context.Context, tx *sql.Tx, rows []keyRow) (int64, error) {
 
 // insertKeysSQL registers keys; with ignore, keys already registered are
 // skipped, without it the first one fails the statement (error 1062).
-func insertKeysSQL(rows []keyRow, ignore bool) (string, []any) {
-	args := make([]any, 0, len(rows)*6)
+func insertKeysSQL(args []any, rows []keyRow, ignore bool) (string, []any) {
+	args = slices.Grow(args, len(rows)*6)
 	for _, r := range rows {
 		args = append(args, r.topic, r.key, r.vshard, r.messageID, r.hash, r.createdAt)
 	}

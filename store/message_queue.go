@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,8 +71,8 @@ type delivery struct {
 	errorCode    string // read by the claim (the dead-letter channel shows it)
 }
 
-func insertDeliveriesSQL(msgs []*Message, subs []string, at map[uint64]time.Time) (string, []any) {
-	args := make([]any, 0, len(msgs)*len(subs)*7)
+func insertDeliveriesSQL(args []any, msgs []*Message, subs []string, at map[uint64]time.Time) (string, []any) {
+	args = slices.Grow(args, len(msgs)*len(subs)*7)
 	for _, m := range msgs {
 		for _, s := range subs {
 			args = append(args, m.ID, s, m.Topic, m.VShard, m.Priority, nullString(m.OrderKey), at[m.ID])
@@ -88,7 +89,7 @@ func subscriptionIDs(args []any, sub string, ids []uint64) (string, []any) {
 }
 
 func insertDeliveries(ctx context.Context, tx *sql.Tx, msgs []*Message, subs []string, at map[uint64]time.Time) error {
-	q, args := insertDeliveriesSQL(msgs, subs, at)
+	q, args := insertDeliveriesSQL(nil, msgs, subs, at)
 	_, err := tx.ExecContext(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("insert message_queue: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,8 +70,8 @@ func createMessageStore(now time.Time) string {
 // Message is a stored message.
 type Message = domain.Message
 
-func insertMessagesSQL(msgs []*Message) (string, []any) {
-	args := make([]any, 0, len(msgs)*11)
+func insertMessagesSQL(args []any, msgs []*Message) (string, []any) {
+	args = slices.Grow(args, len(msgs)*11)
 	for _, m := range msgs {
 		args = append(args, m.ID, m.CreatedAt, m.VShard, m.Topic, m.Key, nullString(m.OrderKey), nullString(m.TransactionID),
 			m.Priority, m.Headers, m.PayloadJSON, m.Payload)
@@ -80,7 +81,7 @@ func insertMessagesSQL(msgs []*Message) (string, []any) {
 }
 
 func insertMessages(ctx context.Context, tx *sql.Tx, msgs []*Message) error {
-	q, args := insertMessagesSQL(msgs)
+	q, args := insertMessagesSQL(nil, msgs)
 	_, err := tx.ExecContext(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("insert message_store: %w", err)

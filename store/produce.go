@@ -206,17 +206,36 @@ func repeatsKey(keys []keyRow) bool {
 // tells duplicates from conflicts. Deadlocks and lock waits run it again,
 // like inTx.
 func (s *Store) produceFast(ctx context.Context, keys []keyRow, items []ProduceItem, wantGTID bool) (gtid string, ok bool, err error) {
+	fence, fenced := FenceFrom(ctx)
+	query, args := produceFastSQL(keys, items, fence, fenced)
+	gtid, err = retry(txAttempts, s.retryHook("produce"), func() (string, error) {
+		var g string
+		g, ok, err = s.tryProduceFast(ctx, query, args, len(keys), wantGTID)
+		return g, err
+	})
+	if fenced && fenceProbeFailed(err) {
+		return "", false, s.fenceRefusal(ctx, fence)
+	}
+	return gtid, ok, err
+}
+
+// produceFastSQL is produceFast's multi-statement and its arguments,
+// fenced by fence when fenced. The arguments of all its statements go
+// into one slice sized for them up front.
+func produceFastSQL(keys []keyRow, items []ProduceItem, fence Fence, fenced bool) (string, []any) {
 	var b strings.Builder
 	b.WriteString("START TRANSACTION;\n")
-	var args []any
-	fence, fenced := FenceFrom(ctx)
+	n := 1 + 6*len(keys) + 11*len(items)
+	for _, it := range items {
+		n += 7 * len(it.Subscriptions)
+	}
+	args := make([]any, 0, n)
 	if fenced {
 		b.WriteString(fenceProbeSQL + ";\n")
 		args = append(args, fence.MapVersion)
 	}
-	q, a := insertKeysSQL(keys, false)
+	q, args := insertKeysSQL(args, keys, false)
 	b.WriteString(q)
-	args = append(args, a...)
 	msgs := make([]*Message, len(items))
 	at := make(map[uint64]time.Time, len(items))
 	bySubs := map[string][]*Message{}
@@ -228,30 +247,19 @@ func (s *Store) produceFast(ctx context.Context, keys []keyRow, items []ProduceI
 		bySubs[sk] = append(bySubs[sk], it.Msg)
 		subsOf[sk] = it.Subscriptions
 	}
-	q, a = insertMessagesSQL(msgs)
+	q, args = insertMessagesSQL(args, msgs)
 	b.WriteString(";\n")
 	b.WriteString(q)
-	args = append(args, a...)
 	for sk, ms := range bySubs {
 		if len(subsOf[sk]) == 0 {
 			continue
 		}
-		q, a := insertDeliveriesSQL(ms, subsOf[sk], at)
+		q, args = insertDeliveriesSQL(args, ms, subsOf[sk], at)
 		b.WriteString(";\n")
 		b.WriteString(q)
-		args = append(args, a...)
 	}
 	b.WriteString(";\nCOMMIT")
-	query := b.String()
-	gtid, err = retry(txAttempts, s.retryHook("produce"), func() (string, error) {
-		var g string
-		g, ok, err = s.tryProduceFast(ctx, query, args, len(keys), wantGTID)
-		return g, err
-	})
-	if fenced && fenceProbeFailed(err) {
-		return "", false, s.fenceRefusal(ctx, fence)
-	}
-	return gtid, ok, err
+	return b.String(), args
 }
 
 // fenceRefusal is the FenceError of a failed fence probe, with the fence
