@@ -151,6 +151,40 @@ func appendLeaseResults(dst []byte, out []leaseResult) []byte {
 	return append(dst, "]}\n"...)
 }
 
+// appendProduceResults appends the answer to a produce, {"results":[…]}
+// and a newline, byte for byte as encoding/json encodes
+// map[string]any{"results": out} without HTML escaping
+// (TestAppendProduceResultsMatchesJSON): reflection was 3 % of the
+// router's CPU in a batched produce.
+func appendProduceResults(dst []byte, out []produceResult) []byte {
+	dst = append(dst, `{"results":[`...)
+	for i := range out {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		r := &out[i]
+		dst = append(dst, `{"key":`...)
+		dst = appendJSONString(dst, r.Key)
+		if r.ID != "" {
+			dst = append(dst, `,"id":`...)
+			dst = appendJSONString(dst, r.ID)
+		}
+		dst = append(dst, `,"vshard":`...)
+		dst = strconv.AppendInt(dst, int64(r.VShard), 10)
+		dst = append(dst, `,"status":`...)
+		dst = appendJSONString(dst, string(r.Status))
+		if r.Error != nil {
+			dst = append(dst, `,"error":{"code":`...)
+			dst = appendJSONString(dst, r.Error.Code)
+			dst = append(dst, `,"message":`...)
+			dst = appendJSONString(dst, r.Error.Message)
+			dst = append(dst, '}')
+		}
+		dst = append(dst, '}')
+	}
+	return append(dst, "]}\n"...)
+}
+
 // appendCompactJSON appends the JSON text src as encoding/json writes a
 // json.RawMessage: compacted, and refused when it is not JSON. A payload
 // stored by produce is already compact (produce compacts what is not), so

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,32 @@ func BenchmarkWriteLeaseResults(b *testing.B) {
 	for b.Loop() {
 		s.writeLeaseResults(w, r, receipts, res)
 	}
+}
+
+// BenchmarkWriteProduceResults measures answering a produce of 100
+// messages: appendProduceResults, and encoding/json (what it replaced).
+func BenchmarkWriteProduceResults(b *testing.B) {
+	out := make([]produceResult, 100)
+	for i := range out {
+		out[i] = produceResult{Key: "run-1.k" + strings.Repeat("7", i%5) + "-paid", ID: strconv.FormatUint(1234567890123+uint64(i), 10),
+			VShard: i * 7 % 1024, Status: domain.ProduceCreated}
+	}
+	w := &discardWriter{h: http.Header{}}
+	b.Run("append", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			buf := getBuffer()
+			buf.b = appendProduceResults(buf.b, out)
+			writeBody(w, http.StatusOK, buf.b)
+			putBuffer(buf)
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			writeJSON(w, http.StatusOK, map[string]any{"results": out})
+		}
+	})
 }
 
 // BenchmarkDecodeAck measures reading an ack body of 100 receipts:

@@ -282,6 +282,31 @@ func TestAppendLeaseResultsMatchesJSON(t *testing.T) {
 	}
 }
 
+func TestAppendProduceResultsMatchesJSON(t *testing.T) {
+	t.Parallel()
+	cases := [][]produceResult{
+		{},
+		{{Key: "order-1", ID: "123456789012345678", VShard: 0, Status: domain.ProduceCreated}},
+		{{Key: "fp-00ff", ID: "9", VShard: 1023, Status: domain.ProduceDuplicate}, {Key: "", Status: domain.ProduceConflict, ID: "1"},
+			{Key: "k", VShard: 5, Status: domain.ProduceUnavailable, Error: fail(CodeUnavailable, `cluster c1: dial "tcp" <10.0.0.1> & more`)},
+			{Key: "k2", VShard: 6, Status: domain.ProduceUnknown, Error: fail(CodeOutcomeUnknown, "")}},
+	}
+	for _, str := range trickyStrings {
+		cases = append(cases, []produceResult{{Key: str, ID: str, VShard: 7, Status: domain.ProduceStatus(str), Error: fail(str, str)}})
+	}
+	for _, out := range cases {
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(map[string]any{"results": out}); err != nil {
+			t.Fatal(err)
+		}
+		if have := appendProduceResults(nil, out); !bytes.Equal(have, want.Bytes()) {
+			t.Errorf("appendProduceResults differs from encoding/json:\nhave %q\nwant %q", have, want.Bytes())
+		}
+	}
+}
+
 // checkPlainReceiptList holds plainReceiptList to decodeStrict: what it
 // reads, decodeStrict reads the same. It reports whether body was read.
 func checkPlainReceiptList(t *testing.T, body []byte) bool {

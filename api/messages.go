@@ -101,7 +101,10 @@ func (s *Server) produce(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"results": out})
+	buf := getBuffer()
+	defer putBuffer(buf)
+	buf.b = appendProduceResults(buf.b, out)
+	writeBody(w, http.StatusOK, buf.b)
 }
 
 // validateProduce checks every limit before anything is written: a request
