@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"database/sql/driver"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardmq/shardmq/internal/testbed"
 )
@@ -49,5 +51,37 @@ func TestStatementsByIDUseTheKey(t *testing.T) {
 			}
 			rows.Close()
 		}
+	}
+}
+
+// mysqlValue makes of each type it takes what the driver's own checker
+// makes of it, and leaves the other types to the checker.
+func TestMySQLValueIsTheDriversConversion(t *testing.T) {
+	testbed.Need(t)
+	t.Parallel()
+	f := setup(t)
+	conn, err := f.st.db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	err = conn.Raw(func(dc any) error {
+		checker := dc.(driver.NamedValueChecker)
+		for _, a := range []any{uint64(0), uint64(255), uint64(1 << 63), uint16(0), uint16(1023), uint16(65535), 0, 9, -1, 1 << 40} {
+			got, ok := mysqlValue(a)
+			nv := driver.NamedValue{Ordinal: 1, Value: a}
+			if err := checker.CheckNamedValue(&nv); err != nil || !ok || got != nv.Value {
+				t.Errorf("%T %v: mysqlValue %T %v (%v), the driver %T %v (%v)", a, a, got, got, ok, nv.Value, nv.Value, err)
+			}
+		}
+		for _, a := range []any{"s", []byte("b"), time.Time{}, nil, int64(5), true, uint32(7)} {
+			if _, ok := mysqlValue(a); ok {
+				t.Errorf("mysqlValue took %T", a)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
