@@ -310,15 +310,20 @@ func (d *produceDecoder) value(depth int) bool {
 		}
 	case '"':
 		return d.str()
-	case 't':
-		return d.literal("true")
-	case 'f':
-		return d.literal("false")
-	case 'n':
-		return d.literal("null")
-	default:
-		return d.number()
 	}
+	// Numbers and literals, as isCompactJSON reads them (encode.go).
+	var ok bool
+	switch d.peek() {
+	case 't':
+		d.i, ok = skipLiteral(d.b, d.i, "true")
+	case 'f':
+		d.i, ok = skipLiteral(d.b, d.i, "false")
+	case 'n':
+		d.i, ok = skipLiteral(d.b, d.i, "null")
+	default:
+		d.i, ok = skipNumber(d.b, d.i)
+	}
+	return ok
 }
 
 // str reads a string value, escapes allowed but for lone surrogates.
@@ -369,44 +374,6 @@ func (d *produceDecoder) str() bool {
 		}
 	}
 	return false
-}
-
-// number reads a JSON number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
-func (d *produceDecoder) number() bool {
-	d.eat('-')
-	switch {
-	case d.eat('0'):
-	case d.digits() == 0:
-		return false
-	}
-	if d.eat('.') && d.digits() == 0 {
-		return false
-	}
-	if d.eat('e') || d.eat('E') {
-		if !d.eat('+') {
-			d.eat('-')
-		}
-		if d.digits() == 0 {
-			return false
-		}
-	}
-	return true
-}
-
-func (d *produceDecoder) digits() int {
-	start := d.i
-	for d.i < len(d.b) && '0' <= d.b[d.i] && d.b[d.i] <= '9' {
-		d.i++
-	}
-	return d.i - start
-}
-
-func (d *produceDecoder) literal(lit string) bool {
-	if len(d.b)-d.i < len(lit) || string(d.b[d.i:d.i+len(lit)]) != lit {
-		return false
-	}
-	d.i += len(lit)
-	return true
 }
 
 func (d *produceDecoder) ws() {
