@@ -28,6 +28,18 @@ import (
 // fleetCall is one request to a router of the fleet.
 func fleetCall(t *testing.T, base, method, path string, body any) (int, map[string]any) {
 	t.Helper()
+	code, out, err := fleetTry(t, base, method, path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code, out
+}
+
+// fleetTry is fleetCall that returns a transport error instead of
+// failing: a request sent as its router shuts down (on a connection the
+// router is closing) fails so, and a client then retries elsewhere.
+func fleetTry(t *testing.T, base, method, path string, body any) (int, map[string]any, error) {
+	t.Helper()
 	var rd io.Reader
 	if body != nil {
 		data, _ := json.Marshal(body)
@@ -39,7 +51,7 @@ func fleetCall(t *testing.T, base, method, path string, body any) (int, map[stri
 	}
 	resp, err := testClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
@@ -49,7 +61,7 @@ func fleetCall(t *testing.T, base, method, path string, body any) (int, map[stri
 			t.Fatalf("%s %s: status %d, body %q is not JSON", method, path, resp.StatusCode, data)
 		}
 	}
-	return resp.StatusCode, out
+	return resp.StatusCode, out, nil
 }
 
 func fleetMessages(t *testing.T, body map[string]any) []map[string]any {
