@@ -820,10 +820,11 @@ func TestFenceRouterCutOffFromConsul(t *testing.T) {
 		// unit to a, which refuses: unavailable, retry later. Then b takes
 		// the unit. When a wrote its leases out before the job raised the
 		// clusters' fence, b serves at once; when the fence came first,
-		// a's writes were refused (its map is older) and b waits for the
-		// leases a held to end (10 s here) before it hands out anything
-		// of the unit — the two orders race in this test.
-		testtime.WithinState(t, 30*time.Second, "b serving claims of "+tp+" while a is cut off", func() (bool, string) {
+		// a's writes were refused (its map is older) and b waits for a's
+		// horizon on the cluster before it hands out anything of the unit:
+		// the horizon covers every lease a held there, the load's 60 s
+		// leases on the main topic included. The two orders race here.
+		testtime.WithinState(t, 90*time.Second, "b serving claims of "+tp+" while a is cut off", func() (bool, string) {
 			st, body := b.do(t, "POST", "/v1/topics/"+tp+"/subscriptions/default/claim", map[string]any{"max": 10, "wait_ms": 500})
 			ms, _ := body["messages"].([]any)
 			return st == 200 && len(ms) > 0, fmt.Sprintf("claim answered %d %v", st, body)
