@@ -140,11 +140,7 @@ func appendLeaseResults(dst []byte, out []leaseResult) []byte {
 			dst = appendJSONString(dst, r.Expires)
 		}
 		if r.Error != nil {
-			dst = append(dst, `,"error":{"code":`...)
-			dst = appendJSONString(dst, r.Error.Code)
-			dst = append(dst, `,"message":`...)
-			dst = appendJSONString(dst, r.Error.Message)
-			dst = append(dst, '}')
+			dst = appendItemError(dst, r.Error)
 		}
 		dst = append(dst, '}')
 	}
@@ -174,15 +170,21 @@ func appendProduceResults(dst []byte, out []produceResult) []byte {
 		dst = append(dst, `,"status":`...)
 		dst = appendJSONString(dst, string(r.Status))
 		if r.Error != nil {
-			dst = append(dst, `,"error":{"code":`...)
-			dst = appendJSONString(dst, r.Error.Code)
-			dst = append(dst, `,"message":`...)
-			dst = appendJSONString(dst, r.Error.Message)
-			dst = append(dst, '}')
+			dst = appendItemError(dst, r.Error)
 		}
 		dst = append(dst, '}')
 	}
 	return append(dst, "]}\n"...)
+}
+
+// appendItemError appends an item's error member, ,"error":{…}, as
+// encoding/json encodes an *apiError.
+func appendItemError(dst []byte, e *apiError) []byte {
+	dst = append(dst, `,"error":{"code":`...)
+	dst = appendJSONString(dst, e.Code)
+	dst = append(dst, `,"message":`...)
+	dst = appendJSONString(dst, e.Message)
+	return append(dst, '}')
 }
 
 // appendCompactJSON appends the JSON text src as encoding/json writes a
@@ -390,13 +392,8 @@ func skipString(p []byte, i int) (int, bool) {
 			switch p[i] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			case 'u':
-				if len(p)-i <= 4 {
+				if _, ok := hex4(p, i+1); !ok {
 					return i, false
-				}
-				for _, h := range p[i+1 : i+5] {
-					if !isHex(h) {
-						return i, false
-					}
 				}
 				i += 4
 			default:
@@ -447,8 +444,4 @@ func skipDigits(p []byte, i int) int {
 		i++
 	}
 	return i
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }

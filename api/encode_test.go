@@ -26,10 +26,16 @@ func encodeClaimedReference(s *Server, got []broker.Delivery) ([]byte, error) {
 		out[i] = claimedMessage{messageBody: s.bodyOf(d.Message), Attempt: d.Attempt, Receipt: d.Receipt,
 			LeaseExpires: formatTime(d.LeaseExpires), ErrorCode: d.ErrorCode}
 	}
+	return encodeReference(map[string]any{"messages": out})
+}
+
+// encodeReference is v as writeJSON wrote every answer before the
+// hand-written encoders: encoding/json, no HTML escaping, a newline.
+func encodeReference(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	err := enc.Encode(map[string]any{"messages": out})
+	err := enc.Encode(v)
 	return buf.Bytes(), err
 }
 
@@ -270,14 +276,12 @@ func TestAppendLeaseResultsMatchesJSON(t *testing.T) {
 		cases = append(cases, []leaseResult{{Receipt: str, Status: domain.LeaseStatus(str), Expires: str, Error: fail(str, str)}})
 	}
 	for _, out := range cases {
-		var want bytes.Buffer
-		enc := json.NewEncoder(&want)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(map[string]any{"results": out}); err != nil {
+		want, err := encodeReference(map[string]any{"results": out})
+		if err != nil {
 			t.Fatal(err)
 		}
-		if have := appendLeaseResults(nil, out); !bytes.Equal(have, want.Bytes()) {
-			t.Errorf("appendLeaseResults differs from encoding/json:\nhave %q\nwant %q", have, want.Bytes())
+		if have := appendLeaseResults(nil, out); !bytes.Equal(have, want) {
+			t.Errorf("appendLeaseResults differs from encoding/json:\nhave %q\nwant %q", have, want)
 		}
 	}
 }
@@ -295,14 +299,12 @@ func TestAppendProduceResultsMatchesJSON(t *testing.T) {
 		cases = append(cases, []produceResult{{Key: str, ID: str, VShard: 7, Status: domain.ProduceStatus(str), Error: fail(str, str)}})
 	}
 	for _, out := range cases {
-		var want bytes.Buffer
-		enc := json.NewEncoder(&want)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(map[string]any{"results": out}); err != nil {
+		want, err := encodeReference(map[string]any{"results": out})
+		if err != nil {
 			t.Fatal(err)
 		}
-		if have := appendProduceResults(nil, out); !bytes.Equal(have, want.Bytes()) {
-			t.Errorf("appendProduceResults differs from encoding/json:\nhave %q\nwant %q", have, want.Bytes())
+		if have := appendProduceResults(nil, out); !bytes.Equal(have, want) {
+			t.Errorf("appendProduceResults differs from encoding/json:\nhave %q\nwant %q", have, want)
 		}
 	}
 }
