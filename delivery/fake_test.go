@@ -401,3 +401,14 @@ type tableCluster struct{ t *memTable }
 func (c tableCluster) Do(ctx context.Context, op string, fn func(context.Context, Store) error) error {
 	return fn(ctx, c.t)
 }
+
+// leaseIDs lists the ids of the leases the owner holds in memory.
+func (o *Owner) leaseIDs() []uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []uint64
+	for id := range o.leases {
+		out = append(out, id)
+	}
+	return out
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -62,6 +63,14 @@ type Owner struct {
 	expiry    leaseHeap
 	cursor    *store.ClaimCursor
 	lastTop   time.Time
+	// ahead holds claimable deliveries a scan read past what its claim
+	// took, in claim order, for the next claims of an unordered
+	// subscription to take without a scan (see readAhead); aheadIDs are
+	// their ids. They all stand before the cursor. aheadExclude is the
+	// claim's Exclude they were read with.
+	ahead        []store.Candidate
+	aheadIDs     map[uint64]bool
+	aheadExclude []uint16
 	// gen counts leases that left memory; done remembers when each did
 	// while a scan runs, since the scan may have read its row before (an
 	// acked delivery not yet deleted when the scan read it).
@@ -72,7 +81,7 @@ type Owner struct {
 
 func newOwner(m *Manager, cl *clusterState, u Unit, epoch uint64, waitUntil time.Time) *Owner {
 	return &Owner{unit: u, m: m, cl: cl, epoch: epoch, waitUntil: waitUntil,
-		leases: map[uint64]*lease{}, reserved: map[uint64]bool{}, keys: map[string]int{}, done: map[uint64]uint64{}}
+		leases: map[uint64]*lease{}, reserved: map[uint64]bool{}, keys: map[string]int{}, done: map[uint64]uint64{}, aheadIDs: map[uint64]bool{}}
 }
 
 // Unit is the unit owned.
@@ -118,16 +127,33 @@ func (o *Owner) Reserve(ctx context.Context, n int, spec ClaimSpec) ([]store.Can
 		o.mu.Unlock()
 		return nil, nil
 	}
+	top := o.cursor == nil || now.Sub(o.lastTop) >= o.m.cfg.TopScanEvery
+	if top || spec.Ordered || !slices.Equal(spec.Exclude, o.aheadExclude) {
+		// What was read ahead is read again: from the head (it may
+		// have moved: retries, delays, higher priorities), or with this
+		// claim's rules (a vshard frozen for a cut-over is not handed
+		// out).
+		o.dropAhead()
+		o.aheadExclude = slices.Clone(spec.Exclude)
+	}
+	var taken []store.Candidate
+	if !spec.Ordered {
+		taken = o.takeAhead(n)
+		if len(taken) == n {
+			o.mu.Unlock()
+			return taken, nil
+		}
+	}
 	from := o.cursor
+	if top {
+		from = nil
+	}
 	known := len(o.leases) + len(o.reserved)
 	began := o.gen
 	// Scans run one at a time: what left memory before this one began is
 	// in the table as it is now.
 	clear(o.done)
 	o.scanning = true
-	if from == nil || now.Sub(o.lastTop) >= o.m.cfg.TopScanEvery {
-		from = nil
-	}
 	// A scan from the head walks past every lease in flight (the table
 	// still shows them claimable): it reads their positions only. Past
 	// a few scans' worth of leases, copying their ids would cost more
@@ -149,12 +175,19 @@ func (o *Owner) Reserve(ctx context.Context, n int, spec ClaimSpec) ([]store.Can
 		o.mu.Unlock()
 	}()
 
-	var taken []store.Candidate
+	// An unordered claim reads ahead of what it takes: the rest waits in
+	// o.ahead for the next claims, which then read nothing (a scan per
+	// claim per unit was most of a drain's statements).
+	ahead := 0
+	if !spec.Ordered {
+		ahead = readAhead * n
+	}
 	var park []store.OwnedPark
 	for pass := 0; pass < 3 && len(taken) < n; pass++ {
-		limit := n + 16
+		need := n - len(taken)
+		limit := min(max(need+16, ahead), o.m.cfg.MaxScan)
 		if from == nil {
-			limit = min(n+known+16, o.m.cfg.MaxScan)
+			limit = min(max(need+16, ahead)+known, o.m.cfg.MaxScan)
 		}
 		var sc store.Scan
 		err := o.cl.conn.Do(ctx, OpScan, func(ctx context.Context, s Store) (err error) {
@@ -181,12 +214,12 @@ func (o *Owner) Reserve(ctx context.Context, n int, spec ClaimSpec) ([]store.Can
 		}
 		var last *store.ClaimCursor
 		for _, c := range rows {
-			if len(taken) == n {
+			if len(taken) == n && ahead == 0 {
 				break
 			}
 			pos := store.ClaimCursor{Priority: c.Priority, MessageID: c.MessageID}
 			last = &pos
-			if _, ok := o.leases[c.MessageID]; ok || o.reserved[c.MessageID] || o.done[c.MessageID] > began {
+			if _, ok := o.leases[c.MessageID]; ok || o.reserved[c.MessageID] || o.aheadIDs[c.MessageID] || o.done[c.MessageID] > began {
 				continue
 			}
 			if spec.Ordered && c.OrderKey != "" {
@@ -200,10 +233,15 @@ func (o *Owner) Reserve(ctx context.Context, n int, spec ClaimSpec) ([]store.Can
 					continue
 				}
 			}
+			if len(taken) == n {
+				o.ahead = append(o.ahead, c)
+				o.aheadIDs[c.MessageID] = true
+				continue
+			}
 			o.reserved[c.MessageID] = true
 			taken = append(taken, c)
 		}
-		if len(taken) < n && sc.Last != nil {
+		if (len(taken) < n || ahead > 0) && sc.Last != nil {
 			// Walked to the end of what was read, the skipped leases too.
 			last = sc.Last
 		}
@@ -270,19 +308,84 @@ func (o *Owner) unreserve(cs []store.Candidate) {
 		}
 		delete(o.reserved, c.MessageID)
 		if _, leased := o.leases[c.MessageID]; !leased {
-			o.rewind(c)
+			o.giveBack(c)
 		}
 	}
 }
 
+// readAhead is how many claims' worth an unordered scan reads: the
+// claims after it take the rest from o.ahead.
+const readAhead = 4
+
+// claimsBefore says a comes before b in claim order (priority, then age).
+func claimsBefore(a, b store.ClaimCursor) bool {
+	return a.Priority > b.Priority || (a.Priority == b.Priority && a.MessageID < b.MessageID)
+}
+
+func position(c store.Candidate) store.ClaimCursor {
+	return store.ClaimCursor{Priority: c.Priority, MessageID: c.MessageID}
+}
+
+// giveBack returns a candidate reserved but not handed out (o.mu held):
+// into o.ahead when the cursor is past it (no scan from the cursor reads
+// it again), else a scan from the cursor will.
+func (o *Owner) giveBack(c store.Candidate) {
+	if o.cursor == nil || c.MessageID == 0 || claimsBefore(*o.cursor, position(c)) {
+		return
+	}
+	i, _ := slices.BinarySearchFunc(o.ahead, c, func(a, c store.Candidate) int {
+		switch {
+		case claimsBefore(position(a), position(c)):
+			return -1
+		case a.MessageID == c.MessageID:
+			return 0
+		}
+		return 1
+	})
+	o.ahead = slices.Insert(o.ahead, i, c)
+	o.aheadIDs[c.MessageID] = true
+}
+
+// takeAhead reserves up to n of o.ahead, in claim order (o.mu held).
+func (o *Owner) takeAhead(n int) []store.Candidate {
+	k := min(n, len(o.ahead))
+	if k == 0 {
+		return nil
+	}
+	taken := slices.Clone(o.ahead[:k])
+	o.ahead = slices.Delete(o.ahead, 0, k)
+	for _, c := range taken {
+		delete(o.aheadIDs, c.MessageID)
+		o.reserved[c.MessageID] = true
+	}
+	return taken
+}
+
+// dropAhead forgets what was read ahead (o.mu held): the cursor moves
+// back before it, so that the next scan reads it again.
+func (o *Owner) dropAhead() {
+	if len(o.ahead) == 0 {
+		return
+	}
+	first := o.ahead[0]
+	o.ahead = o.ahead[:0]
+	clear(o.aheadIDs)
+	o.rewindTo(first)
+}
+
 // rewind moves the cursor back before c (ready again, and behind the
-// cursor), so that the next scan sees it.
+// cursor), so that the next scan sees it; what was read ahead is read
+// again with it, in claim order.
 func (o *Owner) rewind(c store.Candidate) {
+	o.dropAhead()
+	o.rewindTo(c)
+}
+
+func (o *Owner) rewindTo(c store.Candidate) {
 	if o.cursor == nil || c.MessageID == 0 {
 		return
 	}
-	cur := *o.cursor
-	if c.Priority > cur.Priority || (c.Priority == cur.Priority && c.MessageID <= cur.MessageID) {
+	if !claimsBefore(*o.cursor, position(c)) {
 		o.cursor = &store.ClaimCursor{Priority: c.Priority, MessageID: c.MessageID - 1}
 	}
 }
@@ -376,6 +479,20 @@ func (o *Owner) Take(ctx context.Context, cs []store.Candidate, spec ClaimSpec, 
 			got, err = s.ClaimDurable(ctx, o.storeUnit(), req, dids)
 			return err
 		})
+		if err == nil {
+			// Claimed in the table, or not claimable there: neither is
+			// given back to o.ahead. The cursor moves back before them,
+			// as for a lease ready again: a durable lease comes back
+			// without the owner hearing of it (its expiry, a redrive of
+			// its dead letter), and the next scan from the cursor then
+			// sees it.
+			o.mu.Lock()
+			for _, c := range durable {
+				delete(o.reserved, c.MessageID)
+				o.rewind(c)
+			}
+			o.mu.Unlock()
+		}
 		if errors.Is(err, store.ErrStaleOwner) {
 			o.m.lose(o)
 		}

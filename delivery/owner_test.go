@@ -409,3 +409,96 @@ func TestSetAsideHandsUnitsOver(t *testing.T) {
 }
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// An unordered claim reads a few claims ahead: the next claims take from
+// memory without a scan, in claim order and nothing twice; what a claim
+// reserved and gave back is handed out next; what became claimable
+// before the cursor (a higher priority) is seen once TopScanEvery passed;
+// a vshard excluded for a cut-over is not handed out from what was read.
+func TestReadAheadServesClaimsWithoutScans(t *testing.T) {
+	ctx := context.Background()
+	b := newBed(t, Config{})
+	var all []uint64
+	for range 60 {
+		all = append(all, b.table.add("t", "s", 0, "", 0))
+	}
+	var got []uint64
+	for range readAhead {
+		got = append(got, ids(b.claim(t, 10, spec("w")))...)
+	}
+	if !slices.Equal(got, all[:40]) {
+		t.Fatalf("claimed %v, want %v", got, all[:40])
+	}
+	if n := b.table.count("scan"); n != 1 {
+		t.Fatalf("%d scans for %d claims, want 1", n, readAhead)
+	}
+
+	o := b.owner(t)
+	cs, err := o.Reserve(ctx, 5, spec("w"))
+	if err != nil || len(cs) != 5 {
+		t.Fatalf("reserve: %v, %v", cs, err)
+	}
+	o.Release(cs[2:]) // as a claim over several units gives back what it did not take
+	if got, err := o.Take(ctx, cs[:2], spec("w"), 0, true, size); err != nil || !slices.Equal(ids(got), all[40:42]) {
+		t.Fatalf("take: %v, %v", ids(got), err)
+	}
+	if got := ids(b.claim(t, 5, spec("w"))); !slices.Equal(got, all[42:47]) {
+		t.Fatalf("after a give-back: %v, want %v", got, all[42:47])
+	}
+
+	urgent := b.table.add("t", "s", 9, "", 0)
+	if got := ids(b.claim(t, 1, spec("w"))); !slices.Equal(got, all[47:48]) {
+		t.Fatalf("before TopScanEvery: %v, want %v from what was read", got, all[47:48])
+	}
+	b.tick(100 * time.Millisecond)
+	if got := ids(b.claim(t, 2, spec("w"))); !slices.Equal(got, []uint64{urgent, all[48]}) {
+		t.Fatalf("after TopScanEvery: %v, want %v", got, []uint64{urgent, all[48]})
+	}
+
+	frozen := b.table.get(all[49], "s").msg.VShard
+	sp := spec("w")
+	sp.Exclude = []uint16{frozen}
+	got = ids(b.claim(t, 20, sp))
+	if slices.Contains(got, all[49]) || !slices.Equal(got, all[50:60]) {
+		t.Fatalf("with vshard %d excluded: %v, want %v", frozen, got, all[50:60])
+	}
+	b.tick(100 * time.Millisecond) // behind the cursor: the next scan from the head finds it
+	if got := ids(b.claim(t, 20, spec("w"))); !slices.Equal(got, all[49:50]) {
+		t.Fatalf("once no longer excluded: %v, want %v", got, all[49:50])
+	}
+	seen := map[uint64]bool{}
+	for _, id := range b.owner(t).leaseIDs() {
+		if seen[id] {
+			t.Fatalf("%d leased twice", id)
+		}
+		seen[id] = true
+	}
+	if len(seen) != 61 {
+		t.Fatalf("%d leases in memory, want 61", len(seen))
+	}
+}
+
+// An ordered subscription's claims read nothing ahead: whether a key's
+// next may go is decided at each claim.
+func TestOrderedClaimsReadNothingAhead(t *testing.T) {
+	b := newBed(t, Config{})
+	for i := range 20 {
+		b.table.add("t", "s", 0, "k"+strconv.Itoa(i), 0)
+	}
+	sp := spec("w")
+	sp.Ordered = true
+	for range 4 {
+		if got := b.claim(t, 5, sp); len(got) != 5 {
+			t.Fatalf("claimed %d, want 5", len(got))
+		}
+	}
+	if n := b.table.count("scan"); n != 4 {
+		t.Fatalf("%d scans for 4 ordered claims, want 4", n)
+	}
+	o := b.owner(t)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.ahead) != 0 {
+		t.Fatalf("%d read ahead for an ordered subscription", len(o.ahead))
+	}
+}
