@@ -81,7 +81,11 @@ func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscript
 		c    store.Candidate
 		part int
 	}
-	var all []ranked
+	n := 0
+	for _, p := range parts {
+		n += len(p.cands)
+	}
+	all := make([]ranked, 0, n)
 	for k, p := range parts {
 		for _, c := range p.cands {
 			all = append(all, ranked{c, k})
@@ -92,19 +96,26 @@ func (b *Broker) claimOwned(ctx context.Context, req ClaimRequest, sub subscript
 		return claimedBefore(a.Priority, a.MessageID, c.Priority, c.MessageID)
 	})
 	chosen := make([][]store.Candidate, len(parts))
-	var order []int // parts by their best chosen candidate
+	left := make([][]store.Candidate, len(parts)) // past req.Max: given back
+	var order []int                               // parts by their best chosen candidate
 	for i, r := range all {
 		if i >= req.Max {
-			parts[r.part].owner.Release([]store.Candidate{r.c})
+			left[r.part] = append(left[r.part], r.c)
 			continue
 		}
 		if len(chosen[r.part]) == 0 {
 			order = append(order, r.part)
+			chosen[r.part] = make([]store.Candidate, 0, len(parts[r.part].cands))
 		}
 		chosen[r.part] = append(chosen[r.part], r.c)
 	}
+	for k, cs := range left {
+		if len(cs) > 0 {
+			parts[k].owner.Release(cs)
+		}
+	}
 
-	var out []Delivery
+	out := make([]Delivery, 0, min(n, req.Max))
 	bytes := 0
 	failed := 0
 	var lastErr error

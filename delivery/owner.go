@@ -302,15 +302,17 @@ func (o *Owner) Release(cs []store.Candidate) { o.unreserve(cs) }
 func (o *Owner) unreserve(cs []store.Candidate) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	var back []store.Candidate
 	for _, c := range cs {
 		if !o.reserved[c.MessageID] {
 			continue
 		}
 		delete(o.reserved, c.MessageID)
 		if _, leased := o.leases[c.MessageID]; !leased {
-			o.giveBack(c)
+			back = append(back, c)
 		}
 	}
+	o.giveBack(back)
 }
 
 // readAhead is how many claims' worth an unordered scan reads: the
@@ -326,24 +328,46 @@ func position(c store.Candidate) store.ClaimCursor {
 	return store.ClaimCursor{Priority: c.Priority, MessageID: c.MessageID}
 }
 
-// giveBack returns a candidate reserved but not handed out (o.mu held):
-// into o.ahead when the cursor is past it (no scan from the cursor reads
-// it again), else a scan from the cursor will.
-func (o *Owner) giveBack(c store.Candidate) {
-	if o.cursor == nil || c.MessageID == 0 || claimsBefore(*o.cursor, position(c)) {
+// giveBack returns candidates reserved but not handed out (o.mu held):
+// into o.ahead, in claim order, those the cursor is past (no scan from
+// the cursor reads them again); a scan from the cursor reads the others.
+func (o *Owner) giveBack(cs []store.Candidate) {
+	if o.cursor == nil {
 		return
 	}
-	i, _ := slices.BinarySearchFunc(o.ahead, c, func(a, c store.Candidate) int {
+	back := cs[:0:0]
+	for _, c := range cs {
+		if c.MessageID != 0 && !claimsBefore(*o.cursor, position(c)) && !o.aheadIDs[c.MessageID] {
+			back = append(back, c)
+			o.aheadIDs[c.MessageID] = true
+		}
+	}
+	if len(back) == 0 {
+		return
+	}
+	order := func(a, b store.Candidate) int {
 		switch {
-		case claimsBefore(position(a), position(c)):
+		case claimsBefore(position(a), position(b)):
 			return -1
-		case a.MessageID == c.MessageID:
+		case a.MessageID == b.MessageID:
 			return 0
 		}
 		return 1
-	})
-	o.ahead = slices.Insert(o.ahead, i, c)
-	o.aheadIDs[c.MessageID] = true
+	}
+	slices.SortFunc(back, order)
+	merged := make([]store.Candidate, 0, len(o.ahead)+len(back))
+	i, j := 0, 0
+	for i < len(o.ahead) && j < len(back) {
+		if order(back[j], o.ahead[i]) < 0 {
+			merged = append(merged, back[j])
+			j++
+		} else {
+			merged = append(merged, o.ahead[i])
+			i++
+		}
+	}
+	merged = append(merged, o.ahead[i:]...)
+	o.ahead = append(merged, back[j:]...)
 }
 
 // takeAhead reserves up to n of o.ahead, in claim order (o.mu held).
@@ -352,8 +376,10 @@ func (o *Owner) takeAhead(n int) []store.Candidate {
 	if k == 0 {
 		return nil
 	}
-	taken := slices.Clone(o.ahead[:k])
-	o.ahead = slices.Delete(o.ahead, 0, k)
+	// Capped: an append to taken copies it, and o.ahead only grows at
+	// its end.
+	taken := o.ahead[:k:k]
+	o.ahead = o.ahead[k:]
 	for _, c := range taken {
 		delete(o.aheadIDs, c.MessageID)
 		o.reserved[c.MessageID] = true
@@ -425,7 +451,8 @@ func (o *Owner) Take(ctx context.Context, cs []store.Candidate, spec ClaimSpec, 
 	}
 	now := o.m.now()
 	expires := now.Add(spec.Lease)
-	var fresh, durable []store.Candidate
+	fresh := make([]store.Candidate, 0, len(cs))
+	var durable []store.Candidate
 	used := 0
 	for i, c := range cs {
 		m, ok := bodies[c.MessageID]
@@ -450,7 +477,7 @@ func (o *Owner) Take(ctx context.Context, cs []store.Candidate, spec ClaimSpec, 
 		fresh = fresh[:o.m.admit(len(fresh))]
 	}
 	token := rand.Uint64() | 1
-	var out []Claimed
+	out := make([]Claimed, 0, len(cs))
 	o.mu.Lock()
 	if o.lost || o.releasing {
 		o.mu.Unlock()
@@ -567,10 +594,10 @@ func (o *Owner) hold(ctx context.Context, op Op) (*lease, error) {
 // each is answered after that flush committed.
 func (o *Owner) Ack(ctx context.Context, ops []Op) []Outcome {
 	out := make([]Outcome, len(ops))
-	item := flushItem{owner: o}
-	var held []*lease
-	var idx []int
-	seen := map[uint64]bool{}
+	item := flushItem{owner: o, acks: make([]store.OwnedAck, 0, len(ops))}
+	held := make([]*lease, 0, len(ops))
+	idx := make([]int, 0, len(ops))
+	seen := make(map[uint64]bool, len(ops))
 	for i, op := range ops {
 		if seen[op.MessageID] {
 			// The same receipt twice in one request: the first acks it.
