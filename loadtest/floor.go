@@ -34,7 +34,8 @@ import (
 // Its tables live in the database its DB was opened on and are named
 // floor_*; they are a benchmark's schema, not the product's (package store
 // holds those). The queue layout's are not partitioned; the inline
-// layout's message table is, by month as the product's (LayoutInline).
+// layout's message table is, by month as the product's (LayoutInline);
+// the one-row layout's is not (LayoutOneRow).
 type Floor struct {
 	DB *sql.DB
 	// Layout is where the default subscription's delivery lives. Defaults
@@ -57,7 +58,7 @@ type Floor struct {
 	ids     atomic.Uint64 // router-generated ids, as the contract asks
 	token   atomic.Uint64
 	genOnce sync.Once
-	gen     *idgen.Gen // the inline layout's message ids (messageID)
+	gen     *idgen.Gen // the inline and one-row layouts' message ids (messageID)
 }
 
 // FloorLayout is where a floor keeps the default subscription's delivery.
@@ -81,24 +82,40 @@ const (
 	// final ack on the message row (Acks AckFolded), and no delivery row
 	// to lease out (LeasedOut false).
 	LayoutInline
+	// LayoutOneRow makes the message row the dedup registry as well: a
+	// produced message is one row, in floor_store, which is not
+	// partitioned so that a unique key on (topic, msg_key) can hold
+	// (MySQL asks every unique key of a partitioned table to include the
+	// partitioning column; store's message_key is a table of its own for
+	// that reason). The row carries what the registry's did (the payload's
+	// hash, which tells a duplicate from a conflict) and the default
+	// subscription's delivery as LayoutInline's does, with the same claim
+	// index, now one index rather than one per month; an ack names rows by
+	// id alone. It is the floor of a schema whose produce writes one row,
+	// the peer's count (docs/performance.md, "The baseline, the peer and
+	// the floor"). The same restrictions as LayoutInline apply.
+	LayoutOneRow
 )
 
 // String names the layout for reports.
 func (l FloorLayout) String() string {
-	if l == LayoutInline {
+	switch l {
+	case LayoutInline:
 		return "inline"
+	case LayoutOneRow:
+		return "onerow"
 	}
 	return "queue"
 }
 
-// errInlineOwnedOnly: the inline layout's claims are the owner's
-// (ConsumeOwned); it has no durable lease to write.
-var errInlineOwnedOnly = errors.New("floor: the inline layout has only the owned consume (ConsumeOwned)")
+// errOwnedOnly: the inline and one-row layouts' claims are the owner's
+// (ConsumeOwned); they have no durable lease to write.
+var errOwnedOnly = errors.New("floor: the inline and one-row layouts have only the owned consume (ConsumeOwned)")
 
 // check refuses settings the layout cannot honour.
 func (f *Floor) check() error {
-	if f.Layout == LayoutInline && (f.Acks != AckFolded || f.LeasedOut) {
-		return fmt.Errorf("floor: the inline layout acks on the message row (Acks %s, not %s) and has no delivery row to lease out", AckFolded, f.Acks)
+	if f.Layout != LayoutQueue && (f.Acks != AckFolded || f.LeasedOut) {
+		return fmt.Errorf("floor: the %s layout acks on the message row (Acks %s, not %s) and has no delivery row to lease out", f.Layout, AckFolded, f.Acks)
 	}
 	return nil
 }
@@ -164,6 +181,35 @@ const (
   KEY idx_claim (topic, dlv_state, priority DESC, id, available_at)
 ) ENGINE=InnoDB
 `
+	// floorOneRowStore is LayoutOneRow's floor_store: LayoutInline's
+	// columns and claim index, the registry's payload hash, and the
+	// registry's unique key (uk_key: a key stored already fails the
+	// insert, error 1062). Not partitioned, so the primary key is the id
+	// alone and a claim reads one claim index. Retention would delete
+	// rows in batches instead of dropping months; ids carry their
+	// creation time (idgen), so a range of ids below idgen.Floor(cutoff)
+	// walks the primary key, and the table has no index on created_at.
+	floorOneRowStore = `CREATE TABLE floor_store (
+  id BIGINT UNSIGNED NOT NULL,
+  created_at DATETIME(3) NOT NULL,
+  topic VARBINARY(128) NOT NULL,
+  msg_key VARBINARY(256) NOT NULL,
+  payload_hash BINARY(16) NOT NULL,
+  priority TINYINT UNSIGNED NOT NULL,
+  payload MEDIUMBLOB NOT NULL,
+  msg_status TINYINT UNSIGNED NOT NULL DEFAULT 0,
+  status_at DATETIME(6) NULL,
+  acked_sub VARBINARY(128) NULL,
+  acked_by VARBINARY(128) NULL,
+  acked_attempt SMALLINT UNSIGNED NULL,
+  acked_claimed_at DATETIME(6) NULL,
+  acked_request VARBINARY(64) NULL,
+  dlv_state TINYINT UNSIGNED NOT NULL DEFAULT 0,
+  available_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (id),
+  UNIQUE KEY uk_key (topic, msg_key),
+  KEY idx_claim (topic, dlv_state, priority DESC, id, available_at)
+) ENGINE=InnoDB`
 	floorQueue = `CREATE TABLE floor_queue (
   message_id BIGINT UNSIGNED NOT NULL,
   subscription VARBINARY(128) NOT NULL,
@@ -191,7 +237,8 @@ const (
 ) ENGINE=InnoDB`
 )
 
-// Create drops and creates the floor's tables, those of its Layout.
+// Create drops and creates the floor's tables, those of its Layout. The
+// one-row layout has no floor_key: its message rows are the registry.
 func (f *Floor) Create(ctx context.Context) error {
 	if err := f.check(); err != nil {
 		return err
@@ -205,11 +252,15 @@ func (f *Floor) Create(ctx context.Context) error {
 	if f.LeasedOut {
 		claimKey = "topic, subscription, leased, priority DESC, message_id, available_at"
 	}
-	messages := floorStore
-	if f.Layout == LayoutInline {
-		messages = floorInlineStore + store.MonthPartitions("created_at", f.now())
+	tables := []string{floorKey, floorStore, fmt.Sprintf(floorQueue, claimKey), floorTrace}
+	switch f.Layout {
+	case LayoutInline:
+		tables[1] = floorInlineStore + store.MonthPartitions("created_at", f.now())
+	case LayoutOneRow:
+		tables = tables[1:]
+		tables[0] = floorOneRowStore
 	}
-	for _, q := range []string{floorKey, messages, fmt.Sprintf(floorQueue, claimKey), floorTrace} {
+	for _, q := range tables {
 		if _, err := f.DB.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("floor: create tables: %w", err)
 		}
@@ -217,12 +268,13 @@ func (f *Floor) Create(ctx context.Context) error {
 	return nil
 }
 
-// messageID is a new message's id and creation time. The inline layout's
-// ids are the product's (idgen: the creation time is in the id, so that
-// an ack names the row's partition from its id alone); the queue
-// layout's are a counter and created_at the publish time.
+// messageID is a new message's id and creation time. The inline and
+// one-row layouts' ids are the product's (idgen: the creation time is in
+// the id, so that an ack names the row's partition from its id alone, and
+// ids in creation order are the one-row layout's retention order); the
+// queue layout's are a counter and created_at the publish time.
 func (f *Floor) messageID(now time.Time) (uint64, time.Time) {
-	if f.Layout != LayoutInline {
+	if f.Layout == LayoutQueue {
 		return f.ids.Add(1), now
 	}
 	f.genOnce.Do(func() { f.gen = idgen.New(f.now) })
@@ -230,11 +282,11 @@ func (f *Floor) messageID(now time.Time) (uint64, time.Time) {
 	return id, idgen.Time(id)
 }
 
-// rowsByID is the condition naming rows of floor_store by id: id IN (…),
-// or in the inline layout each row's whole primary key, (id, created_at)
-// with the time taken from the id, as store's idList writes it (one pair
-// as "id = ? AND created_at = ?", which MariaDB's UPDATE can use an index
-// for). It answers the condition and its arguments.
+// rowsByID is the condition naming rows of floor_store by id: id IN (…)
+// (the queue and one-row layouts' primary key), or in the inline layout
+// each row's whole primary key, (id, created_at) with the time taken from
+// the id, as store's idList writes it (one pair as "id = ? AND created_at
+// = ?", which MariaDB's UPDATE can use an index for). It answers the condition and its arguments.
 func (f *Floor) rowsByID(ids []uint64) (string, []any) {
 	if f.Layout != LayoutInline {
 		return "id IN (" + marks(len(ids)) + ")", idArgs(ids)
@@ -306,9 +358,11 @@ const FloorSubscription = "default"
 
 // Publish writes msgs to topic in one transaction: a registry row, a
 // message row and (LayoutQueue) a delivery row each, one multi-row INSERT
-// per table; the inline layout's message row is the delivery as well. A
-// key already registered fails the transaction (the floor's keys are
-// unique; the registry's primary key is the dedup check).
+// per table; the inline layout's message row is the delivery as well, and
+// the one-row layout's is the delivery and the registry row, one INSERT
+// in all. A key already registered fails the transaction (the floor's keys
+// are unique; the registry's primary key, or the one-row layout's unique
+// key, is the dedup check).
 func (f *Floor) Publish(ctx context.Context, topic string, msgs []FloorMessage) error {
 	if len(msgs) == 0 {
 		return nil
@@ -321,22 +375,31 @@ func (f *Floor) Publish(ctx context.Context, topic string, msgs []FloorMessage) 
 	keys := insert{"INSERT INTO floor_key (topic, msg_key, message_id, payload_hash) VALUES ", "(?,?,?,?)", make([]any, 0, 4*len(msgs))}
 	stored := insert{"INSERT INTO floor_store (id, created_at, topic, msg_key, payload) VALUES ", "(?,?,?,?,?)", make([]any, 0, 5*len(msgs))}
 	queue := insert{"INSERT INTO floor_queue (message_id, subscription, topic, priority, available_at) VALUES ", "(?,?,?,?,?)", nil}
-	if f.Layout == LayoutInline {
+	switch f.Layout {
+	case LayoutQueue:
+		queue.args = make([]any, 0, 5*len(msgs))
+	case LayoutInline:
 		stored.head = "INSERT INTO floor_store (id, created_at, topic, msg_key, priority, payload, available_at) VALUES "
 		stored.row = "(?,?,?,?,?,?,?)"
-	} else {
-		queue.args = make([]any, 0, 5*len(msgs))
+	case LayoutOneRow:
+		keys.args = nil
+		stored = insert{"INSERT INTO floor_store (id, created_at, topic, msg_key, payload_hash, priority, payload, available_at) VALUES ",
+			"(?,?,?,?,?,?,?,?)", make([]any, 0, 8*len(msgs))}
 	}
 	for _, m := range msgs {
 		id, created := f.messageID(now)
 		sum := md5.Sum(m.Payload)
-		keys.args = append(keys.args, topic, m.Key, id, sum[:])
-		if f.Layout == LayoutInline {
+		switch f.Layout {
+		case LayoutQueue:
+			keys.args = append(keys.args, topic, m.Key, id, sum[:])
+			stored.args = append(stored.args, id, created, topic, m.Key, m.Payload)
+			queue.args = append(queue.args, id, FloorSubscription, topic, 0, now)
+		case LayoutInline:
+			keys.args = append(keys.args, topic, m.Key, id, sum[:])
 			stored.args = append(stored.args, id, created, topic, m.Key, 0, m.Payload, now)
-			continue
+		case LayoutOneRow:
+			stored.args = append(stored.args, id, created, topic, m.Key, sum[:], 0, m.Payload, now)
 		}
-		stored.args = append(stored.args, id, created, topic, m.Key, m.Payload)
-		queue.args = append(queue.args, id, FloorSubscription, topic, 0, now)
 	}
 	return f.inTx(ctx, "publish", func(tx *sql.Tx) error {
 		for _, st := range []insert{keys, stored, queue} {
@@ -365,8 +428,8 @@ type FloorLease struct {
 // skipping rows another claim holds, and reads their bodies: one short
 // transaction of a locking read, the lease update and the body read.
 func (f *Floor) Claim(ctx context.Context, topic, consumer string, limit int, visibility time.Duration) ([]FloorLease, error) {
-	if f.Layout == LayoutInline {
-		return nil, errInlineOwnedOnly
+	if f.Layout != LayoutQueue {
+		return nil, errOwnedOnly
 	}
 	// Only the LeasedOut layout has the flag in its index; with the
 	// product's layout a condition on it would read every walked row.
@@ -417,8 +480,8 @@ func (f *Floor) Claim(ctx context.Context, topic, consumer string, limit int, vi
 // transaction. A lease the token no longer holds fails the whole ack: the
 // floor's leases never expire during a run.
 func (f *Floor) Ack(ctx context.Context, leases []FloorLease) error {
-	if f.Layout == LayoutInline {
-		return errInlineOwnedOnly
+	if f.Layout != LayoutQueue {
+		return errOwnedOnly
 	}
 	if len(leases) == 0 {
 		return nil
@@ -459,10 +522,10 @@ func (f *Floor) Ack(ctx context.Context, leases []FloorLease) error {
 // columns the product's final ack writes (store's markAcked: status and
 // its time, subscription, consumer, attempt, claim time, request; request
 // NULL when empty). One claim's leases share consumer, attempt and claim
-// time, so one UPDATE with constants carries them. In the inline layout
-// the same update ends the default subscription's delivery, and only a
-// delivery still ready is acked: an ack of a message acked already
-// changes fewer rows than it names, and fails.
+// time, so one UPDATE with constants carries them. In the inline and
+// one-row layouts the same update ends the default subscription's
+// delivery, and only a delivery still ready is acked: an ack of a message
+// acked already changes fewer rows than it names, and fails.
 func (f *Floor) finalAck(ctx context.Context, tx *sql.Tx, leases []FloorLease, request string, now time.Time) error {
 	l := leases[0]
 	var req any
@@ -475,13 +538,13 @@ func (f *Floor) finalAck(ctx context.Context, tx *sql.Tx, leases []FloorLease, r
 	}
 	byID, args := f.rowsByID(ids)
 	q := "UPDATE floor_store SET msg_status = 1, status_at = ?, acked_sub = ?, acked_by = ?, acked_attempt = ?, acked_claimed_at = ?, acked_request = ?"
-	if f.Layout == LayoutInline {
-		q += ", dlv_state = 1 WHERE dlv_state = 0 AND " + byID
-	} else {
+	if f.Layout == LayoutQueue {
 		q += " WHERE " + byID
+	} else {
+		q += ", dlv_state = 1 WHERE dlv_state = 0 AND " + byID
 	}
 	res, err := tx.ExecContext(ctx, q, append([]any{now, FloorSubscription, l.Consumer, l.Attempt, l.ClaimedAt, req}, args...)...)
-	if err != nil || f.Layout != LayoutInline {
+	if err != nil || f.Layout == LayoutQueue {
 		return err
 	}
 	if n, err := res.RowsAffected(); err != nil || n != int64(len(ids)) {
@@ -490,13 +553,13 @@ func (f *Floor) finalAck(ctx context.Context, tx *sql.Tx, leases []FloorLease, r
 	return nil
 }
 
-// Counts reads how many messages, live deliveries (the inline layout's
-// ready message rows among them), `acked` events (trace rows, or folded
-// into message rows) and consumed messages the floor holds: what a test
-// checks after a run.
+// Counts reads how many messages, live deliveries (the inline and one-row
+// layouts' ready message rows among them), `acked` events (trace rows, or
+// folded into message rows) and consumed messages the floor holds: what a
+// test checks after a run.
 func (f *Floor) Counts(ctx context.Context) (messages, deliveries, acked, consumed int64, err error) {
 	live := "(SELECT COUNT(*) FROM floor_queue)"
-	if f.Layout == LayoutInline {
+	if f.Layout != LayoutQueue {
 		live += " + (SELECT COUNT(*) FROM floor_store WHERE dlv_state = 0)"
 	}
 	err = f.DB.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM floor_store), "+live+","+
@@ -774,9 +837,9 @@ func idArgs(ids []uint64) []any {
 // read of the claim index from a cursor plus the bodies (no lease row, no
 // commit), and acks from every worker are coalesced into one transaction
 // (an epoch check of the owner row, the delete, and Acks' rows; in the
-// inline layout the epoch check and one update of the message rows per
-// ack request) every flushEvery or flushMax acks. An ack returns only
-// after its flush committed.
+// inline and one-row layouts the epoch check and one update of the
+// message rows per ack request) every flushEvery or flushMax acks. An ack
+// returns only after its flush committed.
 func (f *Floor) ConsumeOwned(ctx context.Context, topic string, workers, batch int, backlog int64, flushEvery time.Duration, flushMax int) (FloorRun, error) {
 	if err := f.check(); err != nil {
 		return FloorRun{}, err
@@ -871,8 +934,9 @@ type floorOwner struct {
 
 // Owned claims find ready deliveries through the layout's claim index,
 // from the owner's cursor, in claim order, without locks: floor_queue's
-// idx_claim, or the inline layout's on floor_store (one index per month
-// partition, merged).
+// idx_claim, or the inline and one-row layouts' on floor_store (the
+// inline layout's is one index per month partition, merged; the one-row
+// layout's table is not partitioned).
 const (
 	floorOwnedScan = "SELECT message_id FROM floor_queue WHERE topic = ? AND subscription = ? AND available_at <= ?" +
 		" AND (priority < 0 OR (priority = 0 AND message_id > ?)) ORDER BY priority DESC, message_id LIMIT ?"
@@ -886,7 +950,7 @@ func (o *floorOwner) claim(ctx context.Context, consumer string, n int) ([]Floor
 	if len(o.buf) < n {
 		ids, err := func() ([]uint64, error) {
 			q, args := floorOwnedScan, []any{o.topic, FloorSubscription, now, o.cursor, 4 * n}
-			if o.f.Layout == LayoutInline {
+			if o.f.Layout != LayoutQueue {
 				q, args = floorInlineOwnedScan, []any{o.topic, now, o.cursor, 4 * n}
 			}
 			rows, err := o.f.DB.QueryContext(ctx, q, args...)
@@ -946,8 +1010,8 @@ func (o *floorOwner) claim(ctx context.Context, consumer string, n int) ([]Floor
 
 // flush writes acks in one transaction: the owner's epoch checked, then
 // in the queue layout the deliveries deleted and Acks' rows written; in
-// the inline layout each ack request's final ack on its message rows,
-// which ends their delivery (finalAck).
+// the inline and one-row layouts each ack request's final ack on its
+// message rows, which ends their delivery (finalAck).
 func (o *floorOwner) flush(ctx context.Context, acks []floorAck) error {
 	now := o.f.now()
 	var leases []FloorLease
@@ -974,7 +1038,7 @@ func (o *floorOwner) flush(ctx context.Context, acks []floorAck) error {
 		if epoch != 1 {
 			return fmt.Errorf("epoch %d", epoch)
 		}
-		if o.f.Layout == LayoutInline {
+		if o.f.Layout != LayoutQueue {
 			return finalAcks(tx)
 		}
 		res, err := tx.ExecContext(ctx, "DELETE FROM floor_queue WHERE subscription = ? AND message_id IN ("+marks(len(ids))+")",

@@ -3,11 +3,14 @@ package loadtest
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/internal/testtime"
@@ -158,13 +161,13 @@ func TestFloorAckNeedsTheLease(t *testing.T) {
 }
 
 // TestFloorOwnedConsumesEachMessageOnce drains a backlog with the owned
-// consume in both layouts, the final ack on the message row: every
+// consume in every layout, the final ack on the message row: every
 // message of the topic consumed once with its ack, the other topic's
 // left as they were.
 func TestFloorOwnedConsumesEachMessageOnce(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
-	for _, layout := range []FloorLayout{LayoutQueue, LayoutInline} {
+	for _, layout := range []FloorLayout{LayoutQueue, LayoutInline, LayoutOneRow} {
 		t.Run(layout.String(), func(t *testing.T) {
 			t.Parallel()
 			ctx := testtime.Context(t)
@@ -246,29 +249,7 @@ func TestFloorInlineLayout(t *testing.T) {
 			t.Fatalf("partition %s holds %d messages (%v); want %d", store.PartitionName(month), n, err, want)
 		}
 	}
-	plan := map[string]sql.NullString{}
-	rows, err := db.QueryContext(ctx, "EXPLAIN "+floorInlineOwnedScan, "t", now, 0, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cols, _ := rows.Columns()
-	for rows.Next() {
-		v := make([]sql.NullString, len(cols))
-		dest := make([]any, len(cols))
-		for i := range v {
-			dest[i] = &v[i]
-		}
-		if err := rows.Scan(dest...); err != nil {
-			t.Fatal(err)
-		}
-		for i, c := range cols {
-			plan[c] = v[i]
-		}
-	}
-	rows.Close()
-	if plan["key"].String != "idx_claim" || strings.Contains(plan["Extra"].String, "filesort") {
-		t.Fatalf("the owned claim's scan reads key %q (%s); want idx_claim in claim order", plan["key"].String, plan["Extra"].String)
-	}
+	checkClaimScan(t, db, now)
 
 	if _, err := next.ConsumeOwned(ctx, "t", 3, 30, 500, 2*time.Millisecond, 120); err != nil {
 		t.Fatal(err)
@@ -296,6 +277,151 @@ func TestFloorInlineLayout(t *testing.T) {
 	}
 	var by string
 	if err := db.QueryRowContext(ctx, "SELECT acked_by FROM floor_store WHERE id = ?", id).Scan(&by); err != nil || by == "late" {
+		t.Fatalf("the second ack was written: acked_by %q (%v)", by, err)
+	}
+}
+
+// checkClaimScan fails the test unless the owned claim's scan of the
+// message rows (floorInlineOwnedScan) reads idx_claim in claim order, with
+// no sort.
+func checkClaimScan(t *testing.T, db *sql.DB, now time.Time) {
+	t.Helper()
+	plan := map[string]sql.NullString{}
+	rows, err := db.QueryContext(testtime.Context(t), "EXPLAIN "+floorInlineOwnedScan, "t", now, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		v := make([]sql.NullString, len(cols))
+		dest := make([]any, len(cols))
+		for i := range v {
+			dest[i] = &v[i]
+		}
+		if err := rows.Scan(dest...); err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range cols {
+			plan[c] = v[i]
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if plan["key"].String != "idx_claim" || strings.Contains(plan["Extra"].String, "filesort") {
+		t.Fatalf("the owned claim's scan reads key %q (%s); want idx_claim in claim order", plan["key"].String, plan["Extra"].String)
+	}
+}
+
+// TestFloorOneRowLayout checks the one-row layout's budget: a produced
+// message is one row, in a table that is not partitioned and has no
+// registry beside it; a key stored already in the topic fails its whole
+// batch (in another topic it is a new message); the owned consume finds
+// the messages through the claim index (in claim order, no sort) and
+// hands each out once; an ack updates the message row, and a second ack
+// of it changes nothing and fails.
+func TestFloorOneRowLayout(t *testing.T) {
+	testbed.Need(t)
+	t.Parallel()
+	ctx := testtime.Context(t)
+	db := setupFloor(t).DB
+	if err := (&Floor{DB: db, Layout: LayoutOneRow}).Create(ctx); err == nil {
+		t.Fatal("a one-row floor with the budget's ack (a trace row) was created")
+	}
+	now := time.Now().UTC()
+	f := &Floor{DB: db, Layout: LayoutOneRow, Acks: AckFolded}
+	if err := f.Create(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var registries, partitions int64
+	if err := db.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'floor_key'),"+
+		" (SELECT COUNT(*) FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'floor_store' AND PARTITION_NAME IS NOT NULL)").
+		Scan(&registries, &partitions); err != nil || registries != 0 || partitions != 0 {
+		t.Fatalf("floor_key tables %d, floor_store partitions %d (%v); want 0, 0", registries, partitions, err)
+	}
+	if err := f.Preload(ctx, "t", 300, 3, 50); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Preload(ctx, "other", 30, 2, 10); err != nil {
+		t.Fatal(err)
+	}
+	rowsPerTable := func() (stored, hashed, queued, traced int64) {
+		t.Helper()
+		if err := db.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM floor_store), (SELECT COUNT(*) FROM floor_store WHERE payload_hash = UNHEX(MD5(payload))),"+
+			" (SELECT COUNT(*) FROM floor_queue), (SELECT COUNT(*) FROM floor_trace)").Scan(&stored, &hashed, &queued, &traced); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if stored, hashed, queued, traced := rowsPerTable(); stored != 330 || hashed != 330 || queued != 0 || traced != 0 {
+		t.Fatalf("after 330 produced: %d messages (%d with their payload's hash), %d deliveries, %d trace rows; want 330, 330, 0, 0",
+			stored, hashed, queued, traced)
+	}
+
+	var reused string
+	if err := db.QueryRowContext(ctx, "SELECT msg_key FROM floor_store WHERE topic = 't' ORDER BY id DESC LIMIT 1").Scan(&reused); err != nil {
+		t.Fatal(err)
+	}
+	batch := []FloorMessage{{Key: "fresh", Payload: []byte(`{}`)}, {Key: reused, Payload: []byte(`{}`)}}
+	var dup *mysql.MySQLError
+	if err := f.Publish(ctx, "t", batch); !errors.As(err, &dup) || dup.Number != 1062 {
+		t.Fatalf("key %q published twice in topic t: %v; want a duplicate key (1062)", reused, err)
+	}
+	if stored, _, _, _ := rowsPerTable(); stored != 330 {
+		t.Fatalf("a batch with a reused key left %d messages; want 330 (none of the batch)", stored)
+	}
+	if err := f.Publish(ctx, "elsewhere", batch); err != nil {
+		t.Fatalf("topic t's key in another topic: %v", err)
+	}
+
+	checkClaimScan(t, db, now)
+	if _, err := f.ConsumeOwned(ctx, "t", 3, 30, 300, 2*time.Millisecond, 120); err != nil {
+		t.Fatal(err)
+	}
+	messages, deliveries, acked, consumed, err := f.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if messages != 332 || deliveries != 32 || acked != 300 || consumed != 300 {
+		t.Fatalf("messages %d, deliveries %d, acked %d, consumed %d; want 332, 32 (the other topics'), 300, 300", messages, deliveries, acked, consumed)
+	}
+	var handedTwice int64
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM floor_store WHERE topic = 't' AND (dlv_state <> 1 OR msg_status <> 1 OR acked_request IS NULL)").
+		Scan(&handedTwice); err != nil || handedTwice != 0 {
+		t.Fatalf("%d of topic t's messages not acked once (%v)", handedTwice, err)
+	}
+	if _, err := f.Claim(ctx, "t", "c", 1, time.Minute); err == nil {
+		t.Fatal("the one-row layout wrote a durable lease")
+	}
+
+	// Two more messages of t, claimed and acked by the owner (its epoch
+	// row is the consume's).
+	if err := f.Publish(ctx, "t", []FloorMessage{{Key: "solo-1", Payload: []byte(`{}`)}, {Key: "solo-2", Payload: []byte(`{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	o := &floorOwner{f: f, topic: "t", inflight: map[uint64]bool{}}
+	leases, err := o.claim(ctx, "first", 10)
+	if err != nil || len(leases) != 2 {
+		t.Fatalf("claim of the two new messages: %d leases, %v; want 2", len(leases), err)
+	}
+	if err := o.flush(ctx, []floorAck{{leases: leases, request: "once"}}); err != nil {
+		t.Fatal(err)
+	}
+	var state, status int
+	var by, request string
+	if err := db.QueryRowContext(ctx, "SELECT dlv_state, msg_status, acked_by, acked_request FROM floor_store WHERE id = ?", leases[0].MessageID).
+		Scan(&state, &status, &by, &request); err != nil || state != 1 || status != 1 || by != "first" || request != "once" {
+		t.Fatalf("after the ack: state %d, status %d, acked by %q, request %q (%v); want 1, 1, first, once", state, status, by, request, err)
+	}
+	again := floorAck{leases: []FloorLease{{MessageID: leases[0].MessageID, Consumer: "late", Attempt: 1, ClaimedAt: now}}, request: "again"}
+	if err := o.flush(ctx, []floorAck{again}); err == nil {
+		t.Fatal("a message acked twice")
+	}
+	if err := db.QueryRowContext(ctx, "SELECT acked_by FROM floor_store WHERE id = ?", leases[0].MessageID).Scan(&by); err != nil || by != "first" {
 		t.Fatalf("the second ack was written: acked_by %q (%v)", by, err)
 	}
 }

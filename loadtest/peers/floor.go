@@ -13,7 +13,8 @@ import (
 // its own database beside the peer's, with the peer's phase shapes: the
 // same publishers and batch, the same backlog; its single-message phase
 // has the client scenario's senders. Its phases' target is "floor" for
-// the queue layout (the product's) and "floor-inline" for the inline one.
+// the queue layout (the product's) and "floor-" and the layout's name for
+// the others ("floor-inline", "floor-onerow").
 type floorPhases struct {
 	db     *sql.DB
 	f      *loadtest.Floor
@@ -43,8 +44,8 @@ func newFloor(ctx context.Context, dsn, database string, o options, cpu []loadte
 	db.SetMaxOpenConns(128)
 	db.SetMaxIdleConns(128)
 	fl := &floorPhases{db: db, f: floor(db), o: o, cpu: cpu, target: "floor"}
-	if fl.f.Layout == loadtest.LayoutInline {
-		fl.target = "floor-inline"
+	if fl.f.Layout != loadtest.LayoutQueue {
+		fl.target = "floor-" + fl.f.Layout.String()
 	}
 	if err := fl.f.Create(ctx); err != nil {
 		db.Close()

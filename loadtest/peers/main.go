@@ -177,6 +177,16 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 		return err
 	}
 	defer inline.close()
+	// The one-row layout (the message row is the dedup registry and the
+	// default subscription's delivery; not partitioned), with the same
+	// final ack as the inline layout.
+	onerow, err := newFloor(ctx, primary.DSN(""), "peer_floor_onerow", o, cpu, func(db *sql.DB) *loadtest.Floor {
+		return &loadtest.Floor{DB: db, Layout: loadtest.LayoutOneRow, Acks: loadtest.AckFolded}
+	})
+	if err != nil {
+		return err
+	}
+	defer onerow.close()
 	// ownedFolded is the queue layout's owned consume with the product's
 	// final ack (on the message row), the inline layout's counterpart.
 	ownedFolded := func(name string) (phase, error) {
@@ -200,11 +210,14 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 		if err := addPeer(inline.consumeOwned(ctx, "floor inline owned consume")); err != nil {
 			return err
 		}
+		if err := addPeer(onerow.consumeOwned(ctx, "floor onerow owned consume")); err != nil {
+			return err
+		}
 		return addPeer(p.consume(ctx, "peer consume #2"))
 	}
 	// Produce: peer, router (bench-produce, one round: baseline, router
 	// batched, router single), the floor (batched, single, inline
-	// batched), peer.
+	// batched, one-row batched), peer.
 	if err := addPeer(p.publish(ctx, "peer publish #1")); err != nil {
 		return err
 	}
@@ -222,11 +235,14 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 	if err := addPeer(inline.produceBatched(ctx, "floor inline publish")); err != nil {
 		return err
 	}
+	if err := addPeer(onerow.produceBatched(ctx, "floor onerow publish")); err != nil {
+		return err
+	}
 	if err := addPeer(p.publish(ctx, "peer publish #2")); err != nil {
 		return err
 	}
 	// Consume: peer, router (bench-consume, one round), the floor
-	// (durable leases; owned in both layouts), peer.
+	// (durable leases; owned in every layout), peer.
 	if err := addPeer(p.consume(ctx, "peer consume #1")); err != nil {
 		return err
 	}
@@ -251,6 +267,9 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 	if err := addPeer(inline.consumeOwned(ctx, "floor inline owned consume")); err != nil {
 		return err
 	}
+	if err := addPeer(onerow.consumeOwned(ctx, "floor onerow owned consume")); err != nil {
+		return err
+	}
 	if err := addPeer(p.consume(ctx, "peer consume #2")); err != nil {
 		return err
 	}
@@ -266,6 +285,8 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 		"floor_owned_consume":  rate(rep.Phases, "floor-owned", "consume") / rate(rep.Phases, "peer", "consume"),
 		"floor_inline_consume": rate(rep.Phases, "floor-inline", "consume") / rate(rep.Phases, "peer", "consume"),
 		"floor_inline_produce": rate(rep.Phases, "floor-inline", "produce") / rate(rep.Phases, "peer", "produce"),
+		"floor_onerow_consume": rate(rep.Phases, "floor-onerow", "consume") / rate(rep.Phases, "peer", "consume"),
+		"floor_onerow_produce": rate(rep.Phases, "floor-onerow", "produce") / rate(rep.Phases, "peer", "produce"),
 	}
 	for _, ph := range rep.Phases {
 		for _, pr := range ph.Problems {
@@ -289,6 +310,8 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "floor owned consume ratio floor/peer: %.2f\n", rep.Ratios["floor_owned_consume"])
 	fmt.Fprintf(stdout, "floor inline produce ratio floor/peer: %.2f\n", rep.Ratios["floor_inline_produce"])
 	fmt.Fprintf(stdout, "floor inline consume ratio floor/peer: %.2f\n", rep.Ratios["floor_inline_consume"])
+	fmt.Fprintf(stdout, "floor onerow produce ratio floor/peer: %.2f\n", rep.Ratios["floor_onerow_produce"])
+	fmt.Fprintf(stdout, "floor onerow consume ratio floor/peer: %.2f\n", rep.Ratios["floor_onerow_consume"])
 	fmt.Fprintf(stdout, "consume ratio router/peer: %.2f\n", rep.Ratios["consume"])
 	fmt.Fprintf(stdout, "produce ratio router/peer: %.2f\n", rep.Ratios["produce"])
 	if len(rep.Problems) > 0 {
@@ -652,6 +675,8 @@ func (r *report) markdown() string {
 	w("| floor owned consume (queue layout, ack folded) / peer consume | %.2f |\n", r.Ratios["floor_owned_consume"])
 	w("| floor inline publish (no delivery row: 2 rows) / peer publish | %.2f |\n", r.Ratios["floor_inline_produce"])
 	w("| floor inline owned consume (1 update) / peer consume | %.2f |\n", r.Ratios["floor_inline_consume"])
+	w("| floor onerow publish (the message row is the dedup key: 1 row) / peer publish | %.2f |\n", r.Ratios["floor_onerow_produce"])
+	w("| floor onerow owned consume (1 update) / peer consume | %.2f |\n", r.Ratios["floor_onerow_consume"])
 	for _, p := range r.Problems {
 		w("\nPROBLEM: %s\n", p)
 	}
