@@ -26,8 +26,10 @@ import (
 // writing: each fails the multi-statement (error 1690) when the fence is
 // newer than the flush's map or a unit's epoch is not the flush's, so
 // that nothing after it runs. The probes take the same shared locks, in
-// the same order, as checkFence and ownerFence, and the statements after
-// them are the general path's; so is the order of the writes. What the
+// the same order, as checkFence and ownerFence; the delete removes the
+// rows of the general path's deletes, one per unit, and its count is
+// their sum; the statements after it are the general path's, in its
+// order (TestFlushAcksFastHoldsTheLocks). What the
 // probes cannot answer goes to the general path, which answers it as it
 // always did, in a transaction of its own after this one rolled back:
 // a fence newer than the flush's (its FenceError), a stale unit (which
@@ -158,8 +160,8 @@ func (s *Store) tryFlushAcksFast(ctx context.Context, batch []OwnedFlush, now ti
 	if err != nil {
 		return nil, flushFast, lostBeforeCommit(fmt.Errorf("flush acks: %w", err))
 	}
-	if len(affected) < len(p.groups) {
-		return nil, flushFast, fmt.Errorf("flush acks: %d statements answered, want %d or more", len(affected), len(p.groups))
+	if stmts := len(p.groups) + min(len(p.traced), 1); len(affected) != stmts {
+		return nil, flushFast, fmt.Errorf("flush acks: %d statements answered, want %d", len(affected), stmts)
 	}
 	var events []Event
 	for i, g := range p.groups {

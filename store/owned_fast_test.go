@@ -414,3 +414,64 @@ func TestFlushAcksFastStatements(t *testing.T) {
 		})
 	}
 }
+
+// The fast flush's first round trip holds what the general path's reads
+// hold until its commit: the shard fence and its units' owner rows under
+// shared locks (a fence raise and a takeover wait for it), and the other
+// deliveries of the messages it acks (another subscription's final ack
+// waits for it).
+func TestFlushAcksFastHoldsTheLocks(t *testing.T) {
+	testbed.Need(t)
+	t.Parallel()
+	ctx := context.Background()
+	sc := newFlushScene(t)
+	now := time.Now().UTC()
+	batch := []OwnedFlush{{Unit: sc.a, Acks: []OwnedAck{sc.ack(0, "w1", now), sc.ack(7, "w1", now)}}}
+	query, args, want := flushAcksFastSQL(batch, Fence{MapVersion: 5}, true)
+	conn, err := sc.f.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	deleted, left, err := deleteAndLock(ctx, conn, query, args)
+	if err != nil || deleted != want || !left[sc.msgs[7]] || left[sc.msgs[0]] {
+		t.Fatalf("first round trip: deleted %d of %d, left %v, %v", deleted, want, left, err)
+	}
+	other, err := sc.f.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	locked := []struct {
+		what, query string
+		args        []any
+	}{
+		{"the shard fence", "SELECT map_version FROM shard_fence WHERE id = 1 FOR UPDATE NOWAIT", nil},
+		{"the unit's owner row", "SELECT epoch FROM delivery_owner WHERE topic = ? AND subscription = ? FOR UPDATE NOWAIT", []any{"t", "a"}},
+		{"the message's other delivery", "SELECT attempts FROM message_queue WHERE message_id = ? AND subscription = ? FOR UPDATE NOWAIT", []any{sc.msgs[7], "b"}},
+	}
+	try := func(query string, args []any) error {
+		if _, err := other.ExecContext(ctx, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+		defer other.ExecContext(ctx, "ROLLBACK")
+		rows, err := other.QueryContext(ctx, query, args...)
+		if err == nil {
+			rows.Close()
+		}
+		return err
+	}
+	for _, l := range locked {
+		if err := try(l.query, l.args); err == nil {
+			t.Errorf("%s is not locked by the fast flush", l.what)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range locked {
+		if err := try(l.query, l.args); err != nil {
+			t.Errorf("%s after the rollback: %v", l.what, err)
+		}
+	}
+}
