@@ -336,9 +336,10 @@ type ackPlan struct {
 	traced []Event
 	// groups: the final acks, one markAcked each.
 	groups []ackGroup
-	// at is the time markAcked writes, the flush's to the microsecond:
-	// the row's time is what ackedOn compares, and the driver sends
-	// nanoseconds, which MariaDB truncates and MySQL rounds.
+	// now is the flush's time, the trace events'; at is the time
+	// markAcked writes, now to the microsecond: the row's time is what
+	// ackedOn compares, and the driver sends nanoseconds, which MariaDB
+	// truncates and MySQL rounds.
 	at, now time.Time
 }
 
