@@ -265,6 +265,25 @@ func ownerFence(ctx context.Context, tx *sql.Tx, units []OwnedUnit) (map[OwnedUn
 	return stale, nil
 }
 
+// ownerProbeSQL is ownerFence for a multi-statement that cannot look at
+// the epochs before its writes (the fast ack flush, owned_fast.go): it
+// reads and locks the same rows, by the same key, with the same shared
+// locks, and fails — by fenceProbeSQL's overflow, error 1690, so that
+// nothing after it runs — unless every one of units (distinct) has its row
+// with its epoch. Its arguments are appended to args; it returns no
+// result set.
+func ownerProbeSQL(args []any, units []OwnedUnit) (string, []any) {
+	args = append(args, len(units))
+	for _, u := range units {
+		args = append(args, u.Topic, u.Subscription)
+	}
+	for _, u := range units {
+		args = append(args, u.Topic, u.Subscription, u.Epoch)
+	}
+	return "SELECT 9223372036854775807 + (COUNT(*) <> ?) INTO @shardmq_owners FROM delivery_owner WHERE " + pairsIn("topic", "subscription", len(units)) +
+		" AND (topic, subscription, epoch) IN (" + placeholders(len(units), 3) + ") LOCK IN SHARE MODE", args
+}
+
 // Member is a router seen on a cluster.
 type Member struct {
 	Router, Addr string

@@ -912,7 +912,7 @@ func lockLive(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) (map[ui
 // once one sees the other's (or they deadlock and one runs again).
 func withDeliveries(ctx context.Context, tx *sql.Tx, ids []uint64) (map[uint64]bool, error) {
 	args := appendArgs(make([]any, 0, len(ids)), ids)
-	return queryMap(ctx, tx, "lock remaining message_queue", "SELECT DISTINCT message_id, 1 FROM message_queue WHERE message_id IN ("+inList(len(ids))+") LOCK IN SHARE MODE", args,
+	return queryMap(ctx, tx, "lock remaining message_queue", withDeliveriesSQL(len(ids)), args,
 		func(rows *sql.Rows) (uint64, bool, error) {
 			var id uint64
 			var one int
@@ -921,11 +921,43 @@ func withDeliveries(ctx context.Context, tx *sql.Tx, ids []uint64) (map[uint64]b
 		})
 }
 
+// withDeliveriesSQL is withDeliveries' statement for n ids.
+func withDeliveriesSQL(n int) string {
+	return "SELECT DISTINCT message_id, 1 FROM message_queue WHERE message_id IN (" + inList(n) + ") LOCK IN SHARE MODE"
+}
+
+// withDeliveriesCountedSQL is withDeliveries for a multi-statement that
+// has no round trip to spare (the fast ack flush, owned_fast.go): its
+// first row is (ROW_COUNT(), 0) — how many rows the statement before it
+// changed, the flush's deletes — and the others (message_id, 1), the same
+// rows with the same locks as withDeliveries'.
+func withDeliveriesCountedSQL(args []any, ids []uint64) (string, []any) {
+	return "(SELECT ROW_COUNT(), 0) UNION ALL (" + withDeliveriesSQL(len(ids)) + ")", appendArgs(args, ids)
+}
+
 // deleteOwned deletes acked deliveries of a subscription and answers how
 // many were there.
 func deleteOwned(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) (int64, error) {
 	where, args := subscriptionIDs(nil, sub, ids)
 	return execCount(ctx, tx, "delete acked message_queue", "DELETE FROM message_queue WHERE "+where, args...)
+}
+
+// deleteOwnedManySQL is deleteOwned for the acks of several subscriptions
+// (ids[i] of subs[i]) in one statement; with one subscription it is
+// deleteOwned's. The rows deleted are the union of what deleteOwned would
+// delete for each, so its count is the sum of theirs.
+func deleteOwnedManySQL(args []any, subs []string, ids [][]uint64) (string, []any) {
+	var b strings.Builder
+	b.WriteString("DELETE FROM message_queue WHERE ")
+	for i, sub := range subs {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		var where string
+		where, args = subscriptionIDs(args, sub, ids[i])
+		b.WriteString("(" + where + ")")
+	}
+	return b.String(), args
 }
 
 // retryOwned records a failed attempt held in an owner's memory and makes

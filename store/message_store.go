@@ -321,6 +321,12 @@ type finalAck struct {
 // markAcked marks consumed those of ids whose status is not consumed yet,
 // with their final ack a, and answers how many rows it changed.
 func markAcked(ctx context.Context, tx *sql.Tx, ids []uint64, a finalAck, now time.Time) (int64, error) {
+	q, args := markAckedSQL(nil, ids, a, now)
+	return execCount(ctx, tx, "mark message_store acked", q, args...)
+}
+
+// markAckedSQL is markAcked's statement, its arguments appended to args.
+func markAckedSQL(args []any, ids []uint64, a finalAck, now time.Time) (string, []any) {
 	var b strings.Builder
 	b.WriteString(`UPDATE message_store SET msg_status = ?, status_at = ?, acked_sub = ?, acked_by = ?, acked_attempt = ?,
   acked_claimed_at = ?, acked_request = ? WHERE `)
@@ -328,15 +334,15 @@ func markAcked(ctx context.Context, tx *sql.Tx, ids []uint64, a finalAck, now ti
 	if !a.claimedAt.IsZero() {
 		claimed = a.claimedAt
 	}
-	args := []any{statusCode(StatusConsumed), now, a.sub, nullString(a.consumer), a.attempt, claimed, nullString(a.request)}
+	args = append(args, statusCode(StatusConsumed), now, a.sub, nullString(a.consumer), a.attempt, claimed, nullString(a.request))
 	args = idList(&b, args, ids)
 	b.WriteString(" AND msg_status <> ?")
-	return execCount(ctx, tx, "mark message_store acked", b.String(), append(args, statusCode(StatusConsumed))...)
+	return b.String(), append(args, statusCode(StatusConsumed))
 }
 
 // ackedOn answers which of ids carry on their row a final ack of sub at
 // now (markAcked's), to tell which of a group it changed.
-func ackedOn(ctx context.Context, tx *sql.Tx, ids []uint64, sub string, now time.Time) (map[uint64]bool, error) {
+func ackedOn(ctx context.Context, tx queryer, ids []uint64, sub string, now time.Time) (map[uint64]bool, error) {
 	var b strings.Builder
 	b.WriteString("SELECT id, 1 FROM message_store WHERE ")
 	args := idList(&b, nil, ids)

@@ -78,7 +78,7 @@ type Event struct {
 // costs nothing to rows without one.
 const addRequestIDColumn = `ALTER TABLE message_trace ADD COLUMN request_id VARBINARY(64) NULL`
 
-func insertEvents(ctx context.Context, tx *sql.Tx, evs []Event) error {
+func insertEvents(ctx context.Context, tx execer, evs []Event) error {
 	return execInsertEvents(ctx, tx, "INSERT INTO", evs)
 }
 
@@ -110,8 +110,18 @@ func execInsertEvents(ctx context.Context, tx execer, verb string, evs []Event) 
 	if len(evs) == 0 {
 		return nil
 	}
+	q, args := insertEventsSQL(ctx, make([]any, 0, len(evs)*12), verb, evs)
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return fmt.Errorf("insert message_trace: %w", err)
+	}
+	return nil
+}
+
+// insertEventsSQL is the statement that inserts evs (verb: "INSERT INTO"
+// or "INSERT IGNORE INTO"), its arguments appended to args; an event
+// without a request id takes ctx's.
+func insertEventsSQL(ctx context.Context, args []any, verb string, evs []Event) (string, []any) {
 	rid := reqid.From(ctx)
-	args := make([]any, 0, len(evs)*12)
 	for _, e := range evs {
 		var claimed any
 		if !e.ClaimedAt.IsZero() {
@@ -123,12 +133,8 @@ func execInsertEvents(ctx context.Context, tx execer, verb string, evs []Event) 
 		args = append(args, e.ID, e.At, e.MessageID, e.VShard, nullString(e.Subscription), e.Type, nullString(e.Consumer),
 			e.Attempt, claimed, nullString(e.ErrorCode), nullString(e.Error), nullString(e.RequestID))
 	}
-	_, err := tx.ExecContext(ctx, verb+` message_trace (id, created_at, message_id, vshard, subscription, event, consumer,
-  attempt, claimed_at, error_code, error, request_id) VALUES `+placeholders(len(evs), 12), args...)
-	if err != nil {
-		return fmt.Errorf("insert message_trace: %w", err)
-	}
-	return nil
+	return verb + ` message_trace (id, created_at, message_id, vshard, subscription, event, consumer,
+  attempt, claimed_at, error_code, error, request_id) VALUES ` + placeholders(len(evs), 12), args
 }
 
 // eventsOf reads the trace events of messages ids in time order; types, if

@@ -89,11 +89,54 @@ var errFlushRecount = errors.New("flush: a delivery is gone; recount")
 
 // FlushOwned writes several units' outcomes in one transaction (see
 // OwnedFlush). When the transaction fails, err says why and nothing was
-// written; results are then nil.
+// written; results are then nil. A batch of acks alone, the common case,
+// takes a path of fewer round trips (owned_fast.go) with the same
+// outcomes, locks and answers.
 func (s *Store) FlushOwned(ctx context.Context, batch []OwnedFlush, now time.Time) ([]OwnedResult, error) {
+	out, _, err := s.flushOwned(ctx, batch, now, true)
+	return out, err
+}
+
+// flushPath says which way a flush went (tests check it).
+type flushPath int
+
+const (
+	// flushGeneral: the general path (flushIn) alone: not a batch of acks
+	// alone, or not asked to try the fast path.
+	flushGeneral flushPath = iota
+	// flushFast: the fast path wrote the flush.
+	flushFast
+	// flushRefused: the fast path's fence or epoch probe refused it; the
+	// general path answered (a FenceError, or which units are stale).
+	flushRefused
+	// flushRecount: the fast path found a delivery gone; the general
+	// path's careful pass answered.
+	flushRecount
+)
+
+// flushOwned is FlushOwned, trying the fast path first when fast is set.
+func (s *Store) flushOwned(ctx context.Context, batch []OwnedFlush, now time.Time, fast bool) ([]OwnedResult, flushPath, error) {
+	path := flushGeneral
+	if fast && fastFlushable(ctx, batch) {
+		out, p, err := s.flushAcksFast(ctx, batch, now)
+		if err != nil {
+			return nil, p, err
+		}
+		if p == flushFast {
+			return out, p, nil
+		}
+		path = p
+	}
+	out, err := s.flushInTx(ctx, batch, now, path == flushRecount)
+	return out, path, err
+}
+
+// flushInTx is the general path: flushIn in a transaction of inTx, run
+// again carefully (reading which deliveries are there) when an ack's
+// delivery is gone, or carefully from the start when careful is set.
+func (s *Store) flushInTx(ctx context.Context, batch []OwnedFlush, now time.Time, careful bool) ([]OwnedResult, error) {
 	var out []OwnedResult
 	var died []OwnedUnit
-	careful := false
 	for {
 		err := s.inTx(ctx, txAttempts, s.retryHook("flush"), func(tx *sql.Tx) error {
 			var err error
@@ -266,53 +309,94 @@ func (s *Store) finishAcks(ctx context.Context, tx *sql.Tx, acked []unitAck, now
 	if err != nil {
 		return nil, err
 	}
-	var events []Event
-	traced := func(x unitAck) {
-		ev := s.event(now, x.d, EventAcked, x.a.Consumer, x.a.Attempt, "", "")
-		ev.ClaimedAt, ev.RequestID = x.a.ClaimedAt, x.a.RequestID
-		events = append(events, ev)
+	p := s.planAcks(acked, left, now)
+	events := p.traced
+	for _, g := range p.groups {
+		n, err := markAcked(ctx, tx, g.ids, g.k, p.at)
+		if err != nil {
+			return nil, err
+		}
+		if int(n) == len(g.ids) {
+			continue
+		}
+		evs, err := s.unmarked(ctx, tx, g, p)
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, evs...)
 	}
-	groups := map[finalAck][]unitAck{}
-	var order []finalAck
+	return events, nil
+}
+
+// ackPlan is what finishAcks writes for acks once it knows which of their
+// messages still have a delivery.
+type ackPlan struct {
+	// traced: the acks that leave a delivery of their message, as trace
+	// events.
+	traced []Event
+	// groups: the final acks, one markAcked each.
+	groups []ackGroup
+	// now is the flush's time, the trace events'; at is the time
+	// markAcked writes, now to the microsecond: the row's time is what
+	// ackedOn compares, and the driver sends nanoseconds, which MariaDB
+	// truncates and MySQL rounds.
+	at, now time.Time
+}
+
+// ackGroup is final acks that share their finalAck.
+type ackGroup struct {
+	k    finalAck
+	acks []unitAck
+	ids  []uint64
+}
+
+// planAcks sorts acked (in order) into traced events and groups of final
+// acks, given left, the messages that still have a delivery (which it
+// changes: a second ack of a message in one flush is not final).
+func (s *Store) planAcks(acked []unitAck, left map[uint64]bool, now time.Time) ackPlan {
+	p := ackPlan{at: now.Truncate(time.Microsecond), now: now}
+	index := map[finalAck]int{}
 	for _, x := range acked {
 		if left[x.a.MessageID] {
-			traced(x)
+			p.traced = append(p.traced, s.ackedEvent(x, now))
 			continue
 		}
 		k := finalAck{sub: x.d.subscription, consumer: x.a.Consumer, request: x.a.RequestID, attempt: x.a.Attempt, claimedAt: x.a.ClaimedAt.UTC()}
-		if _, ok := groups[k]; !ok {
-			order = append(order, k)
+		i, ok := index[k]
+		if !ok {
+			i = len(p.groups)
+			index[k] = i
+			p.groups = append(p.groups, ackGroup{k: k})
 		}
-		groups[k] = append(groups[k], x)
+		g := &p.groups[i]
+		g.acks = append(g.acks, x)
+		g.ids = append(g.ids, x.a.MessageID)
 		left[x.a.MessageID] = true // a second ack of it in this flush is no longer final
 	}
-	// The row's time is what ackedOn compares, to the microsecond: the
-	// driver sends nanoseconds, which MariaDB truncates and MySQL rounds.
-	at := now.Truncate(time.Microsecond)
-	for _, k := range order {
-		g := groups[k]
-		gids := make([]uint64, len(g))
-		for i, x := range g {
-			gids[i] = x.a.MessageID
-		}
-		n, err := markAcked(ctx, tx, gids, k, at)
-		if err != nil {
-			return nil, err
-		}
-		if int(n) == len(g) {
-			continue
-		}
-		on, err := ackedOn(ctx, tx, gids, k.sub, at)
-		if err != nil {
-			return nil, err
-		}
-		for _, x := range g {
-			if !on[x.a.MessageID] {
-				traced(x)
-			}
+	return p
+}
+
+// unmarked is the trace events of those of g's acks whose row markAcked
+// did not change (it changed fewer rows than g has).
+func (s *Store) unmarked(ctx context.Context, q queryer, g ackGroup, p ackPlan) ([]Event, error) {
+	on, err := ackedOn(ctx, q, g.ids, g.k.sub, p.at)
+	if err != nil {
+		return nil, err
+	}
+	var events []Event
+	for _, x := range g.acks {
+		if !on[x.a.MessageID] {
+			events = append(events, s.ackedEvent(x, p.now))
 		}
 	}
 	return events, nil
+}
+
+// ackedEvent is x's `acked` trace event.
+func (s *Store) ackedEvent(x unitAck, now time.Time) Event {
+	ev := s.event(now, x.d, EventAcked, x.a.Consumer, x.a.Attempt, "", "")
+	ev.ClaimedAt, ev.RequestID = x.a.ClaimedAt, x.a.RequestID
+	return ev
 }
 
 // parkBehind parks those of ps that are still not the head of their order

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"sort"
@@ -213,7 +212,7 @@ func (s *Store) produceFast(ctx context.Context, keys []keyRow, items []ProduceI
 		g, ok, err = s.tryProduceFast(ctx, query, args, len(keys), wantGTID)
 		return g, err
 	})
-	if fenced && fenceProbeFailed(err) {
+	if fenced && probeFailed(err) {
 		return "", false, s.fenceRefusal(ctx, fence)
 	}
 	return gtid, ok, err
@@ -280,11 +279,7 @@ func (s *Store) tryProduceFast(ctx context.Context, query string, args []any, ke
 	defer conn.Close()
 	// Whatever happens after START TRANSACTION, the connection must not
 	// go back to the pool inside a transaction.
-	rollback := func() {
-		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
-			conn.Raw(func(any) error { return driver.ErrBadConn })
-		}
-	}
+	rollback := func() { rollbackConn(ctx, conn) }
 	if err := ctx.Err(); err != nil {
 		return "", false, err // nothing sent
 	}

@@ -116,11 +116,13 @@ func checkFence(ctx context.Context, tx *sql.Tx) error {
 // that nothing after it runs. It returns no result set.
 const fenceProbeSQL = `SELECT 1 INTO @shardmq_fence FROM shard_fence WHERE id = 1 AND 9223372036854775807 + (map_version > ?) > 0 LOCK IN SHARE MODE`
 
-// errFenceProbe is the server's error for a failed fenceProbeSQL.
+// errFenceProbe is the server's error for a failed fenceProbeSQL, and for
+// the probes built like it (ownerProbeSQL).
 const errFenceProbe = 1690
 
-// fenceProbeFailed reports err as the failure of fenceProbeSQL.
-func fenceProbeFailed(err error) bool {
+// probeFailed reports err as the failure of fenceProbeSQL or of a probe
+// built like it.
+func probeFailed(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == errFenceProbe
 }

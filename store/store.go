@@ -326,6 +326,16 @@ func (s *Store) tryTx(ctx context.Context, wantGTID bool, fn func(tx *sql.Tx) er
 	return s.committedGTID(ctx, conn)
 }
 
+// rollbackConn ends the transaction that a multi-statement of its own
+// (START TRANSACTION among its statements, as the fast paths send) may
+// have left open on conn; when that fails, the connection is dropped, so
+// that it never goes back to the pool inside a transaction.
+func rollbackConn(ctx context.Context, conn *sql.Conn) {
+	if _, err := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+		conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+}
+
 // uncertain marks err, met while a COMMIT was sent or on its way,
 // ErrOutcomeUnknown unless the server answered it with an error of its
 // own (then nothing was applied): a broken connection or a wait that ran
