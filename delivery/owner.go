@@ -180,7 +180,7 @@ func (o *Owner) Reserve(ctx context.Context, n int, spec ClaimSpec) ([]store.Can
 	// claim per unit was most of a drain's statements).
 	ahead := 0
 	if !spec.Ordered {
-		ahead = readAhead * n
+		ahead = min(readAhead*n, maxAhead)
 	}
 	var park []store.OwnedPark
 	for pass := 0; pass < 3 && len(taken) < n; pass++ {
@@ -316,8 +316,13 @@ func (o *Owner) unreserve(cs []store.Candidate) {
 }
 
 // readAhead is how many claims' worth an unordered scan reads: the
-// claims after it take the rest from o.ahead.
-const readAhead = 4
+// claims after it take the rest from o.ahead. maxAhead caps the rows one
+// such scan reads, and so what a unit keeps (about 64 bytes each: 64 KiB
+// per unit in use at most).
+const (
+	readAhead = 4
+	maxAhead  = 1024
+)
 
 // claimsBefore says a comes before b in claim order (priority, then age).
 func claimsBefore(a, b store.ClaimCursor) bool {
