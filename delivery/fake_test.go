@@ -64,6 +64,9 @@ type memTable struct {
 	events  []string // "acked 12", "nacked 12", "dead 12", "expired 12"
 	fail    error    // every call fails with it while set
 	skipped []int    // the size of each skipping scan's skip set
+	// onScan, when set, runs (once) as a scan starts, before it reads:
+	// what another request does while a scan is on its way.
+	onScan func()
 }
 
 func newMemTable(c *clock) *memTable {
@@ -109,6 +112,13 @@ func (m *memTable) get(id uint64, sub string) *row {
 }
 
 func (m *memTable) ScanClaimable(ctx context.Context, topic, sub string, now time.Time, after *store.ClaimCursor, limit int, exclude []uint16) ([]store.Candidate, error) {
+	m.mu.Lock()
+	hook := m.onScan
+	m.onScan = nil
+	m.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.call("scan"); err != nil {
