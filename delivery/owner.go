@@ -213,6 +213,7 @@ func (o *Owner) Reserve(ctx context.Context, n int, spec ClaimSpec) ([]store.Can
 			o.lastTop = now
 		}
 		var last *store.ClaimCursor
+		var extra []store.Candidate // read past what is taken: kept ahead
 		for _, c := range rows {
 			if len(taken) == n && ahead == 0 {
 				break
@@ -234,13 +235,13 @@ func (o *Owner) Reserve(ctx context.Context, n int, spec ClaimSpec) ([]store.Can
 				}
 			}
 			if len(taken) == n {
-				o.ahead = append(o.ahead, c)
-				o.aheadIDs[c.MessageID] = true
+				extra = append(extra, c)
 				continue
 			}
 			o.reserved[c.MessageID] = true
 			taken = append(taken, c)
 		}
+		o.keepAhead(extra)
 		if (len(taken) < n || ahead > 0) && sc.Last != nil {
 			// Walked to the end of what was read, the skipped leases too.
 			last = sc.Last
@@ -336,35 +337,54 @@ func position(c store.Candidate) store.ClaimCursor {
 // giveBack returns candidates reserved but not handed out (o.mu held):
 // into o.ahead, in claim order, those the cursor is past (no scan from
 // the cursor reads them again); a scan from the cursor reads the others.
+// One on a vshard the claims now exclude (a claim routed with the map
+// before a freeze gives back) is not kept: the next read from the head
+// after the freeze finds it.
 func (o *Owner) giveBack(cs []store.Candidate) {
 	if o.cursor == nil {
 		return
 	}
 	back := cs[:0:0]
 	for _, c := range cs {
-		if c.MessageID != 0 && !claimsBefore(*o.cursor, position(c)) && !o.aheadIDs[c.MessageID] {
-			back = append(back, c)
-			o.aheadIDs[c.MessageID] = true
+		if c.MessageID == 0 || claimsBefore(*o.cursor, position(c)) || o.aheadIDs[c.MessageID] || slices.Contains(o.aheadExclude, c.VShard) {
+			continue
 		}
+		back = append(back, c)
 	}
-	if len(back) == 0 {
+	slices.SortFunc(back, claimOrder)
+	o.keepAhead(back)
+}
+
+// claimOrder compares candidates in claim order.
+func claimOrder(a, b store.Candidate) int {
+	switch {
+	case claimsBefore(position(a), position(b)):
+		return -1
+	case a.MessageID == b.MessageID:
+		return 0
+	}
+	return 1
+}
+
+// keepAhead merges cs, in claim order and in none of o.ahead, o.reserved
+// or o.leases, into o.ahead (o.mu held). A merge, not an append: a
+// give-back may have put earlier candidates there meanwhile.
+func (o *Owner) keepAhead(cs []store.Candidate) {
+	if len(cs) == 0 {
 		return
 	}
-	order := func(a, b store.Candidate) int {
-		switch {
-		case claimsBefore(position(a), position(b)):
-			return -1
-		case a.MessageID == b.MessageID:
-			return 0
-		}
-		return 1
+	for _, c := range cs {
+		o.aheadIDs[c.MessageID] = true
 	}
-	slices.SortFunc(back, order)
-	merged := make([]store.Candidate, 0, len(o.ahead)+len(back))
+	if len(o.ahead) == 0 || claimOrder(o.ahead[len(o.ahead)-1], cs[0]) < 0 {
+		o.ahead = append(o.ahead, cs...)
+		return
+	}
+	merged := make([]store.Candidate, 0, len(o.ahead)+len(cs))
 	i, j := 0, 0
-	for i < len(o.ahead) && j < len(back) {
-		if order(back[j], o.ahead[i]) < 0 {
-			merged = append(merged, back[j])
+	for i < len(o.ahead) && j < len(cs) {
+		if claimOrder(cs[j], o.ahead[i]) < 0 {
+			merged = append(merged, cs[j])
 			j++
 		} else {
 			merged = append(merged, o.ahead[i])
@@ -372,7 +392,7 @@ func (o *Owner) giveBack(cs []store.Candidate) {
 		}
 	}
 	merged = append(merged, o.ahead[i:]...)
-	o.ahead = append(merged, back[j:]...)
+	o.ahead = append(merged, cs[j:]...)
 }
 
 // takeAhead reserves up to n of o.ahead, in claim order (o.mu held).
