@@ -23,6 +23,10 @@ import (
 
 // Run runs the suite on s.
 func Run(t *testing.T, s cluster.Store) {
+	// One id generator for every behaviour: they share the store, and
+	// generators of their own (a random 10-bit node each) could give two
+	// of them the same id in the same millisecond.
+	gen := idgen.New(nil)
 	for _, tc := range []struct {
 		name string
 		test func(t *testing.T, e *env)
@@ -40,7 +44,7 @@ func Run(t *testing.T, s cluster.Store) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.test(t, newEnv(t, s))
+			tc.test(t, newEnv(t, s, gen))
 		})
 	}
 }
@@ -53,10 +57,10 @@ type env struct {
 	ctx   context.Context
 }
 
-func newEnv(t *testing.T, s cluster.Store) *env {
+func newEnv(t *testing.T, s cluster.Store, ids *idgen.Gen) *env {
 	var b [6]byte
 	rand.Read(b[:])
-	return &env{s: s, topic: "contract." + hex.EncodeToString(b[:]), ids: idgen.New(nil), ctx: context.Background()}
+	return &env{s: s, topic: "contract." + hex.EncodeToString(b[:]), ids: ids, ctx: context.Background()}
 }
 
 // item is a message of the env's topic for the default subscription.
