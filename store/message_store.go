@@ -340,20 +340,6 @@ func markAckedSQL(args []any, ids []uint64, a finalAck, now time.Time) (string, 
 	return b.String(), append(args, statusCode(StatusConsumed))
 }
 
-// markAckedGuardedSQL is markAckedSQL for a statement that runs before
-// its caller looks at which messages still have a delivery (the fast ack
-// flush, owned_fast.go): it also leaves alone a message that still has a
-// delivery in message_queue. That subquery is a plain read (the sessions
-// run READ COMMITTED), so the caller runs the locking read of those
-// deliveries (withDeliveriesSQL) first in the same transaction: the rows
-// it found stay locked, and a delivery another transaction was deleting
-// is gone by then (the locking read waited for it).
-func markAckedGuardedSQL(args []any, ids []uint64, a finalAck, now time.Time) (string, []any) {
-	q, args := markAckedSQL(args, ids, a, now)
-	q += " AND id NOT IN (SELECT message_id FROM message_queue WHERE message_id IN (" + inList(len(ids)) + "))"
-	return q, appendArgs(args, ids)
-}
-
 // ackedOn answers which of ids carry on their row a final ack of sub at
 // now (markAcked's), to tell which of a group it changed.
 func ackedOn(ctx context.Context, tx queryer, ids []uint64, sub string, now time.Time) (map[uint64]bool, error) {

@@ -13,21 +13,14 @@ import (
 // general path (flushIn) sends each of their statements in a round trip
 // of its own: START TRANSACTION, the shard fence, the owners' epochs, a
 // delete per unit, the locking read of the deliveries left, an update per
-// group of final acks, COMMIT. This path sends the same work in two:
+// group of final acks, COMMIT. This path sends the same work in three:
 //
 //  1. START TRANSACTION; the fence probe (fenceProbeSQL); the epoch probe
 //     (ownerProbeSQL); one delete of every unit's acks; the deliveries
-//     left, read with a shared lock, behind the delete's count; one update
-//     per group of final acks, each guarded against the messages that
-//     still have a delivery (markAckedGuardedSQL) and followed by its
-//     count. The groups are planned before the locking read is answered,
-//     as if no ack left a delivery; the guard, run after that read in the
-//     same transaction, leaves alone exactly the messages it found.
-//  2. COMMIT.
-//
-// Between them, only when the answers call for it: the `acked` trace rows
-// of the acks that leave a delivery, and of those whose row an update did
-// not change (already consumed), as the general path writes them.
+//     left, read with a shared lock, behind the delete's count.
+//  2. One update per group of final acks (markAcked), and the `acked`
+//     trace rows of the acks that leave a delivery.
+//  3. COMMIT.
 //
 // The probes stand in for the reads that the general path looks at before
 // writing: each fails the multi-statement (error 1690) when the fence is
@@ -79,24 +72,13 @@ func fastFlushable(ctx context.Context, batch []OwnedFlush) bool {
 // again, as inTx does.
 func (s *Store) flushAcksFast(ctx context.Context, batch []OwnedFlush, now time.Time) ([]OwnedResult, flushPath, error) {
 	fence, fenced := FenceFrom(ctx)
-	// The acks planned as if none left a delivery behind: each group's
-	// update is guarded in SQL (markAckedGuardedSQL) against the ones
-	// that do, which the first round trip's locking read names.
-	var acked []unitAck
-	for _, f := range batch {
-		u := f.Unit
-		for _, a := range f.Acks {
-			acked = append(acked, unitAck{delivery{messageID: a.MessageID, vshard: a.VShard, subscription: u.Subscription, topic: u.Topic, orderKey: a.OrderKey}, a})
-		}
-	}
-	plan := s.planAcks(acked, map[uint64]bool{}, now)
-	query, args, want := flushAcksFastSQL(batch, fence, fenced, plan)
+	query, args, want := flushAcksFastSQL(batch, fence, fenced)
 	type run struct {
 		out  []OwnedResult
 		path flushPath
 	}
 	r, err := retry(txAttempts, s.retryHook("flush"), func() (run, error) {
-		out, path, err := s.tryFlushAcksFast(ctx, batch, plan, query, args, want)
+		out, path, err := s.tryFlushAcksFast(ctx, batch, now, query, args, want)
 		return run{out, path}, err
 	})
 	if err != nil {
@@ -106,11 +88,8 @@ func (s *Store) flushAcksFast(ctx context.Context, batch []OwnedFlush, now time.
 }
 
 // flushAcksFastSQL is the fast flush's first multi-statement and its
-// arguments, and how many deliveries its delete must find: the probes,
-// the delete, the locking read of the deliveries left (with the delete's
-// count), then plan's final-ack updates, each guarded against the
-// messages that still have a delivery and followed by its count.
-func flushAcksFastSQL(batch []OwnedFlush, fence Fence, fenced bool, plan ackPlan) (string, []any, int64) {
+// arguments, and how many deliveries its delete must find.
+func flushAcksFastSQL(batch []OwnedFlush, fence Fence, fenced bool) (string, []any, int64) {
 	var b strings.Builder
 	var args []any
 	b.WriteString("START TRANSACTION;\n")
@@ -141,14 +120,10 @@ func flushAcksFastSQL(batch []OwnedFlush, fence Fence, fenced bool, plan ackPlan
 	b.WriteString(q + ";\n")
 	q, args = withDeliveriesCountedSQL(args, all)
 	b.WriteString(q)
-	for i, g := range plan.groups {
-		q, args = markAckedGuardedSQL(args, g.ids, g.k, plan.at)
-		b.WriteString(";\n" + q + ";\nSELECT ROW_COUNT(), " + strconv.Itoa(i+2))
-	}
 	return b.String(), args, int64(len(all))
 }
 
-func (s *Store) tryFlushAcksFast(ctx context.Context, batch []OwnedFlush, plan ackPlan, query string, args []any, want int64) ([]OwnedResult, flushPath, error) {
+func (s *Store) tryFlushAcksFast(ctx context.Context, batch []OwnedFlush, now time.Time, query string, args []any, want int64) ([]OwnedResult, flushPath, error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return nil, flushFast, err
@@ -162,7 +137,7 @@ func (s *Store) tryFlushAcksFast(ctx context.Context, batch []OwnedFlush, plan a
 			rollbackConn(ctx, conn)
 		}
 	}()
-	deleted, left, marked, err := deleteAndLock(ctx, conn, query, args, len(plan.groups))
+	deleted, left, err := deleteAndLock(ctx, conn, query, args)
 	switch {
 	case probeFailed(err):
 		return nil, flushRefused, nil
@@ -172,27 +147,28 @@ func (s *Store) tryFlushAcksFast(ctx context.Context, batch []OwnedFlush, plan a
 		return nil, flushRecount, nil
 	}
 
-	// What the general path's plan (planAcks with left) would trace: the
-	// acks whose message still has a delivery, which the guarded
-	// updates left alone, and those whose row an update did not change.
-	events := plan.traced
-	for i, g := range plan.groups {
-		final := g
-		if len(left) > 0 {
-			final = ackGroup{k: g.k}
-			for _, x := range g.acks {
-				if left[x.a.MessageID] {
-					events = append(events, s.ackedEvent(x, plan.now))
-					continue
-				}
-				final.acks = append(final.acks, x)
-				final.ids = append(final.ids, x.a.MessageID)
-			}
+	var acked []unitAck
+	for _, f := range batch {
+		u := f.Unit
+		for _, a := range f.Acks {
+			acked = append(acked, unitAck{delivery{messageID: a.MessageID, vshard: a.VShard, subscription: u.Subscription, topic: u.Topic, orderKey: a.OrderKey}, a})
 		}
-		if int(marked[i]) == len(final.ids) {
+	}
+	p := s.planAcks(acked, left, now)
+	q, qargs := finishAcksSQL(ctx, p)
+	affected, err := execMulti(ctx, conn, q, qargs)
+	if err != nil {
+		return nil, flushFast, lostBeforeCommit(fmt.Errorf("flush acks: %w", err))
+	}
+	if stmts := len(p.groups) + min(len(p.traced), 1); len(affected) != stmts {
+		return nil, flushFast, fmt.Errorf("flush acks: %d statements answered, want %d", len(affected), stmts)
+	}
+	var events []Event
+	for i, g := range p.groups {
+		if int(affected[i]) == len(g.ids) {
 			continue
 		}
-		evs, err := s.unmarked(ctx, conn, final, plan)
+		evs, err := s.unmarked(ctx, conn, g, p)
 		if err != nil {
 			return nil, flushFast, lostBeforeCommit(err)
 		}
@@ -219,64 +195,58 @@ func (s *Store) tryFlushAcksFast(ctx context.Context, batch []OwnedFlush, plan a
 
 // deleteAndLock runs the fast flush's first multi-statement on conn and
 // answers how many deliveries its delete found (-1: the server did not
-// say, which sends the flush to the general path rather than guess),
-// which of the acked messages still have a delivery (locked), and how
-// many rows each of its groups' updates changed. Every result is read,
-// so that an error of any statement is returned.
-func deleteAndLock(ctx context.Context, conn *sql.Conn, query string, args []any, groups int) (int64, map[uint64]bool, []int64, error) {
+// say, which sends the flush to the general path rather than guess) and
+// which of the acked messages still have a delivery (locked).
+func deleteAndLock(ctx context.Context, conn *sql.Conn, query string, args []any) (int64, map[uint64]bool, error) {
 	deleted := int64(-1)
 	left := map[uint64]bool{}
-	marked := make([]int64, groups)
-	seen := 0
-	rows, err := conn.QueryContext(ctx, query, args...)
-	if err != nil {
-		return 0, nil, nil, fmt.Errorf("flush acks: %w", err)
-	}
-	defer rows.Close()
-	for set := 0; ; set++ {
-		for rows.Next() {
-			var v []byte
-			var tag int
-			if err := rows.Scan(&v, &tag); err != nil {
-				return 0, nil, nil, fmt.Errorf("flush acks: %w", err)
-			}
-			if tag == 1 {
-				id, err := strconv.ParseUint(string(v), 10, 64)
-				if err != nil || set != 0 {
-					return 0, nil, nil, fmt.Errorf("flush acks: message id %q: %v", v, err)
-				}
-				left[id] = true
-				continue
-			}
+	err := queryEach(ctx, conn, "flush acks", query, args, func(rows *sql.Rows) error {
+		var v []byte
+		var isID int
+		if err := rows.Scan(&v, &isID); err != nil {
+			return err
+		}
+		if isID == 0 {
 			n, err := strconv.ParseInt(string(v), 10, 64)
 			if err != nil {
-				return 0, nil, nil, fmt.Errorf("flush acks: count %q: %w", v, err)
+				return fmt.Errorf("deleted count %q: %w", v, err)
 			}
-			switch {
-			case set == 0 && tag == 0:
-				deleted = n
-			case tag >= 2 && tag-2 < groups:
-				marked[tag-2] = n
-				seen++
-			default:
-				return 0, nil, nil, fmt.Errorf("flush acks: unexpected row (%s, %d)", v, tag)
-			}
+			deleted = n
+			return nil
 		}
-		if err := rows.Err(); err != nil {
-			return 0, nil, nil, fmt.Errorf("flush acks: %w", err)
+		id, err := strconv.ParseUint(string(v), 10, 64)
+		if err != nil {
+			return fmt.Errorf("message id %q: %w", v, err)
 		}
-		if !rows.NextResultSet() {
-			break
+		left[id] = true
+		return nil
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	return deleted, left, nil
+}
+
+// finishAcksSQL is the fast flush's second multi-statement: p's updates,
+// one per group (markAckedSQL), then the insert of its traced events.
+func finishAcksSQL(ctx context.Context, p ackPlan) (string, []any) {
+	var b strings.Builder
+	var args []any
+	for i, g := range p.groups {
+		if i > 0 {
+			b.WriteString(";\n")
 		}
+		var q string
+		q, args = markAckedSQL(args, g.ids, g.k, p.at)
+		b.WriteString(q)
 	}
-	if err := rows.Err(); err != nil {
-		return 0, nil, nil, fmt.Errorf("flush acks: %w", err)
+	if len(p.traced) > 0 {
+		if len(p.groups) > 0 {
+			b.WriteString(";\n")
+		}
+		var q string
+		q, args = insertEventsSQL(ctx, args, "INSERT INTO", p.traced)
+		b.WriteString(q)
 	}
-	if err := rows.Close(); err != nil {
-		return 0, nil, nil, fmt.Errorf("flush acks: %w", err)
-	}
-	if seen != groups {
-		return 0, nil, nil, fmt.Errorf("flush acks: %d update counts answered, want %d", seen, groups)
-	}
-	return deleted, left, marked, nil
+	return b.String(), args
 }
