@@ -293,8 +293,9 @@ bench-consume: deps loadtest-build
 # own Go module (loadtest/peers) keeps Watermill out of the product's
 # go.mod. The same run drives loadtest.Floor, DESIGN §6's rows written by
 # hand with no router, to show what the contract allows on this machine,
-# and the floor of the inline layout (no delivery row for the default
-# subscription; docs/performance.md). Last lines: consume ratio
+# and the floors of the inline layout (no delivery row for the default
+# subscription) and of the one-row layout (the message row is the dedup
+# key as well; docs/performance.md). Last lines: consume ratio
 # router/peer: R, produce ratio router/peer: R.
 bench-peers: deps loadtest-build
 	cd loadtest/peers && $(GO) build -o ../../bin/bench-peers .
