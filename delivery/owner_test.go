@@ -46,10 +46,7 @@ func spec(consumer string) ClaimSpec {
 func (b *bed) claim(t *testing.T, n int, sp ClaimSpec) []Claimed {
 	t.Helper()
 	ctx := context.Background()
-	o, addr, err := b.m.Route(ctx, unit, true, 0)
-	if err != nil || o == nil {
-		t.Fatalf("route: %v, %q, %v", o, addr, err)
-	}
+	o := b.take(t)
 	cs, err := o.Reserve(ctx, n, sp)
 	if err != nil {
 		t.Fatalf("reserve: %v", err)
@@ -73,6 +70,26 @@ func (b *bed) owner(t *testing.T) *Owner {
 	o, _, err := b.m.Route(context.Background(), unit, false, 0)
 	if err != nil || o == nil {
 		t.Fatalf("no owner: %v", err)
+	}
+	return o
+}
+
+// fill stores n ready messages of priority 0 without an order key for
+// the unit and answers their ids in claim order.
+func (b *bed) fill(n int) []uint64 {
+	ids := make([]uint64, n)
+	for i := range ids {
+		ids[i] = b.table.add("t", "s", 0, "", 0)
+	}
+	return ids
+}
+
+// take makes this router the unit's owner, as a claim does.
+func (b *bed) take(t *testing.T) *Owner {
+	t.Helper()
+	o, _, err := b.m.Route(context.Background(), unit, true, 0)
+	if err != nil || o == nil {
+		t.Fatalf("route: %v, %v", o, err)
 	}
 	return o
 }
@@ -418,10 +435,7 @@ func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
 func TestReadAheadServesClaimsWithoutScans(t *testing.T) {
 	ctx := context.Background()
 	b := newBed(t, Config{})
-	var all []uint64
-	for range 60 {
-		all = append(all, b.table.add("t", "s", 0, "", 0))
-	}
+	all := b.fill(60)
 	var got []uint64
 	for range readAhead {
 		got = append(got, ids(b.claim(t, 10, spec("w")))...)

@@ -17,14 +17,8 @@ import (
 func TestReadAheadNeverHandsOutAnExcludedVShard(t *testing.T) {
 	ctx := context.Background()
 	b := newBed(t, Config{})
-	var all []uint64
-	for range 20 {
-		all = append(all, b.table.add("t", "s", 0, "", 0))
-	}
-	o, _, err := b.m.Route(ctx, unit, true, 0)
-	if err != nil || o == nil {
-		t.Fatalf("route: %v", err)
-	}
+	all := b.fill(20)
+	o := b.take(t)
 	old := spec("a") // routed with the map before the freeze
 	cs, err := o.Reserve(ctx, 5, old)
 	if err != nil || len(cs) != 5 {
@@ -56,14 +50,8 @@ func TestReadAheadNeverHandsOutAnExcludedVShard(t *testing.T) {
 func TestReadAheadKeepsClaimOrderWhenAGiveBackRacesAReadFromTheHead(t *testing.T) {
 	ctx := context.Background()
 	b := newBed(t, Config{})
-	var all []uint64
-	for range 30 {
-		all = append(all, b.table.add("t", "s", 0, "", 0))
-	}
-	o, _, err := b.m.Route(ctx, unit, true, 0)
-	if err != nil || o == nil {
-		t.Fatalf("route: %v", err)
-	}
+	all := b.fill(30)
+	o := b.take(t)
 	if _, err := o.Reserve(ctx, 5, spec("y")); err != nil { // all[0:5], the rest read ahead
 		t.Fatal(err)
 	}

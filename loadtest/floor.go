@@ -148,6 +148,24 @@ const (
   acked_request VARBINARY(64) NULL,
   PRIMARY KEY (id)
 ) ENGINE=InnoDB`
+	// floorRowDelivery are the columns of a floor_store that carries the
+	// default subscription's delivery (LayoutInline, LayoutOneRow) after
+	// its key: priority, payload, the final ack's columns and the
+	// delivery's state; floorRowClaimIndex is its claim index, in the
+	// product's idx_claim column order.
+	floorRowDelivery = `  priority TINYINT UNSIGNED NOT NULL,
+  payload MEDIUMBLOB NOT NULL,
+  msg_status TINYINT UNSIGNED NOT NULL DEFAULT 0,
+  status_at DATETIME(6) NULL,
+  acked_sub VARBINARY(128) NULL,
+  acked_by VARBINARY(128) NULL,
+  acked_attempt SMALLINT UNSIGNED NULL,
+  acked_claimed_at DATETIME(6) NULL,
+  acked_request VARBINARY(64) NULL,
+  dlv_state TINYINT UNSIGNED NOT NULL DEFAULT 0,
+  available_at DATETIME(6) NOT NULL,
+`
+	floorRowClaimIndex = `KEY idx_claim (topic, dlv_state, priority DESC, id, available_at)`
 	// floorInlineStore is LayoutInline's floor_store: the message with
 	// its priority, the final ack's columns and the default
 	// subscription's delivery (dlv_state 0 ready, 1 acked; available_at),
@@ -166,19 +184,8 @@ const (
   created_at DATETIME(3) NOT NULL,
   topic VARBINARY(128) NOT NULL,
   msg_key VARBINARY(256) NOT NULL,
-  priority TINYINT UNSIGNED NOT NULL,
-  payload MEDIUMBLOB NOT NULL,
-  msg_status TINYINT UNSIGNED NOT NULL DEFAULT 0,
-  status_at DATETIME(6) NULL,
-  acked_sub VARBINARY(128) NULL,
-  acked_by VARBINARY(128) NULL,
-  acked_attempt SMALLINT UNSIGNED NULL,
-  acked_claimed_at DATETIME(6) NULL,
-  acked_request VARBINARY(64) NULL,
-  dlv_state TINYINT UNSIGNED NOT NULL DEFAULT 0,
-  available_at DATETIME(6) NOT NULL,
-  PRIMARY KEY (id, created_at),
-  KEY idx_claim (topic, dlv_state, priority DESC, id, available_at)
+` + floorRowDelivery + `  PRIMARY KEY (id, created_at),
+  ` + floorRowClaimIndex + `
 ) ENGINE=InnoDB
 `
 	// floorOneRowStore is LayoutOneRow's floor_store: LayoutInline's
@@ -195,20 +202,9 @@ const (
   topic VARBINARY(128) NOT NULL,
   msg_key VARBINARY(256) NOT NULL,
   payload_hash BINARY(16) NOT NULL,
-  priority TINYINT UNSIGNED NOT NULL,
-  payload MEDIUMBLOB NOT NULL,
-  msg_status TINYINT UNSIGNED NOT NULL DEFAULT 0,
-  status_at DATETIME(6) NULL,
-  acked_sub VARBINARY(128) NULL,
-  acked_by VARBINARY(128) NULL,
-  acked_attempt SMALLINT UNSIGNED NULL,
-  acked_claimed_at DATETIME(6) NULL,
-  acked_request VARBINARY(64) NULL,
-  dlv_state TINYINT UNSIGNED NOT NULL DEFAULT 0,
-  available_at DATETIME(6) NOT NULL,
-  PRIMARY KEY (id),
+` + floorRowDelivery + `  PRIMARY KEY (id),
   UNIQUE KEY uk_key (topic, msg_key),
-  KEY idx_claim (topic, dlv_state, priority DESC, id, available_at)
+  ` + floorRowClaimIndex + `
 ) ENGINE=InnoDB`
 	floorQueue = `CREATE TABLE floor_queue (
   message_id BIGINT UNSIGNED NOT NULL,

@@ -17,7 +17,6 @@ func TestStatementsByIDUseTheKey(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
 	f := setup(t)
-	ctx := context.Background()
 	var ids []uint64
 	for range 10 {
 		ids = append(ids, f.produce(t, 500, "", "s")...)
@@ -25,31 +24,13 @@ func TestStatementsByIDUseTheKey(t *testing.T) {
 	for _, n := range []int{1, 2, 20} {
 		for _, verb := range []string{"UPDATE message_store SET msg_status = 1 WHERE ", "DELETE FROM message_store WHERE ", "SELECT id FROM message_store WHERE "} {
 			var b strings.Builder
-			b.WriteString("EXPLAIN " + verb)
+			b.WriteString(verb)
 			args := idList(&b, nil, ids[:n])
-			rows, err := f.st.db.QueryContext(ctx, b.String(), args...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cols, _ := rows.Columns()
-			for rows.Next() {
-				vals := make([]any, len(cols))
-				ptrs := make([]any, len(cols))
-				for i := range vals {
-					ptrs[i] = &vals[i]
-				}
-				if err := rows.Scan(ptrs...); err != nil {
-					t.Fatal(err)
-				}
-				for i, c := range cols {
-					if c == "type" {
-						if typ := string(vals[i].([]byte)); typ == "ALL" || typ == "index" {
-							t.Errorf("%s%d ids: access type %s, a scan of the whole table", verb, n, typ)
-						}
-					}
+			for _, row := range explain(t, f.st.db, b.String(), args...) {
+				if typ := row["type"]; typ == "ALL" || typ == "index" {
+					t.Errorf("%s%d ids: access type %s, a scan of the whole table", verb, n, typ)
 				}
 			}
-			rows.Close()
 		}
 	}
 }
