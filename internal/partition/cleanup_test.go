@@ -42,7 +42,7 @@ func TestRouterKilledInCleanupRefusesOlderMap(t *testing.T) {
 	var state string
 	state = jobState(w.waitJob(r, id, 2*time.Minute, "the job reaching its cleanup", stateIn("cleanup", "done", "failed", "aborted")))
 	if state != "cleanup" {
-		t.Fatalf("the job went to %s before the kill", state)
+		w.fatalf("the job went to %s before the kill", state)
 	}
 	r.kill()
 	l.Stop()
@@ -67,11 +67,11 @@ func TestRouterKilledInCleanupRefusesOlderMap(t *testing.T) {
 	out := r.startRefused(time.Minute)
 	for _, want := range []string{"version 1 ", "put back the file"} {
 		if !strings.Contains(out, want) {
-			t.Errorf("the refusal does not say %q:\n%s", want, out)
+			w.errorf("the refusal does not say %q:\n%s", want, out)
 		}
 	}
 	if now := w.rows("c1", 256, 511); now["message_store"] != held["message_store"] || now["message_key"] != held["message_key"] {
-		t.Fatalf("source rows of the moved vshards: %v after the refused start, %v at the kill", now, held)
+		w.fatalf("source rows of the moved vshards: %v after the refused start, %v at the kill", now, held)
 	}
 
 	// On the file the job wrote the router starts and the job finishes.
@@ -82,10 +82,10 @@ func TestRouterKilledInCleanupRefusesOlderMap(t *testing.T) {
 	state = jobState(w.waitJob(r, id, 2*time.Minute, "the job ending after the restart", stateIn("done", "failed", "aborted")))
 	if state != "done" {
 		_, j := w.call("GET", r.url+"/v1/admin/reshard/"+id, nil)
-		t.Fatalf("job after the restart: %v", j)
+		w.fatalf("job after the restart: %v", j)
 	}
 	if left := w.rows("c1", 256, 511); left["message_store"] != 0 || left["message_key"] != 0 {
-		t.Fatalf("after the resumed cleanup c1 keeps %v", left)
+		w.fatalf("after the resumed cleanup c1 keeps %v", left)
 	}
 	l.settle(time.Minute)
 	l.drain()
@@ -118,10 +118,10 @@ func (r *router) startRefused(d time.Duration) string {
 	cmd := r.host.Command(ctx, routerBinary(t), r.args...)
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
-		t.Fatalf("router %s still ran %v after its start; it should have refused:\n%s", r.host.Name, d, out)
+		r.w.fatalf("router %s still ran %v after its start; it should have refused:\n%s", r.host.Name, d, out)
 	}
 	if err == nil {
-		t.Fatalf("router %s exited with status 0; it should have refused:\n%s", r.host.Name, out)
+		r.w.fatalf("router %s exited with status 0; it should have refused:\n%s", r.host.Name, out)
 	}
 	t.Logf("router %s refused to start (%v): %s", r.host.Name, err, strings.TrimSpace(lastLine(string(out))))
 	return string(out)

@@ -27,7 +27,7 @@ func (w *world) submitMove(r *router) string {
 	w.t.Helper()
 	st, body := w.call("POST", r.url+"/v1/admin/reshard", map[string]any{"ranges": []any{map[string]any{"from": 256, "to": 511, "target": "c2"}}})
 	if st != 202 {
-		w.t.Fatalf("submit: %d %v", st, body)
+		w.fatalf("submit: %d %v", st, body)
 	}
 	return body["job"].(string)
 }
@@ -86,7 +86,7 @@ func TestRouterCutFromConsulDuringReshard(t *testing.T) {
 	job := w.reshardVia(r2, nil)
 	t.Logf("reshard done %v after the cut", time.Since(began).Round(time.Millisecond))
 	if job["state"] != "done" {
-		t.Fatalf("job: %v", job)
+		w.fatalf("job: %v", job)
 	}
 	time.Sleep(3 * time.Second) // r1 still cut off, still taking writes
 	if err := link.Heal(); err != nil {
@@ -146,10 +146,10 @@ func TestRouterFrozenThroughReshard(t *testing.T) {
 	}
 	t.Logf("reshard done %v after r1 stopped", time.Since(began).Round(time.Millisecond))
 	if job["state"] != "done" {
-		t.Fatalf("job: %v", job)
+		w.fatalf("job: %v", job)
 	}
 	if woken != "cleanup" {
-		t.Errorf("r1 was woken with the job in state %q, not in its cleanup (it lasted less than a poll)", woken)
+		w.errorf("r1 was woken with the job in state %q, not in its cleanup (it lasted less than a poll)", woken)
 	}
 	time.Sleep(5 * time.Second)
 	l1.Stop()

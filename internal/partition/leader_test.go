@@ -35,7 +35,7 @@ func TestLeaderKilledInCutover(t *testing.T) {
 	var state string
 	state = jobState(w.waitJob(r, id, 2*time.Minute, "the job reaching its freeze", stateIn("freezing", "frozen", "cutover", "cleanup", "done")))
 	if state == "cleanup" || state == "done" {
-		t.Fatalf("the job went past its cut-over (%s) before the kill", state)
+		w.fatalf("the job went past its cut-over (%s) before the kill", state)
 	}
 	r.kill()
 	t.Logf("router killed with the job in state %s", state)
@@ -44,7 +44,7 @@ func TestLeaderKilledInCutover(t *testing.T) {
 	state = jobState(w.waitJob(r, id, 2*time.Minute, "the job ending", stateIn("done", "failed", "aborted")))
 	if state != "done" {
 		_, j := w.call("GET", r.url+"/v1/admin/reshard/"+id, nil)
-		t.Fatalf("job after the restart: %v", j)
+		w.fatalf("job after the restart: %v", j)
 	}
 	time.Sleep(2 * time.Second) // load after the move
 	l.Stop()
@@ -88,7 +88,7 @@ func TestLeaderStoppedInCutover(t *testing.T) {
 	// passes until a leader finishes the cut-over.
 	state = jobState(w.waitJob(r2, id, 2*time.Minute, "the job holding the range frozen", stateIn("frozen", "cutover", "cleanup", "done", "failed")))
 	if state != "frozen" && state != "cutover" {
-		t.Fatalf("the job went to %s before the stop", state)
+		w.fatalf("the job went to %s before the stop", state)
 	}
 	r1.signal(syscall.SIGSTOP)
 	stoppedAt := time.Now()
@@ -112,12 +112,12 @@ func TestLeaderStoppedInCutover(t *testing.T) {
 	took := time.Since(stoppedAt)
 	t.Logf("range 256–511 writable again %v after the leader stopped", took.Round(time.Millisecond))
 	if took > 30*time.Second {
-		t.Errorf("range writable again only %v after the leader stopped, want within 30 s", took.Round(time.Millisecond))
+		w.errorf("range writable again only %v after the leader stopped, want within 30 s", took.Round(time.Millisecond))
 	}
 	state = jobState(w.waitJob(r2, id, 2*time.Minute, "the job ending", stateIn("done", "failed", "aborted")))
 	if state != "done" {
 		_, j := w.call("GET", r2.url+"/v1/admin/reshard/"+id, nil)
-		t.Fatalf("job after the leader stopped: %v", j)
+		w.fatalf("job after the leader stopped: %v", j)
 	}
 	r1.signal(syscall.SIGCONT)
 	time.Sleep(3 * time.Second) // r1 awake: what it had in flight must not land
@@ -127,6 +127,6 @@ func TestLeaderStoppedInCutover(t *testing.T) {
 	l.drain()
 	l.checkStored()
 	if got := w.rows("c1", 256, 511); got["message_store"] != 0 {
-		t.Errorf("c1 keeps %v of the moved range after the job", got)
+		w.errorf("c1 keeps %v of the moved range after the job", got)
 	}
 }

@@ -72,9 +72,9 @@ func (l *load) produce(keys []string) {
 		l.answers[k] = append(l.answers[k], a)
 		if a.status == "created" || a.status == "duplicate" {
 			if prev, ok := l.acked[k]; ok && prev != a.id {
-				l.w.t.Errorf("key %s answered %s with id %s, acknowledged earlier with id %s (stored twice)", k, a.status, a.id, prev)
+				l.w.errorf("key %s answered %s with id %s, acknowledged earlier with id %s (stored twice)", k, a.status, a.id, prev)
 			} else if ok && a.status == "created" {
-				l.w.t.Errorf("key %s answered created again (acknowledged earlier with id %s)", k, prev)
+				l.w.errorf("key %s answered created again (acknowledged earlier with id %s)", k, prev)
 			}
 			l.acked[k] = a.id
 		}
@@ -199,7 +199,7 @@ func (l *load) consumeOnce(consumer string) int {
 			n++
 		}
 		if st == 200 && within && (rr["status"] == "not_found" || rr["status"] == "lease_lost") && i < len(ids) {
-			l.w.t.Errorf("ack of message %s answered %s %v after its claim was sent, within its %v lease", ids[i], rr["status"], time.Since(began).Round(time.Millisecond), claimLease)
+			l.w.errorf("ack of message %s answered %s %v after its claim was sent, within its %v lease", ids[i], rr["status"], time.Since(began).Round(time.Millisecond), claimLease)
 		}
 	}
 	return n
@@ -229,7 +229,7 @@ func (l *load) settle(d time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			l.w.t.Fatalf("%d keys still unacknowledged %v after the links healed (e.g. %s: %+v)", len(missing), d, missing[0], l.answers[missing[0]])
+			l.w.fatalf("%d keys still unacknowledged %v after the links healed (e.g. %s: %+v)", len(missing), d, missing[0], l.answers[missing[0]])
 		}
 		sort.Strings(missing)
 		for i := 0; i < len(missing); i += 50 {
@@ -258,6 +258,9 @@ func (l *load) drain() {
 		l.mu.Unlock()
 		if left == 0 {
 			return
+		}
+		if !time.Now().Before(deadline.Add(-200 * time.Millisecond)) {
+			l.w.explain("drain of %s gave up after 90 s: %d stored messages never acked", l.topic, left)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -291,7 +294,7 @@ func (l *load) checkStored() {
 	for name, db := range w.checks {
 		rows, err := db.QueryContext(w.ctx, "SELECT msg_key, CAST(id AS CHAR) FROM message_store WHERE topic = ?", l.topic)
 		if err != nil {
-			w.t.Fatalf("read %s: %v", name, err)
+			w.fatalf("read %s: %v", name, err)
 		}
 		for rows.Next() {
 			var k, id string
@@ -330,7 +333,7 @@ func (l *load) checkStored() {
 	if len(bad) > 0 {
 		l.explainUnconsumed(stored)
 		sort.Strings(bad)
-		w.t.Fatalf("%d violations, e.g. %v", len(bad), bad[:min(len(bad), 10)])
+		w.fatalf("%d violations, e.g. %v", len(bad), bad[:min(len(bad), 10)])
 	}
 	w.t.Logf("%d keys acknowledged, each stored once; %d claims, %d acks ok, none twice", len(l.acked), l.claims, len(l.acks))
 }
@@ -360,10 +363,30 @@ func (l *load) explainUnconsumed(stored map[string][]string) {
 				var token uint64
 				var avail time.Time
 				rows.Scan(&vshard, &attempts, &by, &token, &avail, &dead, &parked)
-				l.w.t.Logf("unconsumed %s (id %s) on %s: vshard %d attempts %d locked_by %q token %d available_at %v dead %d parked %d",
+				l.w.explain("unconsumed %s (id %s) on %s: vshard %d attempts %d locked_by %q token %d available_at %v dead %d parked %d",
 					k, id, name, vshard, attempts, by, token, avail, dead, parked)
 			}
 			rows.Close()
 		}
+	}
+	if n == 0 {
+		return
+	}
+	// Who held the topic's units, and till when, in each cluster's
+	// clock.
+	for name, db := range l.w.checks {
+		rows, err := db.QueryContext(l.w.ctx, `SELECT o.subscription, o.owner, o.addr, o.epoch, IFNULL(CAST(d.lease_until AS CHAR), ''), IFNULL(CAST(d.horizon AS CHAR), ''), CAST(NOW(6) AS CHAR)
+FROM delivery_owner o LEFT JOIN delivery_lease d ON d.topic = o.topic AND d.subscription = o.subscription WHERE o.topic = ?`, l.topic)
+		if err != nil {
+			l.w.explain("read %s's owners: %v", name, err)
+			continue
+		}
+		for rows.Next() {
+			var sub, owner, addr, until, horizon, now string
+			var epoch uint64
+			rows.Scan(&sub, &owner, &addr, &epoch, &until, &horizon, &now)
+			l.w.explain("unit %s/%s on %s: owner %s (%s) epoch %d lease_until %s horizon %s (now %s)", l.topic, sub, name, owner, addr, epoch, until, horizon, now)
+		}
+		rows.Close()
 	}
 }

@@ -84,7 +84,7 @@ func TestRouterPrimarySlowThenCut(t *testing.T) {
 		t.Error("c2 was not served while only c1's link was slow")
 	}
 	if slowestSlow > 15*time.Second {
-		t.Errorf("a request took %v while c1's link was slow: the router held it instead of failing fast", slowestSlow)
+		w.errorf("a request took %v while c1's link was slow: the router held it instead of failing fast", slowestSlow)
 	}
 
 	cutAt := time.Now()
@@ -138,7 +138,7 @@ func TestRouterPrimarySlowThenCut(t *testing.T) {
 		t.Error("c2 was not served while only c1's link was cut")
 	}
 	if slowest > 15*time.Second {
-		t.Errorf("a request took %v during the cut: the router held it instead of failing fast", slowest)
+		w.errorf("a request took %v during the cut: the router held it instead of failing fast", slowest)
 	}
 
 	l.settle(time.Minute)

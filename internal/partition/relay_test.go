@@ -109,7 +109,7 @@ func (w *world) throughRelay(addr string, r *slowRelay) {
 		w.t.Fatal(err)
 	}
 	if !strings.Contains(string(data), "tcp("+addr+")") {
-		w.t.Fatalf("no server at %s in the topology", addr)
+		w.fatalf("no server at %s in the topology", addr)
 	}
 	data = []byte(strings.ReplaceAll(string(data), "tcp("+addr+")", "tcp("+r.addr()+")"))
 	if err := os.WriteFile(w.topo, data, 0o644); err != nil {

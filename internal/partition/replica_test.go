@@ -46,11 +46,11 @@ func TestPrimaryReplicaCut(t *testing.T) {
 	}
 	st, out := w.call("POST", r.url+"/v1/topics/pr/messages", map[string]any{"messages": []any{map[string]any{"key": during, "payload": 1}}})
 	if st != 200 || results(out)[0]["status"] != "created" {
-		t.Fatalf("produce with durability primary during the cut: %d %v", st, out)
+		w.fatalf("produce with durability primary during the cut: %d %v", st, out)
 	}
 	st, tr := w.call("GET", r.url+"/v1/messages/"+during+"/trace?topic=pr", nil)
 	if st != 200 {
-		t.Fatalf("trace of a key written during the cut: %d %v", st, tr)
+		w.fatalf("trace of a key written during the cut: %d %v", st, tr)
 	}
 
 	if err := link.Heal(); err != nil {
@@ -79,7 +79,7 @@ func TestPrimaryReplicaCut(t *testing.T) {
 				// replica in time) or unavailable (not stored).
 				c1Unavailable++
 			case onC1(k) && (a.status == "created" || a.status == "duplicate"):
-				t.Errorf("key %s answered %s under durability replicated while its replica was cut off", k, a.status)
+				w.errorf("key %s answered %s under durability replicated while its replica was cut off", k, a.status)
 			case !onC1(k) && a.status == "created":
 				c2Created++
 			}
@@ -88,10 +88,10 @@ func TestPrimaryReplicaCut(t *testing.T) {
 	l.mu.Unlock()
 	t.Logf("during the cut: %d c1 items unavailable, %d c2 items created, slowest request %v", c1Unavailable, c2Created, slowest)
 	if c1Unavailable == 0 || c2Created == 0 {
-		t.Errorf("want c1 items unavailable and c2 items created during the cut")
+		w.errorf("want c1 items unavailable and c2 items created during the cut")
 	}
 	if slowest > 10*time.Second {
-		t.Errorf("a request took %v with a replicated wait of 2s", slowest)
+		w.errorf("a request took %v with a replicated wait of 2s", slowest)
 	}
 	l.settle(time.Minute)
 	// Keys first answered unavailable were committed on the primary:

@@ -75,6 +75,39 @@ type world struct {
 	client     *http.Client
 	checks     map[string]*sql.DB // each primary through its socket, for the checks
 	consul     string             // the Consul double's address, once onConsul ran
+
+	// failures are the test's failures and what explains them, said
+	// again once the routers' logs are printed: CI shows a failing
+	// run's last lines only.
+	mu       sync.Mutex
+	failures []string
+}
+
+// errorf fails the test, and says why again at its end.
+func (w *world) errorf(format string, args ...any) {
+	w.t.Helper()
+	w.remember(fmt.Sprintf(format, args...))
+	w.t.Errorf(format, args...)
+}
+
+// fatalf fails and ends the test, and says why again at its end.
+func (w *world) fatalf(format string, args ...any) {
+	w.t.Helper()
+	w.remember(fmt.Sprintf(format, args...))
+	w.t.Fatalf(format, args...)
+}
+
+// explain logs what explains a failure, and says it again at the end.
+func (w *world) explain(format string, args ...any) {
+	w.t.Helper()
+	w.remember(fmt.Sprintf(format, args...))
+	w.t.Logf(format, args...)
+}
+
+func (w *world) remember(s string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.failures = append(w.failures, s)
 }
 
 // hostOf names the host of a test bed instance.
@@ -97,8 +130,18 @@ func newWorld(t *testing.T, routers ...string) *world {
 	if err := netbed.Available(); err != nil {
 		t.Skipf("partition tests need network namespaces (run as root on Linux with iproute2): %v", err)
 	}
+	w := &world{t: t, hosts: map[string]*netbed.Host{}, checks: map[string]*sql.DB{}}
+	// The first cleanup runs last: after every router's log tail.
+	t.Cleanup(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if t.Failed() && len(w.failures) > 0 {
+			t.Logf("%s failed:\n  %s", t.Name(), strings.Join(w.failures, "\n  "))
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), testBudget)
 	t.Cleanup(cancel)
+	w.ctx = ctx
 	nb, err := netbed.New()
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +151,7 @@ func newWorld(t *testing.T, routers ...string) *world {
 			t.Errorf("remove the test hosts: %v", err)
 		}
 	})
-	w := &world{t: t, ctx: ctx, net: nb, hosts: map[string]*netbed.Host{}, checks: map[string]*sql.DB{}}
+	w.net = nb
 	names := append([]string{"client"}, routers...)
 	names = append(names, "c1p", "c1r", "c2p", "c2r")
 	for _, n := range names {
@@ -215,7 +258,7 @@ func (w *world) onConsul(routers ...string) {
 func (w *world) link(a, b string) *netbed.Link {
 	l := w.net.Link(w.hosts[a], w.hosts[b])
 	if l == nil {
-		w.t.Fatalf("no link %s–%s", a, b)
+		w.fatalf("no link %s–%s", a, b)
 	}
 	return l
 }
@@ -362,7 +405,7 @@ func (w *world) waitFor(d time.Duration, what string, cond func() bool) {
 	w.t.Helper()
 	testtime.Within(w.t, d, what, func() bool {
 		if w.ctx.Err() != nil {
-			w.t.Fatalf("%s: the world ended first: %v", what, w.ctx.Err())
+			w.fatalf("%s: the world ended first: %v", what, w.ctx.Err())
 		}
 		return cond()
 	})
