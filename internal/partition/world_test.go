@@ -79,8 +79,9 @@ type world struct {
 	// failures are the test's failures and what explains them, said
 	// again once the routers' logs are printed: CI shows a failing
 	// run's last lines only.
-	mu       sync.Mutex
-	failures []string
+	mu        sync.Mutex
+	failures  []string
+	explained []string
 }
 
 // errorf fails the test, and says why again at its end.
@@ -100,7 +101,9 @@ func (w *world) fatalf(format string, args ...any) {
 // explain logs what explains a failure, and says it again at the end.
 func (w *world) explain(format string, args ...any) {
 	w.t.Helper()
-	w.remember(fmt.Sprintf(format, args...))
+	w.mu.Lock()
+	w.explained = append(w.explained, fmt.Sprintf(format, args...))
+	w.mu.Unlock()
 	w.t.Logf(format, args...)
 }
 
@@ -136,6 +139,10 @@ func newWorld(t *testing.T, routers ...string) *world {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if t.Failed() && len(w.failures) > 0 {
+			// The failures last: a reader of the output's tail sees them.
+			if len(w.explained) > 0 {
+				t.Logf("what explains it:\n  %s", strings.Join(w.explained, "\n  "))
+			}
 			t.Logf("%s failed:\n  %s", t.Name(), strings.Join(w.failures, "\n  "))
 		}
 	})
