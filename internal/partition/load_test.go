@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -322,7 +323,7 @@ func (l *load) checkStored() {
 	for k, got := range stored {
 		id := got[0][strings.IndexByte(got[0], ':')+1:]
 		if len(got) == 1 && l.acks[id] == 0 && !l.ackUnknown[id] {
-			bad = append(bad, fmt.Sprintf("%s (id %s) stored but never consumed", k, id))
+			bad = append(bad, fmt.Sprintf("%s (%s) stored but never consumed", k, got[0]))
 		}
 	}
 	for id, n := range l.acks {
@@ -352,6 +353,12 @@ func (l *load) explainUnconsumed(stored map[string][]string) {
 			continue
 		}
 		n++
+		// Its trace, as the router answers it: who claimed and acked it.
+		st, tr := l.w.call("GET", l.url+"/v1/messages/"+k+"/trace?topic="+l.topic, nil)
+		msg, _ := json.Marshal(tr["message"])
+		dels, _ := json.Marshal(tr["deliveries"])
+		evs, _ := json.Marshal(tr["events"])
+		l.w.explain("unconsumed %s (%s): trace %d, message %s, deliveries %s, events %s", k, got[0], st, msg, dels, evs)
 		for name, db := range l.w.checks {
 			rows, err := db.QueryContext(l.w.ctx, "SELECT vshard, attempts, IFNULL(locked_by, ''), claim_token, available_at, is_dead, parked FROM message_queue WHERE message_id = ?", id)
 			if err != nil {
