@@ -195,6 +195,11 @@ func (l *load) consumeOnce(consumer string) int {
 	n := 0
 	for i, r := range res {
 		rr, _ := r.(map[string]any)
+		if st == 200 && rr["status"] == "unavailable" && i < len(ids) {
+			// Its outcome is unknown (a flush cut short, say while the
+			// router was stopped): it may have been applied.
+			l.ackUnknown[ids[i]] = true
+		}
 		if st == 200 && rr["status"] == "ok" && i < len(ids) {
 			l.acks[ids[i]]++
 			n++
