@@ -175,3 +175,100 @@ func BenchmarkScanClaimable(b *testing.B) {
 	c1, _ := procstat.Process(pid)
 	b.ReportMetric(float64((c1-c0).Nanoseconds())/float64(b.N*500), "router-ns/row")
 }
+
+// BenchmarkFinalAckRow measures what a final ack's write to the message
+// row costs the primary, by whether it grows the row. Messages are
+// produced (untimed) in batches of 90, as fresh rows sit in their pages
+// (filled to about 15/16 by inserts in id order); then each batch's final
+// ack is written in one transaction of its own, in id order, as an
+// owner's flush does:
+//
+//   - acked_columns: markAcked, today's statement. It fills the acked_*
+//     columns and status_at, which were NULL: every row grows by some 50
+//     bytes, more than its page has free, so the pages split (reported
+//     per 1,000 messages) and the table ends about twice its size.
+//   - status_only: the status byte alone, changed in place. What the ack
+//     would cost if nothing it wrote grew the row (the ack's details
+//     kept elsewhere, say one row per batch).
+//
+// Compare server-cpu-µs/msg of the two in one run, alternately (-count),
+// on a quiet machine (docs/performance.md).
+func BenchmarkFinalAckRow(b *testing.B) {
+	testbed.Need(b)
+	f := setup(b)
+	ctx := context.Background()
+	pid := bed.Clusters[0].Primary.PID
+	if _, err := f.db.ExecContext(ctx, "SET GLOBAL innodb_monitor_enable = 'index_page_splits'"); err != nil {
+		b.Fatal(err)
+	}
+	payload := `{"order":"` + strings.Repeat("x", 180) + `"}`
+	const batch = 90
+	variants := []struct {
+		name   string
+		update func(ids []uint64, now time.Time) (string, []any)
+	}{
+		{"acked_columns", func(ids []uint64, now time.Time) (string, []any) {
+			return markAckedSQL(nil, ids, finalAck{sub: "default", consumer: "consumer-1", request: "0123456789abcdef", attempt: 1, claimedAt: now}, now)
+		}},
+		{"status_only", func(ids []uint64, now time.Time) (string, []any) {
+			var q strings.Builder
+			q.WriteString("UPDATE message_store SET msg_status = ? WHERE ")
+			args := idList(&q, []any{statusCode(StatusConsumed)}, ids)
+			return q.String(), args
+		}},
+	}
+	for _, v := range variants {
+		b.Run(v.name, func(b *testing.B) {
+			call := f.ids.Next()
+			batches := make([][]uint64, b.N)
+			items := make([]ProduceItem, batch)
+			for i := range batches {
+				for j := range items {
+					items[j] = f.item("bench", fmt.Sprintf("a%d-%d-%d", call, i, j), payload)
+					batches[i] = append(batches[i], items[j].Msg.ID)
+				}
+				if _, err := f.st.Produce(ctx, items); err != nil {
+					b.Fatal(err)
+				}
+			}
+			splits0 := pageSplits(ctx, b, f.db)
+			cpu0, okCPU := procstat.Process(pid)
+			b.ResetTimer()
+			start := time.Now()
+			for _, ids := range batches {
+				q, args := v.update(ids, time.Now().UTC())
+				tx, err := f.db.BeginTx(ctx, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				res, err := tx.ExecContext(ctx, q, args...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n, _ := res.RowsAffected(); n != int64(len(ids)) {
+					b.Fatalf("updated %d rows of %d", n, len(ids))
+				}
+				if err := tx.Commit(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			msgs := float64(b.N * batch)
+			b.ReportMetric(msgs/elapsed.Seconds(), "msgs/s")
+			b.ReportMetric(float64(pageSplits(ctx, b, f.db)-splits0)*1000/msgs, "splits/1000msgs")
+			if cpu1, ok := procstat.Process(pid); ok && okCPU {
+				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/msgs, "server-cpu-µs/msg")
+			}
+		})
+	}
+}
+
+// pageSplits reads the server's count of B-tree page splits so far.
+func pageSplits(ctx context.Context, b *testing.B, db *sql.DB) int64 {
+	var n int64
+	if err := db.QueryRowContext(ctx, "SELECT `count` FROM information_schema.INNODB_METRICS WHERE name = 'index_page_splits'").Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
