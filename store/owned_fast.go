@@ -177,11 +177,26 @@ func (s *Store) tryFlushAcksFast(ctx context.Context, batch []OwnedFlush, now ti
 	if err := insertEvents(ctx, conn, events); err != nil {
 		return nil, flushFast, lostBeforeCommit(err)
 	}
-	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+	commit := func() error {
+		_, err := conn.ExecContext(ctx, "COMMIT")
+		return err
+	}
+	if s.fastCommit != nil {
+		err = s.fastCommit(commit)
+	} else {
+		err = commit()
+	}
+	if err != nil {
 		return nil, flushFast, uncertain(err)
 	}
 	committed = true
 
+	return allAcked(batch), flushFast, nil
+}
+
+// allAcked is the outcome of a fast flush that committed: every ack of
+// every unit done (its delete found them all).
+func allAcked(batch []OwnedFlush) []OwnedResult {
 	out := make([]OwnedResult, len(batch))
 	for i, f := range batch {
 		r := OwnedResult{Acks: make([]bool, len(f.Acks)), Nacks: make([]bool, 0), Leases: make([]bool, 0)}
@@ -190,7 +205,50 @@ func (s *Store) tryFlushAcksFast(ctx context.Context, batch []OwnedFlush, now ti
 		}
 		out[i] = r
 	}
-	return out, flushFast, nil
+	return out
+}
+
+// resolveTimeout bounds the reads that tell whether a fast flush whose
+// COMMIT went unanswered committed.
+const resolveTimeout = 5 * time.Second
+
+// fastFlushCommitted tells whether a fast flush whose COMMIT went
+// unanswered (ErrOutcomeUnknown: a router stalled past the flush's
+// deadline, a connection cut during the COMMIT) committed, so that its
+// acks are answered ok rather than unknown. It did when every delivery it
+// acked is gone while every unit still has the flush's epoch and the
+// cluster's fence still takes the flush's map: its delete had found all
+// of them (else it would have taken the general path), and with the
+// epochs unchanged only the flush's owner acks or kills the deliveries it
+// holds in memory, and with the fence unchanged no resharding cleaned
+// them up. A delivery still there (the COMMIT did not happen, or has not
+// yet been seen), or anything else, leaves the outcome unknown. Its reads
+// get a deadline of their own: the flush's has often passed.
+func (s *Store) fastFlushCommitted(ctx context.Context, batch []OwnedFlush) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
+	defer cancel()
+	units := make([]OwnedUnit, len(batch))
+	for i, f := range batch {
+		units[i] = f.Unit
+	}
+	if stale, err := ownerFence(ctx, s.db, units); err != nil || len(stale) > 0 {
+		return false
+	}
+	if f, ok := FenceFrom(ctx); ok && f.MapVersion > 0 {
+		if need, err := s.ShardFence(ctx); err != nil || need > f.MapVersion {
+			return false
+		}
+	}
+	for _, f := range batch {
+		ids := make([]uint64, len(f.Acks))
+		for i, a := range f.Acks {
+			ids[i] = a.MessageID
+		}
+		if left, err := anyDeliveryOf(ctx, s.db, f.Unit.Subscription, ids); err != nil || left {
+			return false
+		}
+	}
+	return true
 }
 
 // deleteAndLock runs the fast flush's first multi-statement on conn and

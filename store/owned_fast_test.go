@@ -475,3 +475,74 @@ func TestFlushAcksFastHoldsTheLocks(t *testing.T) {
 		}
 	}
 }
+
+// A fast flush whose COMMIT goes unanswered is answered as one that
+// committed when it did (its acked deliveries gone, the epochs and the
+// fence unchanged), and stays ErrOutcomeUnknown when it did not, or when
+// the unit changed owner meanwhile.
+func TestFlushAcksFastResolvesALostCommitAnswer(t *testing.T) {
+	testbed.Need(t)
+	t.Parallel()
+	lost := errors.New("connection cut during COMMIT")
+	cases := []struct {
+		name string
+		// commit runs the COMMIT, or not, and answers as the cut
+		// connection did.
+		commit    func(sc *flushScene, commit func() error) error
+		want      error // nil: answered as committed
+		committed bool  // the acked deliveries are gone
+	}{
+		{"committed, answer lost", func(sc *flushScene, commit func() error) error {
+			if err := commit(); err != nil {
+				return err
+			}
+			return lost
+		}, nil, true},
+		{"not committed", func(sc *flushScene, commit func() error) error { return lost }, ErrOutcomeUnknown, false},
+		{"committed, then the unit taken over", func(sc *flushScene, commit func() error) error {
+			if err := commit(); err != nil {
+				return err
+			}
+			if _, err := sc.f.db.Exec("UPDATE delivery_owner SET epoch = epoch + 1 WHERE topic = 't' AND subscription = 'a'"); err != nil {
+				t.Fatal(err)
+			}
+			return lost
+		}, ErrOutcomeUnknown, true},
+		{"committed, then the fence raised", func(sc *flushScene, commit func() error) error {
+			if err := commit(); err != nil {
+				return err
+			}
+			if err := sc.f.st.RaiseFence(context.Background(), 9, nil, "job", sc.f.now); err != nil {
+				t.Fatal(err)
+			}
+			return lost
+		}, ErrOutcomeUnknown, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			sc := newFlushScene(t)
+			sc.f.st.fastCommit = func(commit func() error) error { return c.commit(sc, commit) }
+			ctx := WithFence(context.Background(), Fence{MapVersion: 5})
+			if err := sc.f.st.RaiseFence(ctx, 5, nil, "job", sc.f.now); err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now().UTC()
+			batch := []OwnedFlush{{Unit: sc.a, Acks: []OwnedAck{sc.ack(0, "w1", now), sc.ack(1, "w1", now)}}}
+			out, err := sc.f.st.FlushOwned(ctx, batch, now)
+			switch {
+			case c.want == nil && (err != nil || len(out) != 1 || !reflect.DeepEqual(out[0].Acks, []bool{true, true})):
+				t.Fatalf("answered %+v, %v; want both acks done", out, err)
+			case c.want != nil && !errors.Is(err, c.want):
+				t.Fatalf("answered %+v, %v; want %v", out, err, c.want)
+			}
+			left, err := anyDeliveryOf(context.Background(), sc.f.db, "a", []uint64{sc.msgs[0], sc.msgs[1]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if left == c.committed {
+				t.Fatalf("deliveries left: %v; the flush committed: %v", left, c.committed)
+			}
+		})
+	}
+}
