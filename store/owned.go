@@ -89,11 +89,11 @@ var errFlushRecount = errors.New("flush: a delivery is gone; recount")
 
 // FlushOwned writes several units' outcomes in one transaction (see
 // OwnedFlush). When the transaction fails, err says why and nothing was
-// written; results are then nil. ErrOutcomeUnknown says it may have
-// been written: its COMMIT went unanswered (a fast flush that is known
-// to have committed answers as one that did, see fastFlushCommitted). A batch of acks alone, the common case,
-// takes a path of fewer round trips (owned_fast.go) with the same
-// outcomes, locks and answers.
+// written; results are then nil, except that ErrOutcomeUnknown says it
+// may have been written: its COMMIT went unanswered (a fast flush found
+// to have committed answers as one that did, see fastFlushCommitted). A
+// batch of acks alone, the common case, takes a path of fewer round
+// trips (owned_fast.go) with the same outcomes, locks and answers.
 func (s *Store) FlushOwned(ctx context.Context, batch []OwnedFlush, now time.Time) ([]OwnedResult, error) {
 	out, path, err := s.flushOwned(ctx, batch, now, true)
 	if path == flushFast && errors.Is(err, ErrOutcomeUnknown) && s.fastFlushCommitted(ctx, batch) {
