@@ -76,9 +76,9 @@ type world struct {
 	checks     map[string]*sql.DB // each primary through its socket, for the checks
 	consul     string             // the Consul double's address, once onConsul ran
 
-	// failures are the test's failures and what explains them, said
-	// again once the routers' logs are printed: CI shows a failing
-	// run's last lines only.
+	// failures are the test's failures, and explained what explains
+	// them, said again once the routers' logs are printed: CI shows a
+	// failing run's last lines only.
 	mu        sync.Mutex
 	failures  []string
 	explained []string
