@@ -237,9 +237,8 @@ FROM delivery_owner o JOIN delivery_lease l ON l.topic = o.topic AND l.subscript
 // ownerFence locks the delivery_owner rows of units with a shared lock
 // and returns those whose epoch is not the one given (taken over, or
 // gone): their writes must not happen. A takeover waits for the
-// transaction that holds the lock. Outside a transaction (q the pool) it
-// is a read of the epochs now.
-func ownerFence(ctx context.Context, q queryer, units []OwnedUnit) (map[OwnedUnit]bool, error) {
+// transaction that holds the lock.
+func ownerFence(ctx context.Context, tx *sql.Tx, units []OwnedUnit) (map[OwnedUnit]bool, error) {
 	if len(units) == 0 {
 		return nil, nil
 	}
@@ -247,7 +246,7 @@ func ownerFence(ctx context.Context, q queryer, units []OwnedUnit) (map[OwnedUni
 	for _, u := range units {
 		args = append(args, u.Topic, u.Subscription)
 	}
-	cur, err := queryMap(ctx, q, "fence delivery_owner", "SELECT topic, subscription, epoch FROM delivery_owner WHERE "+
+	cur, err := queryMap(ctx, tx, "fence delivery_owner", "SELECT topic, subscription, epoch FROM delivery_owner WHERE "+
 		pairsIn("topic", "subscription", len(units))+" LOCK IN SHARE MODE", args, func(rows *sql.Rows) ([2]string, uint64, error) {
 		var k [2]string
 		var e uint64

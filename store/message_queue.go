@@ -88,17 +88,6 @@ func subscriptionIDs(args []any, sub string, ids []uint64) (string, []any) {
 	return "subscription = ? AND message_id IN (" + inList(len(ids)) + ")", appendArgs(append(args, sub), ids)
 }
 
-// anyDeliveryOf says whether any of ids still has a delivery of sub.
-func anyDeliveryOf(ctx context.Context, q queryer, sub string, ids []uint64) (bool, error) {
-	where, args := subscriptionIDs(nil, sub, ids)
-	found := false
-	err := queryEach(ctx, q, "read message_queue", "SELECT 1 FROM message_queue WHERE "+where+" LIMIT 1", args, func(*sql.Rows) error {
-		found = true
-		return nil
-	})
-	return found, err
-}
-
 func insertDeliveries(ctx context.Context, tx *sql.Tx, msgs []*Message, subs []string, at map[uint64]time.Time) error {
 	q, args := insertDeliveriesSQL(nil, msgs, subs, at)
 	_, err := tx.ExecContext(ctx, q, args...)

@@ -137,6 +137,15 @@ func insertEventsSQL(ctx context.Context, args []any, verb string, evs []Event) 
   attempt, claimed_at, error_code, error, request_id) VALUES ` + placeholders(len(evs), 12), args
 }
 
+// countEvents counts the trace events of ids (event ids) that are
+// stored.
+func countEvents(ctx context.Context, q queryer, ids []uint64) (int, error) {
+	n := 0
+	err := queryEach(ctx, q, "count message_trace", "SELECT COUNT(*) FROM message_trace WHERE id IN ("+inList(len(ids))+")", appendArgs(nil, ids),
+		func(rows *sql.Rows) error { return rows.Scan(&n) })
+	return n, err
+}
+
 // eventsOf reads the trace events of messages ids in time order; types, if
 // given, limits them to those event types.
 func eventsOf(ctx context.Context, q queryer, ids []uint64, types ...string) ([]Event, error) {

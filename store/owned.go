@@ -91,12 +91,13 @@ var errFlushRecount = errors.New("flush: a delivery is gone; recount")
 // OwnedFlush). When the transaction fails, err says why and nothing was
 // written; results are then nil, except that ErrOutcomeUnknown says it
 // may have been written: its COMMIT went unanswered (a fast flush found
-// to have committed answers as one that did, see fastFlushCommitted). A
+// to have committed answers as one that did, see lostCommit). A
 // batch of acks alone, the common case, takes a path of fewer round
 // trips (owned_fast.go) with the same outcomes, locks and answers.
 func (s *Store) FlushOwned(ctx context.Context, batch []OwnedFlush, now time.Time) ([]OwnedResult, error) {
 	out, path, err := s.flushOwned(ctx, batch, now, true)
-	if path == flushFast && errors.Is(err, ErrOutcomeUnknown) && s.fastFlushCommitted(ctx, batch) {
+	var lost *lostCommit
+	if path == flushFast && errors.As(err, &lost) && lost.committed(ctx, s.db) {
 		return allAcked(batch), nil
 	}
 	return out, err

@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -182,12 +184,15 @@ func (s *Store) tryFlushAcksFast(ctx context.Context, batch []OwnedFlush, now ti
 		return err
 	}
 	if s.fastCommit != nil {
-		err = s.fastCommit(commit)
+		err = s.fastCommit(conn, commit)
 	} else {
 		err = commit()
 	}
 	if err != nil {
-		return nil, flushFast, uncertain(err)
+		if err = uncertain(err); errors.Is(err, ErrOutcomeUnknown) {
+			err = &lostCommit{err: err, at: p.at, groups: p.groups, events: append(slices.Clip(p.traced), events...)}
+		}
+		return nil, flushFast, err
 	}
 	committed = true
 
@@ -212,43 +217,62 @@ func allAcked(batch []OwnedFlush) []OwnedResult {
 // COMMIT went unanswered committed.
 const resolveTimeout = 5 * time.Second
 
-// fastFlushCommitted tells whether a fast flush whose COMMIT went
-// unanswered (ErrOutcomeUnknown: a router stalled past the flush's
-// deadline, a connection cut during the COMMIT) committed, so that its
-// acks are answered ok rather than unknown. It did when every delivery it
-// acked is gone while every unit still has the flush's epoch and the
-// cluster's fence still takes the flush's map: its delete had found all
-// of them (else it would have taken the general path), and with the
-// epochs unchanged only the flush's owner acks or kills the deliveries it
-// holds in memory, and with the fence unchanged no resharding cleaned
-// them up. A delivery still there (the COMMIT did not happen, or has not
-// yet been seen), or anything else, leaves the outcome unknown. Its reads
-// get a deadline of their own: the flush's has often passed.
-func (s *Store) fastFlushCommitted(ctx context.Context, batch []OwnedFlush) bool {
+// lostCommit is the ErrOutcomeUnknown of a fast flush whose COMMIT went
+// unanswered (a router stalled past the flush's deadline, a connection
+// cut during the COMMIT), with what its transaction wrote that nothing
+// else writes: each ack left either its final ack's mark on its message
+// row (ackedOn: its subscription and the flush's time to the
+// microsecond) or an acked trace event of its own (by its new id).
+type lostCommit struct {
+	err    error
+	at     time.Time
+	groups []ackGroup
+	events []Event
+}
+
+func (e *lostCommit) Error() string { return e.err.Error() }
+func (e *lostCommit) Unwrap() error { return e.err }
+
+// committed reads whether the flush committed: every ack's own row is
+// there (a transaction's rows appear together at its commit). Anything
+// short of that — a row missing, a read that fails — leaves the outcome
+// unknown. The reads get a deadline of their own: the flush's has often
+// passed. Deliveries gone prove nothing (a takeover's acks, a dropped
+// subscription or a resharding cleanup delete them too); these rows are
+// the flush's alone.
+func (e *lostCommit) committed(ctx context.Context, q queryer) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
 	defer cancel()
-	units := make([]OwnedUnit, len(batch))
-	for i, f := range batch {
-		units[i] = f.Unit
-	}
-	if stale, err := ownerFence(ctx, s.db, units); err != nil || len(stale) > 0 {
-		return false
-	}
-	if f, ok := FenceFrom(ctx); ok && f.MapVersion > 0 {
-		if need, err := s.ShardFence(ctx); err != nil || need > f.MapVersion {
+	traced := make(map[ackKey]bool, len(e.events))
+	if len(e.events) > 0 {
+		ids := make([]uint64, len(e.events))
+		for i, ev := range e.events {
+			ids[i] = ev.ID
+			traced[ackKey{ev.Subscription, ev.MessageID}] = true
+		}
+		n, err := countEvents(ctx, q, ids)
+		if err != nil || n != len(ids) {
 			return false
 		}
 	}
-	for _, f := range batch {
-		ids := make([]uint64, len(f.Acks))
-		for i, a := range f.Acks {
-			ids[i] = a.MessageID
-		}
-		if left, err := anyDeliveryOf(ctx, s.db, f.Unit.Subscription, ids); err != nil || left {
+	for _, g := range e.groups {
+		on, err := ackedOn(ctx, q, g.ids, g.k.sub, e.at)
+		if err != nil {
 			return false
+		}
+		for _, id := range g.ids {
+			if !on[id] && !traced[ackKey{g.k.sub, id}] {
+				return false
+			}
 		}
 	}
 	return true
+}
+
+// ackKey is one ack: its subscription and message.
+type ackKey struct {
+	sub string
+	id  uint64
 }
 
 // deleteAndLock runs the fast flush's first multi-statement on conn and

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"reflect"
@@ -477,71 +478,126 @@ func TestFlushAcksFastHoldsTheLocks(t *testing.T) {
 }
 
 // A fast flush whose COMMIT goes unanswered is answered as one that
-// committed when it did (its acked deliveries gone, the epochs and the
-// fence unchanged), and stays ErrOutcomeUnknown when it did not, or when
-// the unit changed owner meanwhile.
+// committed when it did — its own rows are there: the final ack's mark
+// on the message row, the acked event of an ack that leaves another
+// delivery —, also after its deadline, a takeover or a raised fence; and
+// stays ErrOutcomeUnknown when it did not, even when its deliveries are
+// gone by other hands (a takeover's acks, a dropped subscription): a
+// review found those answered ok when the answer rested on the
+// deliveries and epochs.
 func TestFlushAcksFastResolvesALostCommitAnswer(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
 	lost := errors.New("connection cut during COMMIT")
-	cases := []struct {
-		name string
-		// commit runs the COMMIT, or not, and answers as the cut
-		// connection did.
-		commit    func(sc *flushScene, commit func() error) error
-		want      error // nil: answered as committed
-		committed bool  // the acked deliveries are gone
-	}{
-		{"committed, answer lost", func(sc *flushScene, commit func() error) error {
+	committed := func(then func(sc *flushScene)) func(*flushScene, *sql.Conn, func() error) error {
+		return func(sc *flushScene, _ *sql.Conn, commit func() error) error {
 			if err := commit(); err != nil {
 				return err
 			}
+			then(sc)
 			return lost
-		}, nil, true},
-		{"not committed", func(sc *flushScene, commit func() error) error { return lost }, ErrOutcomeUnknown, false},
-		{"committed, then the unit taken over", func(sc *flushScene, commit func() error) error {
-			if err := commit(); err != nil {
-				return err
+		}
+	}
+	notCommitted := func(then func(sc *flushScene)) func(*flushScene, *sql.Conn, func() error) error {
+		return func(sc *flushScene, conn *sql.Conn, commit func() error) error {
+			// The server rolls the transaction back when its connection
+			// dies: kill it here, then let the others act.
+			var id int64
+			if err := conn.QueryRowContext(context.Background(), "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+				t.Fatal(err)
 			}
+			if _, err := sc.f.db.Exec("KILL ?", id); err != nil {
+				t.Fatal(err)
+			}
+			for range 100 {
+				var n int
+				if err := sc.f.db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&n); err != nil || n == 0 {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			then(sc)
+			return lost
+		}
+	}
+	nothing := func(*flushScene) {}
+	takeOverAndAck := func(sc *flushScene) {
+		if _, err := sc.f.db.Exec("UPDATE delivery_owner SET epoch = epoch + 1 WHERE topic = 't' AND subscription = 'a'"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sc.f.db.Exec("DELETE FROM message_queue WHERE subscription = 'a' AND message_id IN (?, ?)", sc.msgs[0], sc.msgs[7]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name   string
+		commit func(sc *flushScene, conn *sql.Conn, commit func() error) error
+		// expired: the flush's own deadline has passed when its answer
+		// is lost.
+		expired bool
+		ok      bool // answered as committed, else ErrOutcomeUnknown
+	}{
+		{"committed, answer lost", committed(nothing), false, true},
+		{"committed, answer lost past the flush's deadline", committed(nothing), true, true},
+		{"committed, then the unit taken over", committed(func(sc *flushScene) {
 			if _, err := sc.f.db.Exec("UPDATE delivery_owner SET epoch = epoch + 1 WHERE topic = 't' AND subscription = 'a'"); err != nil {
 				t.Fatal(err)
 			}
-			return lost
-		}, ErrOutcomeUnknown, true},
-		{"committed, then the fence raised", func(sc *flushScene, commit func() error) error {
-			if err := commit(); err != nil {
-				return err
-			}
+		}), false, true},
+		{"committed, then the fence raised", committed(func(sc *flushScene) {
 			if err := sc.f.st.RaiseFence(context.Background(), 9, nil, "job", sc.f.now); err != nil {
 				t.Fatal(err)
 			}
-			return lost
-		}, ErrOutcomeUnknown, true},
+		}), false, true},
+		{"not committed", notCommitted(nothing), false, false},
+		{"not committed, then taken over and acked by the next owner", notCommitted(takeOverAndAck), false, false},
+		{"not committed, then the subscription dropped", notCommitted(func(sc *flushScene) {
+			if _, err := sc.f.st.DropSubscription(context.Background(), "t", "a", sc.f.now); err != nil {
+				t.Fatal(err)
+			}
+		}), false, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			sc := newFlushScene(t)
-			sc.f.st.fastCommit = func(commit func() error) error { return c.commit(sc, commit) }
 			ctx := WithFence(context.Background(), Fence{MapVersion: 5})
 			if err := sc.f.st.RaiseFence(ctx, 5, nil, "job", sc.f.now); err != nil {
 				t.Fatal(err)
 			}
+			var cancel context.CancelFunc = func() {}
+			if c.expired {
+				ctx, cancel = context.WithTimeout(ctx, time.Second)
+			}
+			defer cancel()
+			sc.f.st.fastCommit = func(conn *sql.Conn, commit func() error) error {
+				err := c.commit(sc, conn, commit)
+				if c.expired {
+					<-ctx.Done()
+					return ctx.Err()
+				}
+				return err
+			}
 			now := time.Now().UTC()
-			batch := []OwnedFlush{{Unit: sc.a, Acks: []OwnedAck{sc.ack(0, "w1", now), sc.ack(1, "w1", now)}}}
+			// m0's ack is final (its only delivery); m7's leaves its
+			// delivery of b, so it is a trace event.
+			batch := []OwnedFlush{{Unit: sc.a, Acks: []OwnedAck{sc.ack(0, "w1", now), sc.ack(7, "w1", now)}}}
 			out, err := sc.f.st.FlushOwned(ctx, batch, now)
 			switch {
-			case c.want == nil && (err != nil || len(out) != 1 || !reflect.DeepEqual(out[0].Acks, []bool{true, true})):
+			case c.ok && (err != nil || len(out) != 1 || !reflect.DeepEqual(out[0].Acks, []bool{true, true})):
 				t.Fatalf("answered %+v, %v; want both acks done", out, err)
-			case c.want != nil && !errors.Is(err, c.want):
-				t.Fatalf("answered %+v, %v; want %v", out, err, c.want)
+			case !c.ok && (!errors.Is(err, ErrOutcomeUnknown) || out != nil):
+				t.Fatalf("answered %+v, %v; want %v", out, err, ErrOutcomeUnknown)
 			}
-			left, err := anyDeliveryOf(context.Background(), sc.f.db, "a", []uint64{sc.msgs[0], sc.msgs[1]})
-			if err != nil {
+			var marked, traced int
+			if err := sc.f.db.QueryRow("SELECT COUNT(*) FROM message_store WHERE id = ? AND acked_sub = 'a'", sc.msgs[0]).Scan(&marked); err != nil {
 				t.Fatal(err)
 			}
-			if left == c.committed {
-				t.Fatalf("deliveries left: %v; the flush committed: %v", left, c.committed)
+			if err := sc.f.db.QueryRow("SELECT COUNT(*) FROM message_trace WHERE message_id = ? AND event = ?", sc.msgs[7], EventAcked).Scan(&traced); err != nil {
+				t.Fatal(err)
+			}
+			if wrote := marked == 1 && traced == 1; wrote != c.ok {
+				t.Fatalf("the flush's rows: mark %d, event %d; answered as committed: %v", marked, traced, c.ok)
 			}
 		})
 	}

@@ -79,10 +79,10 @@ type Store struct {
 	// packet and rowBytes size the copies' statements (packet.go).
 	packet   packetLimit
 	rowBytes rowSizes
-	// fastCommit, when set (tests), runs the fast flush's COMMIT: it
-	// may run it and then lose its answer, as a stalled router or a
-	// cut connection does.
-	fastCommit func(commit func() error) error
+	// fastCommit, when set (tests), runs the fast flush's COMMIT on
+	// conn: it may run it and then lose its answer, as a stalled router
+	// or a cut connection does, or end the transaction otherwise.
+	fastCommit func(conn *sql.Conn, commit func() error) error
 }
 
 // Open connects to dsn (go-sql-driver form) with the session settings
