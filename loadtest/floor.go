@@ -139,15 +139,18 @@ const (
   topic VARBINARY(128) NOT NULL,
   msg_key VARBINARY(256) NOT NULL,
   payload MEDIUMBLOB NOT NULL,
-  msg_status TINYINT UNSIGNED NOT NULL DEFAULT 0,
+` + floorFinalAck + `  PRIMARY KEY (id)
+) ENGINE=InnoDB`
+	// floorFinalAck are the message row's status and final ack columns
+	// (store's markAcked), in every floor_store layout.
+	floorFinalAck = `  msg_status TINYINT UNSIGNED NOT NULL DEFAULT 0,
   status_at DATETIME(6) NULL,
   acked_sub VARBINARY(128) NULL,
   acked_by VARBINARY(128) NULL,
   acked_attempt SMALLINT UNSIGNED NULL,
   acked_claimed_at DATETIME(6) NULL,
   acked_request VARBINARY(64) NULL,
-  PRIMARY KEY (id)
-) ENGINE=InnoDB`
+`
 	// floorRowDelivery are the columns of a floor_store that carries the
 	// default subscription's delivery (LayoutInline, LayoutOneRow) after
 	// its key: priority, payload, the final ack's columns and the
@@ -155,14 +158,7 @@ const (
 	// product's idx_claim column order.
 	floorRowDelivery = `  priority TINYINT UNSIGNED NOT NULL,
   payload MEDIUMBLOB NOT NULL,
-  msg_status TINYINT UNSIGNED NOT NULL DEFAULT 0,
-  status_at DATETIME(6) NULL,
-  acked_sub VARBINARY(128) NULL,
-  acked_by VARBINARY(128) NULL,
-  acked_attempt SMALLINT UNSIGNED NULL,
-  acked_claimed_at DATETIME(6) NULL,
-  acked_request VARBINARY(64) NULL,
-  dlv_state TINYINT UNSIGNED NOT NULL DEFAULT 0,
+` + floorFinalAck + `  dlv_state TINYINT UNSIGNED NOT NULL DEFAULT 0,
   available_at DATETIME(6) NOT NULL,
 `
 	floorRowClaimIndex = `KEY idx_claim (topic, dlv_state, priority DESC, id, available_at)`

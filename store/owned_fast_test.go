@@ -509,10 +509,16 @@ func TestFlushAcksFastResolvesALostCommitAnswer(t *testing.T) {
 			if _, err := sc.f.db.Exec("KILL ?", id); err != nil {
 				t.Fatal(err)
 			}
-			for range 100 {
+			for try := 0; ; try++ {
 				var n int
-				if err := sc.f.db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&n); err != nil || n == 0 {
+				if err := sc.f.db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				if n == 0 {
 					break
+				}
+				if try == 250 {
+					t.Fatalf("the flush's connection %d still there 5 s after its KILL", id)
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
