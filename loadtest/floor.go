@@ -150,6 +150,7 @@ const (
   acked_attempt SMALLINT UNSIGNED NULL,
   acked_claimed_at DATETIME(6) NULL,
   acked_request VARBINARY(64) NULL,
+  ack_slot BINARY(64) NOT NULL DEFAULT '',
 `
 	// floorRowDelivery are the columns of a floor_store that carries the
 	// default subscription's delivery (LayoutInline, LayoutOneRow) after
@@ -510,10 +511,11 @@ func (f *Floor) Ack(ctx context.Context, leases []FloorLease) error {
 	})
 }
 
-// finalAck writes one claim's final ack on its messages' rows in tx: the
-// columns the product's final ack writes (store's markAcked: status and
-// its time, subscription, consumer, attempt, claim time, request; request
-// NULL when empty). One claim's leases share consumer, attempt and claim
+// finalAck writes one claim's final ack on its messages' rows in tx, as
+// the product's final ack does (store's markAcked): the status and the
+// ack's slot (its time, subscription, consumer, attempt, claim time,
+// request) in place, or, when they do not fit the slot, the status and its
+// time with the acked_* columns (request NULL when empty). One claim's leases share consumer, attempt and claim
 // time, so one UPDATE with constants carries them. In the inline and
 // one-row layouts the same update ends the default subscription's
 // delivery, and only a delivery still ready is acked: an ack of a message
@@ -530,12 +532,16 @@ func (f *Floor) finalAck(ctx context.Context, tx *sql.Tx, leases []FloorLease, r
 	}
 	byID, args := f.rowsByID(ids)
 	q := "UPDATE floor_store SET msg_status = 1, status_at = ?, acked_sub = ?, acked_by = ?, acked_attempt = ?, acked_claimed_at = ?, acked_request = ?"
+	set := []any{now, FloorSubscription, l.Consumer, l.Attempt, l.ClaimedAt, req}
+	if slot, ok := store.FinalAckSlot(FloorSubscription, l.Consumer, request, l.Attempt, l.ClaimedAt, now); ok {
+		q, set = "UPDATE floor_store SET msg_status = 1, ack_slot = ?", []any{slot}
+	}
 	if f.Layout == LayoutQueue {
 		q += " WHERE " + byID
 	} else {
 		q += ", dlv_state = 1 WHERE dlv_state = 0 AND " + byID
 	}
-	res, err := tx.ExecContext(ctx, q, append([]any{now, FloorSubscription, l.Consumer, l.Attempt, l.ClaimedAt, req}, args...)...)
+	res, err := tx.ExecContext(ctx, q, append(set, args...)...)
 	if err != nil || f.Layout == LayoutQueue {
 		return err
 	}
@@ -555,7 +561,7 @@ func (f *Floor) Counts(ctx context.Context) (messages, deliveries, acked, consum
 		live += " + (SELECT COUNT(*) FROM floor_store WHERE dlv_state = 0)"
 	}
 	err = f.DB.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM floor_store), "+live+","+
-		" (SELECT COUNT(*) FROM floor_trace WHERE event = 'acked') + (SELECT COUNT(*) FROM floor_store WHERE acked_by IS NOT NULL),"+
+		" (SELECT COUNT(*) FROM floor_trace WHERE event = 'acked') + (SELECT COUNT(*) FROM floor_store WHERE acked_by IS NOT NULL OR ack_slot <> REPEAT(0x00, 64)),"+
 		" (SELECT COUNT(*) FROM floor_store WHERE msg_status = 1)").
 		Scan(&messages, &deliveries, &acked, &consumed)
 	if err != nil {

@@ -328,7 +328,7 @@ func TestOlderRowsInLowestPartitionMoveToo(t *testing.T) {
 	id := idgen.Floor(feb) + 1
 	evAt := feb.Add(time.Hour)
 	msg := store.MoveRow{id, idgen.Time(id), int64(700), []byte("older"), []byte("stray"), nil, []byte("tx-stray"), int64(0), nil, int64(1),
-		[]byte(`{"n":1}`), int64(1) /* msg_status consumed */, evAt, nil, nil, nil, nil, nil}
+		[]byte(`{"n":1}`), int64(1) /* msg_status consumed */, evAt, nil, nil, nil, nil, nil, make([]byte, 64) /* ack_slot, empty */}
 	ev := store.MoveRow{idgen.Floor(evAt) + 5, evAt, id, int64(700), []byte("default"), []byte(store.EventAcked), []byte("w9"), int64(1), feb, nil, nil, nil}
 	if err := st.TierWrite(ctx, store.TableMessages, []store.MoveRow{msg}); err != nil {
 		t.Fatal(err)

@@ -39,9 +39,10 @@ type tierTable struct {
 	// partitioned tables are RANGE-partitioned by month on month.
 	partitioned bool
 	// required is how many leading columns every cold file row has; the
-	// columns after them were added later and read NULL from older files.
-	// 0: all of them.
+	// columns after them were added later and read NULL from older files,
+	// or their value in defaults. 0: all of them.
 	required int
+	defaults map[string]any
 }
 
 var tierTables = []*tierTable{&messageStoreTier, &messageTraceTier, &archiveMessageTier, &archiveTraceTier}
@@ -275,7 +276,8 @@ func DecodeRow(table string, line []byte) (MoveRow, error) {
 	for i, c := range t.cols {
 		raw, ok := obj[c]
 		if !ok && t.required > 0 && i >= t.required {
-			continue // a column newer than the file: NULL
+			r[i] = t.defaults[c] // a column newer than the file: NULL or its default
+			continue
 		}
 		if !ok {
 			return nil, fmt.Errorf("decode %s row: column %s missing", t.name, c)
@@ -388,7 +390,11 @@ func (s *Store) ArchivedTrace(ctx context.Context, topic, key string, now time.T
 }
 
 func archivedEvents(ctx context.Context, q queryer, id uint64) ([]Event, error) {
-	return queryRows(ctx, q, "select archive_trace", selectArchivedEvents(1), []any{id, id}, scanEvent)
+	evs, err := queryRows(ctx, q, "select archive_trace", selectArchivedEvents(1), []any{id}, scanEvent)
+	if err != nil {
+		return nil, err
+	}
+	return withRowAcks(ctx, q, "archive_message", []uint64{id}, evs)
 }
 
 // Events reads the trace events of message ids held by this cluster, in

@@ -38,6 +38,7 @@ var archiveMessageTier = tierTable{
 	kinds:    messageKinds,
 	msgCol:   "id",
 	required: messageColsBeforeAcks,
+	defaults: messageColDefaults,
 }
 
 // messageStoreTier describes message_store as the source of the warm copy:
@@ -49,15 +50,21 @@ var messageStoreTier = tierTable{
 	msgCol:      "id",
 	partitioned: true,
 	required:    messageColsBeforeAcks,
+	defaults:    messageColDefaults,
 }
 
 // messageColsBeforeAcks is how many columns message rows had before the
 // final ack's (migration 18): cold files written before have only those.
 const messageColsBeforeAcks = 13
 
+// messageColDefaults are the values of the message columns, added since,
+// that a cold file written before lacks and that are not NULL: the final
+// ack's slot (migration 19), empty.
+var messageColDefaults = map[string]any{"ack_slot": emptyAckSlot}
+
 // messageKinds says how each message_store column is written to a cold
 // file (see tierTable.kinds).
-var messageKinds = []byte("itissssibibitssits")
+var messageKinds = []byte("itissssibibitssitsb")
 
 // selectArchivedByKey reads the newest archived message with (topic, key).
 const selectArchivedByKey = `SELECT ` + messageBodyCols + ` FROM archive_message WHERE topic = ? AND msg_key = ? ORDER BY id DESC LIMIT 1`

@@ -45,12 +45,10 @@ var messageTraceTier = tierTable{
 // traceKinds says how each message_trace column is written to a cold file.
 var traceKinds = []byte("itiisssitsss")
 
-// selectArchivedEvents reads archived events of messages, in time order,
-// with the final acks kept on their archive_message rows; its arguments
-// are the ids twice.
+// selectArchivedEvents reads archived events of messages, in time order
+// (the final acks kept on their archive_message rows are merged in by
+// archivedEvents).
 func selectArchivedEvents(n int) string {
 	return `SELECT id, created_at, message_id, vshard, COALESCE(subscription, ''), event, COALESCE(consumer, ''), attempt, claimed_at,
-  COALESCE(error_code, ''), COALESCE(error, ''), COALESCE(request_id, '') FROM archive_trace WHERE message_id IN (` + inList(n) + `)
-UNION ALL
-` + ackedEventsSQL("archive_message", n) + ` ORDER BY created_at, id`
+  COALESCE(error_code, ''), COALESCE(error, ''), COALESCE(request_id, '') FROM archive_trace WHERE message_id IN (` + inList(n) + `) ORDER BY created_at, id`
 }

@@ -178,21 +178,28 @@ func BenchmarkScanClaimable(b *testing.B) {
 
 // BenchmarkFinalAckRow measures what a final ack's write to the message
 // row costs the primary, by whether it grows the row. Messages are
-// produced (untimed) in batches of 90, as fresh rows sit in their pages
-// (filled to about 15/16 by inserts in id order); then each batch's final
-// ack is written in one transaction of its own, in id order, as an
-// owner's flush does:
+// produced in batches of 90 (their primary CPU reported as
+// produce-cpu-µs/msg), as fresh rows sit in their pages (filled to about
+// 15/16 by inserts in id order); then each batch's final ack is written
+// in one transaction of its own, in id order, as an owner's flush does:
 //
-//   - acked_columns: markAcked, today's statement. It fills the acked_*
-//     columns and status_at, which were NULL: every row grows by some 50
-//     bytes, more than its page has free, so the pages split (reported
-//     per 1,000 messages) and the table ends about twice its size.
-//   - status_only: the status byte alone, changed in place. What the ack
-//     would cost if nothing it wrote grew the row (the ack's details
-//     kept elsewhere, say one row per batch).
+//   - slot: markAcked, the product's statement for an ack that fits the
+//     slot. It overwrites the fixed-size ack_slot and the status byte in
+//     place (migration 19 rebuilt the fresh table, so every row stores
+//     its slot).
+//   - columns: markAcked for an ack that does not fit (a long consumer
+//     name). It fills the acked_* columns and status_at, which were NULL:
+//     every row grows by some 50 bytes, more than its page has free, so
+//     the pages split (reported per 1,000 messages) and the table ends
+//     about twice its size.
+//   - status_only: the status byte alone, in place: the least an ack
+//     could write.
+//   - no_slot: the table as it was before migration 19 (the slot dropped,
+//     the table rebuilt) and the columns' statement: what a row without
+//     the slot costs to produce, and its ack.
 //
-// Compare server-cpu-µs/msg of the two in one run, alternately (-count),
-// on a quiet machine (docs/performance.md).
+// Compare the variants' figures in one run, alternately (-count), on a
+// quiet machine (docs/performance.md).
 func BenchmarkFinalAckRow(b *testing.B) {
 	testbed.Need(b)
 	f := setup(b)
@@ -203,22 +210,36 @@ func BenchmarkFinalAckRow(b *testing.B) {
 	}
 	payload := `{"order":"` + strings.Repeat("x", 180) + `"}`
 	const batch = 90
+	short := finalAck{sub: "default", consumer: "consumer-1", request: "0123456789abcdef", attempt: 1}
+	long := finalAck{sub: "default", consumer: strings.Repeat("consumer-", 5), request: "0123456789abcdef", attempt: 1}
+	acked := func(a finalAck) func(ids []uint64, now time.Time) (string, []any) {
+		return func(ids []uint64, now time.Time) (string, []any) {
+			a.claimedAt = now
+			return markAckedSQL(nil, ids, a, now)
+		}
+	}
 	variants := []struct {
 		name   string
 		update func(ids []uint64, now time.Time) (string, []any)
 	}{
-		{"acked_columns", func(ids []uint64, now time.Time) (string, []any) {
-			return markAckedSQL(nil, ids, finalAck{sub: "default", consumer: "consumer-1", request: "0123456789abcdef", attempt: 1, claimedAt: now}, now)
-		}},
+		{"slot", acked(short)},
+		{"columns", acked(long)},
 		{"status_only", func(ids []uint64, now time.Time) (string, []any) {
 			var q strings.Builder
 			q.WriteString("UPDATE message_store SET msg_status = ? WHERE ")
 			args := idList(&q, []any{statusCode(StatusConsumed)}, ids)
 			return q.String(), args
 		}},
+		{"no_slot", acked(long)}, // last: it drops the slot
 	}
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
+			if v.name == "no_slot" && f.count(b, "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'message_store' AND COLUMN_NAME = 'ack_slot'") == 1 {
+				if _, err := f.db.ExecContext(ctx, "ALTER TABLE message_store DROP COLUMN ack_slot, FORCE"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			pcpu0, _ := procstat.Process(pid)
 			call := f.ids.Next()
 			batches := make([][]uint64, b.N)
 			items := make([]ProduceItem, batch)
@@ -231,6 +252,7 @@ func BenchmarkFinalAckRow(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			pcpu1, _ := procstat.Process(pid)
 			splits0 := pageSplits(ctx, b, f.db)
 			cpu0, okCPU := procstat.Process(pid)
 			b.ResetTimer()
@@ -259,6 +281,7 @@ func BenchmarkFinalAckRow(b *testing.B) {
 			b.ReportMetric(float64(pageSplits(ctx, b, f.db)-splits0)*1000/msgs, "splits/1000msgs")
 			if cpu1, ok := procstat.Process(pid); ok && okCPU {
 				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/msgs, "server-cpu-µs/msg")
+				b.ReportMetric(float64((pcpu1-pcpu0).Microseconds())/msgs, "produce-cpu-µs/msg")
 			}
 		})
 	}

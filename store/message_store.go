@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -281,12 +282,15 @@ func setStatus(ctx context.Context, tx *sql.Tx, m *Message, from, to domain.Mess
 // written on the message row, in the update that marks it consumed,
 // instead of as an `acked` row of message_trace: which subscription,
 // consumer and attempt, when it was claimed and the request that acked
-// it (status_at is when). It is the common case (one subscription), so
-// a consumed message costs the delete of its delivery and this update,
-// two rows instead of three (docs/performance.md). The trace reads it as
-// an `acked` event like any other (ackedEventsSQL); earlier acks of other
+// it, and when. It is the common case (one subscription), so a consumed
+// message costs the delete of its delivery and this update, two rows
+// instead of three (docs/performance.md). The trace reads it as an
+// `acked` event like any other (rowAcks); earlier acks of other
 // subscriptions, and acks on the rarer paths, stay rows of message_trace.
-// The columns come last and NULL, so adding them is instant.
+// Since migration 19 an ack is written into the row's fixed-size slot
+// (ack_slot.go), in place; these columns (with status_at as its time)
+// take an ack that does not fit the slot. They come last and NULL, so
+// adding them was instant.
 const ackedColumns = `ADD COLUMN acked_sub VARBINARY(128) NULL, ADD COLUMN acked_by VARBINARY(128) NULL,
   ADD COLUMN acked_attempt SMALLINT UNSIGNED NULL, ADD COLUMN acked_claimed_at DATETIME(6) NULL, ADD COLUMN acked_request VARBINARY(64) NULL`
 
@@ -295,20 +299,73 @@ const (
 	addArchivedAckedColumns = `ALTER TABLE archive_message ` + ackedColumns
 )
 
-// ackedEventsSQL reads the acks kept on the rows of table (message_store or
-// archive_message) of n messages as trace events, in eventsOf's columns:
-// the event's id is the message's (one such event per message).
-func ackedEventsSQL(table string, n int) string {
+// ackSlotColumn is the final ack's slot (ack_slot.go). Migration 19 adds
+// it to message_store and archive_message, at the end, NOT NULL with its
+// default, so adding it is instant.
+const ackSlotColumn = "ADD COLUMN ack_slot BINARY(64) NOT NULL DEFAULT ''"
+
+const (
+	addAckSlot         = `ALTER TABLE message_store ` + ackSlotColumn
+	addArchivedAckSlot = `ALTER TABLE archive_message ` + ackSlotColumn
+	// rebuildMessageStore rewrites every row whole, the slot included
+	// (see ackSlotLen on why a row may lack it).
+	rebuildMessageStore = `ALTER TABLE message_store FORCE`
+)
+
+// rowAcks reads the final acks kept on the rows of table (message_store
+// or archive_message) of messages ids, as trace events (the event's id is
+// the message's: one such event per message), from the slot or, for an
+// ack that did not fit it, the acked_* columns.
+func rowAcks(ctx context.Context, q queryer, table string, ids []uint64) ([]Event, error) {
 	var b strings.Builder
-	b.WriteString(`SELECT id, status_at AS created_at, id AS message_id, vshard, acked_sub, '` + EventAcked + `' AS event, COALESCE(acked_by, ''),
-  acked_attempt, acked_claimed_at, '', '', COALESCE(acked_request, '') FROM ` + table + ` WHERE `)
+	b.WriteString(`SELECT id, vshard, status_at, acked_sub, COALESCE(acked_by, ''), acked_attempt, acked_claimed_at, COALESCE(acked_request, ''),
+  ack_slot FROM ` + table + ` WHERE `)
+	var args []any
 	if table == "message_store" {
-		idList(&b, nil, make([]uint64, n)) // the placeholders only: the caller binds (id, created_at) pairs
+		args = idList(&b, nil, ids)
 	} else {
-		b.WriteString("id IN (" + inList(n) + ")")
+		b.WriteString("id IN (" + inList(len(ids)) + ")")
+		args = appendArgs(nil, ids)
 	}
-	b.WriteString(" AND acked_sub IS NOT NULL")
-	return b.String()
+	b.WriteString(" AND (acked_sub IS NOT NULL OR ack_slot <> ?)")
+	return queryRows(ctx, q, "select "+table+" acks", b.String(), append(args, emptyAckSlot), func(rows *sql.Rows) (Event, error) {
+		e := Event{Type: EventAcked}
+		var at, claimed sql.NullTime
+		var sub sql.NullString
+		var attempt sql.NullInt64
+		var slot []byte
+		if err := rows.Scan(&e.ID, &e.VShard, &at, &sub, &e.Consumer, &attempt, &claimed, &e.RequestID, &slot); err != nil {
+			return e, err
+		}
+		e.MessageID = e.ID
+		if sub.Valid {
+			e.Subscription, e.At, e.Attempt, e.ClaimedAt = sub.String, at.Time, int(attempt.Int64), claimed.Time
+			return e, nil
+		}
+		a, when, ok := decodeAckSlot(slot)
+		if !ok {
+			return e, fmt.Errorf("message %d: an ack slot this version cannot read (version %d)", e.ID, slot[0])
+		}
+		e.Subscription, e.Consumer, e.Attempt, e.ClaimedAt, e.RequestID, e.At = a.sub, a.consumer, a.attempt, a.claimedAt, a.request, when
+		return e, nil
+	})
+}
+
+// withRowAcks merges the final acks kept on the rows of table into evs
+// (trace rows of the same messages, in time order), in time order.
+func withRowAcks(ctx context.Context, q queryer, table string, ids []uint64, evs []Event) ([]Event, error) {
+	acks, err := rowAcks(ctx, q, table, ids)
+	if err != nil || len(acks) == 0 {
+		return evs, err
+	}
+	evs = append(evs, acks...)
+	slices.SortStableFunc(evs, func(a, b Event) int {
+		if c := a.At.Compare(b.At); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	return evs, nil
 }
 
 // finalAck is the part of a final ack written on its message row.
@@ -325,9 +382,16 @@ func markAcked(ctx context.Context, tx *sql.Tx, ids []uint64, a finalAck, now ti
 	return execCount(ctx, tx, "mark message_store acked", q, args...)
 }
 
-// markAckedSQL is markAcked's statement, its arguments appended to args.
+// markAckedSQL is markAcked's statement, its arguments appended to args:
+// the ack in the slot when it fits (in place), else in the acked_* columns.
 func markAckedSQL(args []any, ids []uint64, a finalAck, now time.Time) (string, []any) {
 	var b strings.Builder
+	if slot, ok := encodeAckSlot(a, now); ok {
+		b.WriteString("UPDATE message_store SET msg_status = ?, ack_slot = ? WHERE ")
+		args = idList(&b, append(args, statusCode(StatusConsumed), slot), ids)
+		b.WriteString(" AND msg_status <> ?")
+		return b.String(), append(args, statusCode(StatusConsumed))
+	}
 	b.WriteString(`UPDATE message_store SET msg_status = ?, status_at = ?, acked_sub = ?, acked_by = ?, acked_attempt = ?,
   acked_claimed_at = ?, acked_request = ? WHERE `)
 	var claimed any
@@ -340,14 +404,21 @@ func markAckedSQL(args []any, ids []uint64, a finalAck, now time.Time) (string, 
 	return b.String(), append(args, statusCode(StatusConsumed))
 }
 
-// ackedOn answers which of ids carry on their row a final ack of sub at
-// now (markAcked's), to tell which of a group it changed.
-func ackedOn(ctx context.Context, tx queryer, ids []uint64, sub string, now time.Time) (map[uint64]bool, error) {
+// ackedOn answers which of ids carry on their row the final ack a written
+// at now (markAcked's), to tell which of a group it changed: the slot
+// holds the ack's time to the microsecond, and so do the columns.
+func ackedOn(ctx context.Context, tx queryer, ids []uint64, a finalAck, now time.Time) (map[uint64]bool, error) {
 	var b strings.Builder
 	b.WriteString("SELECT id, 1 FROM message_store WHERE ")
 	args := idList(&b, nil, ids)
-	b.WriteString(" AND acked_sub = ? AND status_at = ?")
-	return queryMap(ctx, tx, "read message_store acks", b.String(), append(args, sub, now), func(rows *sql.Rows) (uint64, bool, error) {
+	if slot, ok := encodeAckSlot(a, now); ok {
+		b.WriteString(" AND ack_slot = ?")
+		args = append(args, slot)
+	} else {
+		b.WriteString(" AND acked_sub = ? AND status_at = ?")
+		args = append(args, a.sub, now)
+	}
+	return queryMap(ctx, tx, "read message_store acks", b.String(), args, func(rows *sql.Rows) (uint64, bool, error) {
 		var id uint64
 		var one int
 		err := rows.Scan(&id, &one)
@@ -359,7 +430,7 @@ func ackedOn(ctx context.Context, tx queryer, ids []uint64, sub string, now time
 var messageStoreMove = moveTable{
 	name: "message_store",
 	cols: []string{"id", "created_at", "vshard", "topic", "msg_key", "order_key", "transaction_id", "priority", "headers", "payload_json", "payload", "msg_status", "status_at",
-		"acked_sub", "acked_by", "acked_attempt", "acked_claimed_at", "acked_request"},
+		"acked_sub", "acked_by", "acked_attempt", "acked_claimed_at", "acked_request", "ack_slot"},
 	pk:    []string{"id", "created_at"},
 	idCol: "id",
 }

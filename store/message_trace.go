@@ -7,8 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/shardmq/shardmq/internal/idgen"
-
 	"github.com/shardmq/shardmq/internal/reqid"
 )
 
@@ -159,14 +157,12 @@ func eventsOf(ctx context.Context, q queryer, ids []uint64, types ...string) ([]
 		query += " AND event IN (" + inList(len(types)) + ")"
 		args = appendArgs(args, types)
 	}
-	if len(types) == 0 || slices.Contains(types, EventAcked) {
-		// The final acks kept on the message rows (message_store.go).
-		query += "\nUNION ALL\n" + ackedEventsSQL("message_store", len(ids))
-		for _, id := range ids {
-			args = append(args, id, idgen.Time(id))
-		}
+	evs, err := queryRows(ctx, q, "select message_trace", query+" ORDER BY created_at, id", args, scanEvent)
+	if err != nil || len(types) > 0 && !slices.Contains(types, EventAcked) {
+		return evs, err
 	}
-	return queryRows(ctx, q, "select message_trace", query+" ORDER BY created_at, id", args, scanEvent)
+	// The final acks kept on the message rows (message_store.go).
+	return withRowAcks(ctx, q, "message_store", ids, evs)
 }
 
 // scanEvent reads a trace event in the column order of eventsOf, which

@@ -14,6 +14,9 @@ type migration struct {
 	version int
 	name    string
 	stmts   func(now time.Time) []string
+	// then, when set, runs after stmts, on the same connection: a step
+	// that depends on what the cluster holds.
+	then func(ctx context.Context, conn *sql.Conn) error
 }
 
 // migrations is the schema history, oldest first. Never edit an applied
@@ -21,23 +24,45 @@ type migration struct {
 var migrations = []migration{
 	{1, "initial tables", func(now time.Time) []string {
 		return []string{createMessageKey, createMessageStore(now), createMessageQueue, createMessageTrace(now)}
-	}},
-	{2, "replica lag heartbeat", func(time.Time) []string { return []string{createHeartbeat} }},
+	}, nil},
+	{2, "replica lag heartbeat", func(time.Time) []string { return []string{createHeartbeat} }, nil},
 	{3, "subscriptions and dead-letter archive", func(time.Time) []string {
 		return []string{createSubscription, createDeadLetterArchive}
-	}},
-	{4, "vshard owner record", func(time.Time) []string { return []string{createVShardOwner} }},
-	{5, "request id of trace events", func(time.Time) []string { return []string{addRequestIDColumn} }},
+	}, nil},
+	{4, "vshard owner record", func(time.Time) []string { return []string{createVShardOwner} }, nil},
+	{5, "request id of trace events", func(time.Time) []string { return []string{addRequestIDColumn} }, nil},
 	// 6–9 are another branch's. 10–13: retention (docs/retention.md).
-	{10, "warm archive of messages", func(time.Time) []string { return []string{createArchiveMessage} }},
-	{11, "warm archive of trace events", func(time.Time) []string { return []string{createArchiveTrace} }},
-	{12, "index of messages in cold files", func(time.Time) []string { return []string{createArchiveColdIndex} }},
-	{13, "retention job state", func(time.Time) []string { return []string{createRetentionState} }},
-	{14, "delivery owners and router members", func(time.Time) []string { return []string{createDeliveryOwner, createRouterMember} }},
-	{15, "delivery owners' leases apart", func(time.Time) []string { return []string{createDeliveryLease, copyOwnerLeases, dropOwnerLeaseColumns} }},
-	{16, "shard fence", func(time.Time) []string { return []string{createShardFence, seedShardFence} }},
-	{17, "reshard leaders' sessions", func(time.Time) []string { return []string{createReshardSession} }},
-	{18, "the final ack on the message row", func(time.Time) []string { return []string{addAckedColumns, addArchivedAckedColumns} }},
+	{10, "warm archive of messages", func(time.Time) []string { return []string{createArchiveMessage} }, nil},
+	{11, "warm archive of trace events", func(time.Time) []string { return []string{createArchiveTrace} }, nil},
+	{12, "index of messages in cold files", func(time.Time) []string { return []string{createArchiveColdIndex} }, nil},
+	{13, "retention job state", func(time.Time) []string { return []string{createRetentionState} }, nil},
+	{14, "delivery owners and router members", func(time.Time) []string { return []string{createDeliveryOwner, createRouterMember} }, nil},
+	{15, "delivery owners' leases apart", func(time.Time) []string { return []string{createDeliveryLease, copyOwnerLeases, dropOwnerLeaseColumns} }, nil},
+	{16, "shard fence", func(time.Time) []string { return []string{createShardFence, seedShardFence} }, nil},
+	{17, "reshard leaders' sessions", func(time.Time) []string { return []string{createReshardSession} }, nil},
+	{18, "the final ack on the message row", func(time.Time) []string { return []string{addAckedColumns, addArchivedAckedColumns} }, nil},
+	{version: 19, name: "the final ack's slot", stmts: func(time.Time) []string { return []string{addAckSlot, addArchivedAckSlot} },
+		then: rebuildSmallMessageStore},
+}
+
+// rebuildSmallMessageStore rebuilds message_store when it holds at most
+// ackSlotRebuildMax rows, so that every row stores the final ack's slot
+// whole and acks write it in place (ack_slot.go); a fresh cluster's empty
+// table is rebuilt at once. A bigger table keeps the instant column: its
+// operator rebuilds it when convenient (docs/operations.md).
+func rebuildSmallMessageStore(ctx context.Context, conn *sql.Conn) error {
+	var n int
+	q := fmt.Sprintf("SELECT COUNT(*) FROM (SELECT 1 FROM message_store LIMIT %d) t", ackSlotRebuildMax+1)
+	if err := conn.QueryRowContext(ctx, q).Scan(&n); err != nil {
+		return fmt.Errorf("count message_store: %w", err)
+	}
+	if n > ackSlotRebuildMax {
+		return nil
+	}
+	if _, err := conn.ExecContext(ctx, rebuildMessageStore); err != nil {
+		return fmt.Errorf("rebuild message_store: %w", err)
+	}
+	return nil
 }
 
 // SchemaVersion is the newest migration this build knows.
@@ -81,6 +106,11 @@ func (s *Store) Migrate(ctx context.Context, now time.Time) error {
 		}
 		for _, stmt := range m.stmts(now.UTC()) {
 			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("migrate: version %d (%s): %w", m.version, m.name, translate(err))
+			}
+		}
+		if m.then != nil {
+			if err := m.then(ctx, conn); err != nil {
 				return fmt.Errorf("migrate: version %d (%s): %w", m.version, m.name, translate(err))
 			}
 		}

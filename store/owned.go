@@ -385,7 +385,7 @@ func (s *Store) planAcks(acked []unitAck, left map[uint64]bool, now time.Time) a
 // unmarked is the trace events of those of g's acks whose row markAcked
 // did not change (it changed fewer rows than g has).
 func (s *Store) unmarked(ctx context.Context, q queryer, g ackGroup, p ackPlan) ([]Event, error) {
-	on, err := ackedOn(ctx, q, g.ids, g.k.sub, p.at)
+	on, err := ackedOn(ctx, q, g.ids, g.k, p.at)
 	if err != nil {
 		return nil, err
 	}

@@ -221,7 +221,7 @@ const resolveTimeout = 5 * time.Second
 // unanswered (a router stalled past the flush's deadline, a connection
 // cut during the COMMIT), with what its transaction wrote that nothing
 // else writes: each ack left either its final ack's mark on its message
-// row (ackedOn: its subscription and the flush's time to the
+// row (ackedOn: the slot or columns with the flush's time to the
 // microsecond) or an acked trace event of its own (by its new id).
 type lostCommit struct {
 	err    error
@@ -256,7 +256,7 @@ func (e *lostCommit) committed(ctx context.Context, q queryer) bool {
 		}
 	}
 	for _, g := range e.groups {
-		on, err := ackedOn(ctx, q, g.ids, g.k.sub, e.at)
+		on, err := ackedOn(ctx, q, g.ids, g.k, e.at)
 		if err != nil {
 			return false
 		}

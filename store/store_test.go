@@ -67,7 +67,7 @@ func hash16(s string) []byte {
 	return b
 }
 
-func (f *fixture) count(t *testing.T, query string, args ...any) int {
+func (f *fixture) count(t testing.TB, query string, args ...any) int {
 	t.Helper()
 	var n int
 	if err := f.db.QueryRow(query, args...).Scan(&n); err != nil {
