@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -51,6 +52,9 @@ type ownerRow struct {
 	owner, addr         string
 	epoch               uint64
 	leaseUntil, horizon time.Time
+	// released: the lease no longer names its owner (ReleaseOwner), so
+	// the owner's renewals leave it alone, as store's do.
+	released bool
 }
 
 type memTable struct {
@@ -63,14 +67,16 @@ type memTable struct {
 	flushed []store.OwnedFlush
 	events  []string // "acked 12", "nacked 12", "dead 12", "expired 12"
 	fail    error    // every call fails with it while set
-	skipped []int    // the size of each skipping scan's skip set
+	// failNext makes the next n calls of a name fail (errInjected).
+	failNext map[string]int
+	skipped  []int // the size of each skipping scan's skip set
 	// onScan, when set, runs (once) as a scan starts, before it reads:
 	// what another request does while a scan is on its way.
 	onScan func()
 }
 
 func newMemTable(c *clock) *memTable {
-	return &memTable{clock: c, rows: map[[2]any]*row{}, own: map[[2]string]*ownerRow{}, calls: map[string]int{}}
+	return &memTable{clock: c, rows: map[[2]any]*row{}, own: map[[2]string]*ownerRow{}, calls: map[string]int{}, failNext: map[string]int{}}
 }
 
 var _ Store = (*memTable)(nil)
@@ -89,8 +95,15 @@ func (m *memTable) add(topic, sub string, prio int, orderKey string, delay time.
 	return msg.ID
 }
 
+// errInjected is the error of a call failNext fails.
+var errInjected = errors.New("injected failure")
+
 func (m *memTable) call(name string) error {
 	m.calls[name]++
+	if m.failNext[name] > 0 {
+		m.failNext[name]--
+		return errInjected
+	}
 	return m.fail
 }
 
@@ -332,7 +345,7 @@ func (m *memTable) AcquireOwner(ctx context.Context, topic, sub, owner, addr str
 	if wait.Before(now) {
 		wait = now
 	}
-	o.owner, o.addr, o.epoch, o.leaseUntil = owner, addr, o.epoch+1, now.Add(ttl)
+	o.owner, o.addr, o.epoch, o.leaseUntil, o.released = owner, addr, o.epoch+1, now.Add(ttl), false
 	return store.OwnerGrant{Epoch: o.epoch, WaitUntil: wait, ServerNow: now, LeaseUntil: o.leaseUntil}, store.OwnerRecord{}, nil
 }
 
@@ -345,7 +358,7 @@ func (m *memTable) RenewOwners(ctx context.Context, owner string, ttl, horizon t
 	now := m.clock.now()
 	var out []store.OwnedUnit
 	for k, o := range m.own {
-		if o.owner != owner {
+		if o.owner != owner || o.released {
 			continue
 		}
 		o.leaseUntil = now.Add(ttl)
@@ -368,7 +381,7 @@ func (m *memTable) ReleaseOwner(ctx context.Context, topic, sub, owner string, e
 		return nil
 	}
 	now := m.clock.now()
-	o.leaseUntil = now
+	o.leaseUntil, o.released = now, true
 	if leasesInTable {
 		o.horizon = now
 	}

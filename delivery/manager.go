@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -217,6 +218,12 @@ type clusterState struct {
 	// latency is how long renewals took lately (the horizon is measured
 	// from before a renewal is sent, so a slow one covers less).
 	latency time.Duration
+	// unreleased are units handed over whose release failed, with whether
+	// their leases reached the table. A renewal renews every lease row
+	// that names this router, so until such a release lands each renewal
+	// would keep alive a unit nobody serves: it is retried before every
+	// renewal.
+	unreleased map[store.OwnedUnit]bool
 }
 
 // SetClusters follows the topology: a cluster that left or whose call
@@ -236,7 +243,7 @@ func (m *Manager) SetClusters(clusters map[string]Cluster) {
 			continue
 		}
 		cl := &clusterState{m: m, name: name, conn: c, owners: map[[2]string]*Owner{}, records: map[[2]string]store.OwnerRecord{},
-			memberSince: map[string]time.Time{}}
+			memberSince: map[string]time.Time{}, unreleased: map[store.OwnedUnit]bool{}}
 		cl.flusher = batch.New(m.cfg.Flush, cl.runFlush, flushItem.ops)
 		m.clusters[name] = cl
 	}
@@ -357,6 +364,7 @@ func (cl *clusterState) renew(ctx context.Context) error {
 	slack := 2 * cl.latency
 	cl.mu.Unlock()
 	hlen := max(cl.outstanding(before), time.Duration(cl.asked.Swap(0))) + m.cfg.RenewEvery + 2*m.cfg.Margin + slack
+	cl.releaseLeftovers(ctx) // before the renewal, which would renew them too
 	var held []store.OwnedUnit
 	err := cl.conn.Do(ctx, OpOwners, func(ctx context.Context, s Store) (err error) {
 		held, _, err = s.RenewOwners(ctx, m.cfg.Router, m.cfg.LeaseTTL, hlen)
@@ -837,6 +845,7 @@ func (cl *clusterState) stepAside(ctx context.Context) error {
 	for _, o := range m.Owners(cl.name) {
 		m.handOver(ctx, o)
 	}
+	cl.releaseLeftovers(ctx)
 	if m.cfg.Addr != "" {
 		cl.mu.Lock()
 		cl.members = nil
@@ -862,22 +871,55 @@ func (m *Manager) handOver(ctx context.Context, o *Owner) {
 	}
 	o.releasing = true
 	o.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	err := o.writeOut(ctx, nil)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := o.writeOut(wctx, nil)
+	cancel()
 	if errors.Is(err, ErrNotOwner) {
 		return
 	}
 	if err != nil {
 		m.log.Warn("delivery owner: leases not written before the hand-over; the next owner waits for their horizon", "unit", o.unit.String(), "err", err)
 	}
-	rerr := o.cl.conn.Do(ctx, OpOwners, func(ctx context.Context, s Store) error {
-		return s.ReleaseOwner(ctx, o.unit.Topic, o.unit.Subscription, m.cfg.Router, o.Epoch(), err == nil)
-	})
+	// The release has a deadline of its own: a write-out that used all of
+	// its time must not make the release fail too.
+	u, written := o.storeUnit(), err == nil
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	rerr := o.cl.release(rctx, u, written)
+	rcancel()
 	if rerr != nil {
-		m.log.Warn("delivery owner: release failed; the unit passes on when its lease runs out", "unit", o.unit.String(), "err", rerr)
+		m.log.Warn("delivery owner: release failed; retried before each renewal, else the unit passes on when its lease runs out", "unit", o.unit.String(), "err", rerr)
+		o.cl.mu.Lock()
+		o.cl.unreleased[u] = written
+		o.cl.mu.Unlock()
 	}
 	m.lose(o)
+}
+
+// release ends this router's lease on unit u (its epoch), and its horizon
+// when its leases reached the table.
+func (cl *clusterState) release(ctx context.Context, u store.OwnedUnit, leasesInTable bool) error {
+	return cl.conn.Do(ctx, OpOwners, func(ctx context.Context, s Store) error {
+		return s.ReleaseOwner(ctx, u.Topic, u.Subscription, cl.m.cfg.Router, u.Epoch, leasesInTable)
+	})
+}
+
+// releaseLeftovers retries the releases that failed (unreleased); a unit
+// that changed hands or epoch meanwhile is left alone by ReleaseOwner. One
+// that fails again is tried at the next renewal: the renewal goes on, as
+// the units this router serves must not lapse for it.
+func (cl *clusterState) releaseLeftovers(ctx context.Context) {
+	cl.mu.Lock()
+	left := maps.Clone(cl.unreleased)
+	cl.mu.Unlock()
+	for u, written := range left {
+		if err := cl.release(ctx, u, written); err != nil {
+			cl.m.log.Warn("delivery owner: release of a unit handed over failed again", "unit", cl.name+"/"+u.Topic+"/"+u.Subscription, "err", err)
+			continue
+		}
+		cl.mu.Lock()
+		delete(cl.unreleased, u)
+		cl.mu.Unlock()
+	}
 }
 
 // ClusterStats is what this router's owners hold and wrote on a cluster.

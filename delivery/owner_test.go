@@ -386,6 +386,44 @@ func TestHandOverWritesLeasesOut(t *testing.T) {
 	}
 }
 
+// A hand-over whose release fails leaves the unit's lease naming this
+// router, which every renewal renews: the router retries the release
+// before its next renewal, so the unit passes on instead of staying with
+// a router that no longer serves it (a livelock seen in a loaded run:
+// each router forwarded the unit's claims to the other).
+func TestFailedReleaseIsRetriedBeforeTheRenewal(t *testing.T) {
+	a := newBed(t, Config{Router: "a", Addr: "a:1"})
+	a.table.add("t", "s", 0, "", 0)
+	other := a.table.add("t", "s", 0, "", 0)
+	a.claim(t, 1, spec("w"))
+	owners := a.m.Owners("c1")
+	if len(owners) != 1 {
+		t.Fatalf("%d owners, want 1", len(owners))
+	}
+	a.table.mu.Lock()
+	a.table.failNext["release"] = 1
+	a.table.mu.Unlock()
+	a.m.handOver(context.Background(), owners[0])
+	if n := len(a.m.Owners("c1")); n != 0 {
+		t.Fatalf("%d owners after the hand-over, want 0", n)
+	}
+	a.tick(time.Second)
+	a.m.upkeep()
+	a.table.mu.Lock()
+	row := *a.table.own[[2]string{"t", "s"}]
+	a.table.mu.Unlock()
+	if row.leaseUntil.After(a.clock.now()) {
+		t.Fatalf("the renewal after a failed release kept the unit's lease: %+v (now %v)", row, a.clock.now())
+	}
+	b := newRouter(t, a.clock, a.table, Config{Router: "b", Addr: "b:1"})
+	if next := b.claim(t, 5, spec("w2")); !slices.Equal(ids(next), []uint64{other}) {
+		t.Fatalf("next owner claimed %v, want %d at once", ids(next), other)
+	}
+	if n := a.table.count("release"); n != 2 {
+		t.Fatalf("%d releases, want 2 (the failed one, then its retry)", n)
+	}
+}
+
 // A router set aside (fenced) hands its units over with their leases in
 // the table, stops beating as a member, leaves, and takes no unit; the
 // next router serves at once (no horizon to wait for); set back, the
