@@ -377,6 +377,7 @@ func (cl *clusterState) renew(ctx context.Context) error {
 	for _, u := range held {
 		holds[u] = true
 	}
+	cl.releaseOrphans(ctx, held)
 	cl.mu.Lock()
 	cl.renewedAt, cl.horizonLen = before, hlen
 	cl.validUntil = before.Add(m.cfg.LeaseTTL - m.cfg.Margin)
@@ -903,6 +904,37 @@ func (cl *clusterState) release(ctx context.Context, u store.OwnedUnit, leasesIn
 	})
 }
 
+// releaseOrphans releases the units whose lease names this router but
+// which it does not serve (dropped from memory without a release: a
+// cluster whose call point changed, say): the renewal that just ran
+// renewed them, and it would go on renewing them while nobody serves
+// them. An acquisition under way has written its row before it records
+// its owner, so orphans are only judged when none is (else next time).
+func (cl *clusterState) releaseOrphans(ctx context.Context, held []store.OwnedUnit) {
+	if !cl.acquiring.TryLock() {
+		return
+	}
+	defer cl.acquiring.Unlock()
+	cl.mu.Lock()
+	var orphans []store.OwnedUnit
+	for _, u := range held {
+		if cl.owners[[2]string{u.Topic, u.Subscription}] == nil {
+			orphans = append(orphans, u)
+		}
+	}
+	cl.mu.Unlock()
+	for _, u := range orphans {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := cl.release(rctx, u, false) // its leases may be anywhere: the next owner waits for the horizon
+		cancel()
+		if err != nil {
+			cl.m.log.Warn("delivery owner: release of a unit renewed but not served failed", "unit", cl.name+"/"+u.Topic+"/"+u.Subscription, "err", err)
+			continue
+		}
+		cl.m.log.Info("delivery owner: released a unit renewed but not served", "unit", cl.name+"/"+u.Topic+"/"+u.Subscription, "epoch", u.Epoch)
+	}
+}
+
 // releaseLeftovers retries the releases that failed (unreleased); a unit
 // that changed hands or epoch meanwhile is left alone by ReleaseOwner. One
 // that fails again is tried at the next renewal: the renewal goes on, as
@@ -912,7 +944,10 @@ func (cl *clusterState) releaseLeftovers(ctx context.Context) {
 	left := maps.Clone(cl.unreleased)
 	cl.mu.Unlock()
 	for u, written := range left {
-		if err := cl.release(ctx, u, written); err != nil {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := cl.release(rctx, u, written)
+		cancel()
+		if err != nil {
 			cl.m.log.Warn("delivery owner: release of a unit handed over failed again", "unit", cl.name+"/"+u.Topic+"/"+u.Subscription, "err", err)
 			continue
 		}

@@ -424,6 +424,35 @@ func TestFailedReleaseIsRetriedBeforeTheRenewal(t *testing.T) {
 	}
 }
 
+// A unit dropped from memory without a release (its cluster's call point
+// changed) still has a lease naming this router, which the renewal on the
+// new call point renews: the router releases it, so that the unit passes
+// on after its horizon instead of staying with nobody serving it.
+func TestRenewalReleasesAUnitItDoesNotServe(t *testing.T) {
+	a := newBed(t, Config{Router: "a", Addr: "a:1"})
+	a.table.add("t", "s", 0, "", 0)
+	a.claim(t, 1, spec("w"))
+	a.m.SetClusters(map[string]Cluster{"c1": &tableCluster{a.table}}) // the same cluster at a new call point
+	if n := len(a.m.Owners("c1")); n != 0 {
+		t.Fatalf("%d owners on the new call point, want 0", n)
+	}
+	a.tick(time.Second)
+	a.m.upkeep()
+	a.table.mu.Lock()
+	row := *a.table.own[[2]string{"t", "s"}]
+	a.table.mu.Unlock()
+	if !row.released || row.leaseUntil.After(a.clock.now()) {
+		t.Fatalf("a unit nobody serves stayed leased to its router: %+v (now %v)", row, a.clock.now())
+	}
+	if n := a.table.count("release"); n != 1 {
+		t.Fatalf("%d releases, want 1", n)
+	}
+	a.m.upkeep() // released: not renewed, not released again
+	if n := a.table.count("release"); n != 1 {
+		t.Fatalf("%d releases after the next renewal, want still 1", n)
+	}
+}
+
 // A router set aside (fenced) hands its units over with their leases in
 // the table, stops beating as a member, leaves, and takes no unit; the
 // next router serves at once (no horizon to wait for); set back, the

@@ -26,7 +26,7 @@ import (
 // a column added instantly (ALTER TABLE … ADD COLUMN without a rebuild),
 // so a message_store that held rows when migration 19 added the column
 // keeps growing its rows at the final ack until it is rebuilt
-// (`ALTER TABLE message_store FORCE`, online); the migration rebuilds the
+// (`ALTER TABLE message_store FORCE`, online); migration 20 rebuilds the
 // table itself when it is small (ackSlotRebuildMax rows).
 //
 // Layout, big-endian:
@@ -49,10 +49,14 @@ const (
 	ackSlotPacked = 0x80
 )
 
-// ackSlotRebuildMax is the most rows message_store may hold for migration
-// 19 to rebuild it (a few seconds of copying); a bigger table is left to
-// its operator.
-const ackSlotRebuildMax = 100_000
+// The most message_store may hold for migration 20 to rebuild it (a few
+// seconds of copying), and how long the rebuild waits for the table's
+// metadata lock; a bigger table is left to its operator.
+const (
+	ackSlotRebuildMax      = 100_000
+	ackSlotRebuildBytes    = 256 << 20
+	ackSlotRebuildLockWait = 5 * time.Second
+)
 
 // emptyAckSlot is the slot of a message not acked through it: the
 // column's default.

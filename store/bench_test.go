@@ -185,7 +185,7 @@ func BenchmarkScanClaimable(b *testing.B) {
 //
 //   - slot: markAcked, the product's statement for an ack that fits the
 //     slot. It overwrites the fixed-size ack_slot and the status byte in
-//     place (migration 19 rebuilt the fresh table, so every row stores
+//     place (migration 20 rebuilt the fresh table, so every row stores
 //     its slot).
 //   - columns: markAcked for an ack that does not fit (a long consumer
 //     name). It fills the acked_* columns and status_at, which were NULL:

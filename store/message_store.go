@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"database/sql"
@@ -328,27 +329,36 @@ func rowAcks(ctx context.Context, q queryer, table string, ids []uint64) ([]Even
 		args = appendArgs(nil, ids)
 	}
 	b.WriteString(" AND (acked_sub IS NOT NULL OR ack_slot <> ?)")
-	return queryRows(ctx, q, "select "+table+" acks", b.String(), append(args, emptyAckSlot), func(rows *sql.Rows) (Event, error) {
+	// A row holds one ack, in the slot or the columns, unless a message
+	// was made pending again (a reconciliation's repair) and acked once
+	// more by the other way: then both.
+	pairs, err := queryRows(ctx, q, "select "+table+" acks", b.String(), append(args, emptyAckSlot), func(rows *sql.Rows) ([]Event, error) {
 		e := Event{Type: EventAcked}
 		var at, claimed sql.NullTime
 		var sub sql.NullString
 		var attempt sql.NullInt64
 		var slot []byte
 		if err := rows.Scan(&e.ID, &e.VShard, &at, &sub, &e.Consumer, &attempt, &claimed, &e.RequestID, &slot); err != nil {
-			return e, err
+			return nil, err
 		}
 		e.MessageID = e.ID
+		var out []Event
 		if sub.Valid {
-			e.Subscription, e.At, e.Attempt, e.ClaimedAt = sub.String, at.Time, int(attempt.Int64), claimed.Time
-			return e, nil
+			c := e
+			c.Subscription, c.At, c.Attempt, c.ClaimedAt = sub.String, at.Time, int(attempt.Int64), claimed.Time
+			out = append(out, c)
+		}
+		if bytes.Equal(slot, emptyAckSlot) {
+			return out, nil
 		}
 		a, when, ok := decodeAckSlot(slot)
 		if !ok {
-			return e, fmt.Errorf("message %d: an ack slot this version cannot read (version %d)", e.ID, slot[0])
+			return nil, fmt.Errorf("message %d: an ack slot this version cannot read (version %d)", e.ID, slot[0])
 		}
 		e.Subscription, e.Consumer, e.Attempt, e.ClaimedAt, e.RequestID, e.At = a.sub, a.consumer, a.attempt, a.claimedAt, a.request, when
-		return e, nil
+		return append(out, e), nil
 	})
+	return slices.Concat(pairs...), err
 }
 
 // withRowAcks merges the final acks kept on the rows of table into evs

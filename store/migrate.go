@@ -3,9 +3,12 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // migration is one versioned schema change. Statements are generated at
@@ -13,7 +16,7 @@ import (
 type migration struct {
 	version int
 	name    string
-	stmts   func(now time.Time) []string
+	stmts   func(now time.Time) []string // nil: then alone
 	// then, when set, runs after stmts, on the same connection: a step
 	// that depends on what the cluster holds.
 	then func(ctx context.Context, conn *sql.Conn) error
@@ -41,25 +44,63 @@ var migrations = []migration{
 	{16, "shard fence", func(time.Time) []string { return []string{createShardFence, seedShardFence} }, nil},
 	{17, "reshard leaders' sessions", func(time.Time) []string { return []string{createReshardSession} }, nil},
 	{18, "the final ack on the message row", func(time.Time) []string { return []string{addAckedColumns, addArchivedAckedColumns} }, nil},
-	{version: 19, name: "the final ack's slot", stmts: func(time.Time) []string { return []string{addAckSlot, addArchivedAckSlot} },
-		then: rebuildSmallMessageStore},
+	{version: 19, name: "the final ack's slot", then: addAckSlots},
+	{version: 20, name: "message_store rebuilt when small", then: rebuildSmallMessageStore},
 }
 
-// rebuildSmallMessageStore rebuilds message_store when it holds at most
-// ackSlotRebuildMax rows, so that every row stores the final ack's slot
-// whole and acks write it in place (ack_slot.go); a fresh cluster's empty
-// table is rebuilt at once. A bigger table keeps the instant column: its
-// operator rebuilds it when convenient (docs/operations.md).
+// addAckSlots adds the final ack's slot to message_store and
+// archive_message, each only if it is missing: DDL commits on its own, so
+// a migration cut short between the two statements runs again whole.
+func addAckSlots(ctx context.Context, conn *sql.Conn) error {
+	for _, t := range []struct{ table, ddl string }{{"message_store", addAckSlot}, {"archive_message", addArchivedAckSlot}} {
+		var n int
+		if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'ack_slot'`, t.table).Scan(&n); err != nil {
+			return fmt.Errorf("read %s's columns: %w", t.table, err)
+		}
+		if n > 0 {
+			continue
+		}
+		if _, err := conn.ExecContext(ctx, t.ddl); err != nil {
+			return fmt.Errorf("add %s.ack_slot: %w", t.table, err)
+		}
+	}
+	return nil
+}
+
+// rebuildSmallMessageStore rebuilds message_store when it is small (at
+// most ackSlotRebuildMax rows and ackSlotRebuildBytes of data), so that
+// every row stores the final ack's slot whole and acks write it in place
+// (ack_slot.go); a fresh cluster's empty table is rebuilt at once. The
+// rebuild needs the table's metadata lock, and statements on the table
+// queue behind a DDL that waits for it: it waits at most
+// ackSlotRebuildLockWait, and when that passes (a long transaction on the
+// table) the table is left as it is. A bigger table, or one left so, keeps
+// the instant column: its operator rebuilds it when convenient
+// (docs/operations.md, "Schema upgrades").
 func rebuildSmallMessageStore(ctx context.Context, conn *sql.Conn) error {
 	var n int
 	q := fmt.Sprintf("SELECT COUNT(*) FROM (SELECT 1 FROM message_store LIMIT %d) t", ackSlotRebuildMax+1)
 	if err := conn.QueryRowContext(ctx, q).Scan(&n); err != nil {
 		return fmt.Errorf("count message_store: %w", err)
 	}
-	if n > ackSlotRebuildMax {
+	var size int64
+	if err := conn.QueryRowContext(ctx, `SELECT COALESCE(SUM(DATA_LENGTH), 0) FROM information_schema.TABLES
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'message_store'`).Scan(&size); err != nil {
+		return fmt.Errorf("size message_store: %w", err)
+	}
+	if n > ackSlotRebuildMax || size > ackSlotRebuildBytes {
 		return nil
 	}
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION lock_wait_timeout = %d", int(ackSlotRebuildLockWait.Seconds()))); err != nil {
+		return fmt.Errorf("bound the rebuild's lock wait: %w", err)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), "SET SESSION lock_wait_timeout = DEFAULT")
 	if _, err := conn.ExecContext(ctx, rebuildMessageStore); err != nil {
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == errLockWait {
+			return nil
+		}
 		return fmt.Errorf("rebuild message_store: %w", err)
 	}
 	return nil
@@ -104,7 +145,11 @@ func (s *Store) Migrate(ctx context.Context, now time.Time) error {
 		if applied[m.version] {
 			continue
 		}
-		for _, stmt := range m.stmts(now.UTC()) {
+		var stmts []string
+		if m.stmts != nil {
+			stmts = m.stmts(now.UTC())
+		}
+		for _, stmt := range stmts {
 			if _, err := conn.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("migrate: version %d (%s): %w", m.version, m.name, translate(err))
 			}
