@@ -408,7 +408,7 @@ func (m *memTable) Beat(ctx context.Context, router, addr string, within time.Du
 	m.calls["beat "+router]++
 	m.mu.Unlock()
 	now := m.clock.now()
-	return []store.Member{{Router: router, Addr: addr, SeenAt: now}}, now, nil
+	return []store.Member{{Router: router, Addr: addr, SeenAt: now, SchemaVersion: store.SchemaVersion()}}, now, nil
 }
 
 func (m *memTable) LeaveMembers(ctx context.Context, router string, older time.Duration) error {

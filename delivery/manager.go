@@ -224,6 +224,9 @@ type clusterState struct {
 	// would keep alive a unit nobody serves: it is retried before every
 	// renewal.
 	unreleased map[store.OwnedUnit]bool
+	// ackSlots is what the last beat said of the members (every one reads
+	// the final ack's slot), to log its changes.
+	ackSlots atomic.Bool
 }
 
 // SetClusters follows the topology: a cluster that left or whose call
@@ -244,6 +247,7 @@ func (m *Manager) SetClusters(clusters map[string]Cluster) {
 		}
 		cl := &clusterState{m: m, name: name, conn: c, owners: map[[2]string]*Owner{}, records: map[[2]string]store.OwnerRecord{},
 			memberSince: map[string]time.Time{}, unreleased: map[store.OwnedUnit]bool{}}
+		cl.ackSlots.Store(true)
 		cl.flusher = batch.New(m.cfg.Flush, cl.runFlush, flushItem.ops)
 		m.clusters[name] = cl
 	}
@@ -792,6 +796,13 @@ func (cl *clusterState) upkeep(ctx context.Context) error {
 			return err
 		}
 		now := m.now()
+		if slots := store.AckSlotsReadBy(members); slots != cl.ackSlots.Swap(slots) {
+			if slots {
+				m.log.Info("delivery owner: every member reads the final ack's slot; final acks are written into it again", "cluster", cl.name)
+			} else {
+				m.log.Warn("delivery owner: a router of an older version is a member; final acks are written into the message row's columns, not its slot, until it leaves", "cluster", cl.name)
+			}
+		}
 		cl.mu.Lock()
 		cl.members = members
 		seen := map[string]bool{}

@@ -65,7 +65,7 @@ var emptyAckSlot = make([]byte, ackSlotLen)
 // encodeAckSlot encodes a final ack written at at; false when it does not
 // fit the slot (the caller writes the acked_* columns instead).
 func encodeAckSlot(a finalAck, at time.Time) ([]byte, bool) {
-	if a.attempt < 0 || a.attempt > 0xFFFF {
+	if a.columns || a.attempt < 0 || a.attempt > 0xFFFF {
 		return nil, false
 	}
 	b := make([]byte, ackSlotHead, ackSlotLen)

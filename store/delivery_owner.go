@@ -65,6 +65,11 @@ const createRouterMember = `CREATE TABLE IF NOT EXISTS router_member (
   PRIMARY KEY (router)
 ) ENGINE=InnoDB`
 
+// addMemberSchemaVersion records which migrations each member knows
+// (migration 21); a router of an older version does not write it, and its
+// row reads 0.
+const addMemberSchemaVersion = `ALTER TABLE router_member ADD COLUMN schema_version INT NOT NULL DEFAULT 0`
+
 // OwnerRecord is one row of delivery_owner as a reader sees it.
 type OwnerRecord struct {
 	Topic, Subscription string
@@ -288,27 +293,43 @@ func ownerProbeSQL(args []any, units []OwnedUnit) (string, []any) {
 type Member struct {
 	Router, Addr string
 	SeenAt       time.Time
+	// SchemaVersion is the newest migration the router knows (its
+	// SchemaVersion); 0 for a router of a version before it was recorded
+	// (migration 21).
+	SchemaVersion int
 }
 
 // Beat records router (answering at addr) as live now on this cluster and
 // answers the routers seen within the last within, itself included, and
 // the server's time.
 func (s *Store) Beat(ctx context.Context, router, addr string, within time.Duration) ([]Member, time.Time, error) {
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO router_member (router, addr, seen_at) VALUES (?, ?, NOW(6))
-ON DUPLICATE KEY UPDATE addr = VALUES(addr), seen_at = VALUES(seen_at)`, router, addr); err != nil {
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO router_member (router, addr, seen_at, schema_version) VALUES (?, ?, NOW(6), ?)
+ON DUPLICATE KEY UPDATE addr = VALUES(addr), seen_at = VALUES(seen_at), schema_version = VALUES(schema_version)`, router, addr, SchemaVersion()); err != nil {
 		return nil, time.Time{}, fmt.Errorf("beat router_member: %w", translate(err))
 	}
 	var now time.Time
-	members, err := queryRows(ctx, s.db, "read router_member", `SELECT router, addr, seen_at, NOW(6) FROM router_member
+	members, err := queryRows(ctx, s.db, "read router_member", `SELECT router, addr, seen_at, schema_version, NOW(6) FROM router_member
 WHERE seen_at > NOW(6) - INTERVAL ? MICROSECOND ORDER BY router`, []any{micros(within)}, func(rows *sql.Rows) (Member, error) {
 		var m Member
-		err := rows.Scan(&m.Router, &m.Addr, &m.SeenAt, &now)
+		err := rows.Scan(&m.Router, &m.Addr, &m.SeenAt, &m.SchemaVersion, &now)
 		return m, err
 	})
 	if err != nil {
 		return nil, time.Time{}, translate(err)
 	}
+	s.SetAckSlots(AckSlotsReadBy(members))
 	return members, now, nil
+}
+
+// AckSlotsReadBy says whether every one of members reads the final ack's
+// slot (a router of a version before AckSlotsSince does not).
+func AckSlotsReadBy(members []Member) bool {
+	for _, m := range members {
+		if m.SchemaVersion < AckSlotsSince {
+			return false
+		}
+	}
+	return true
 }
 
 // LeaveMembers removes router's row (a router shutting down), and rows

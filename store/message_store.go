@@ -383,6 +383,9 @@ type finalAck struct {
 	sub, consumer, request string
 	attempt                int
 	claimedAt              time.Time
+	// columns: write the acked_* columns even when the slot would do
+	// (Store.SetAckSlots).
+	columns bool
 }
 
 // markAcked marks consumed those of ids whose status is not consumed yet,

@@ -46,26 +46,42 @@ var migrations = []migration{
 	{18, "the final ack on the message row", func(time.Time) []string { return []string{addAckedColumns, addArchivedAckedColumns} }, nil},
 	{version: 19, name: "the final ack's slot", then: addAckSlots},
 	{version: 20, name: "message_store rebuilt when small", then: rebuildSmallMessageStore},
+	{version: 21, name: "routers' schema versions", then: func(ctx context.Context, conn *sql.Conn) error {
+		return addColumnIfMissing(ctx, conn, "router_member", "schema_version", addMemberSchemaVersion)
+	}},
+}
+
+// AckSlotsSince is the migration since which routers read the final ack's
+// slot: a live member of an older version turns the slot off
+// (Store.SetAckSlots).
+const AckSlotsSince = 19
+
+// addColumnIfMissing runs ddl, which adds column to table, unless the
+// column is there: DDL commits on its own, so a migration cut short after
+// it runs again whole.
+func addColumnIfMissing(ctx context.Context, conn *sql.Conn, table, column, ddl string) error {
+	var n int
+	if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?`, table, column).Scan(&n); err != nil {
+		return fmt.Errorf("read %s's columns: %w", table, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := conn.ExecContext(ctx, ddl); err != nil {
+		return fmt.Errorf("add %s.%s: %w", table, column, err)
+	}
+	return nil
 }
 
 // addAckSlots adds the final ack's slot to message_store and
 // archive_message, each only if it is missing: DDL commits on its own, so
 // a migration cut short between the two statements runs again whole.
 func addAckSlots(ctx context.Context, conn *sql.Conn) error {
-	for _, t := range []struct{ table, ddl string }{{"message_store", addAckSlot}, {"archive_message", addArchivedAckSlot}} {
-		var n int
-		if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.COLUMNS
-WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'ack_slot'`, t.table).Scan(&n); err != nil {
-			return fmt.Errorf("read %s's columns: %w", t.table, err)
-		}
-		if n > 0 {
-			continue
-		}
-		if _, err := conn.ExecContext(ctx, t.ddl); err != nil {
-			return fmt.Errorf("add %s.ack_slot: %w", t.table, err)
-		}
+	if err := addColumnIfMissing(ctx, conn, "message_store", "ack_slot", addAckSlot); err != nil {
+		return err
 	}
-	return nil
+	return addColumnIfMissing(ctx, conn, "archive_message", "ack_slot", addArchivedAckSlot)
 }
 
 // rebuildSmallMessageStore rebuilds message_store when it is small (at

@@ -361,13 +361,14 @@ type ackGroup struct {
 // changes: a second ack of a message in one flush is not final).
 func (s *Store) planAcks(acked []unitAck, left map[uint64]bool, now time.Time) ackPlan {
 	p := ackPlan{at: now.Truncate(time.Microsecond), now: now}
+	columns := s.slotsOff.Load()
 	index := map[finalAck]int{}
 	for _, x := range acked {
 		if left[x.a.MessageID] {
 			p.traced = append(p.traced, s.ackedEvent(x, now))
 			continue
 		}
-		k := finalAck{sub: x.d.subscription, consumer: x.a.Consumer, request: x.a.RequestID, attempt: x.a.Attempt, claimedAt: x.a.ClaimedAt.UTC()}
+		k := finalAck{sub: x.d.subscription, consumer: x.a.Consumer, request: x.a.RequestID, attempt: x.a.Attempt, claimedAt: x.a.ClaimedAt.UTC(), columns: columns}
 		i, ok := index[k]
 		if !ok {
 			i = len(p.groups)

@@ -428,6 +428,61 @@ func TestFinalAckSlotOrColumns(t *testing.T) {
 	}
 }
 
+// While a router that does not read the slot (a version before
+// migration 19, whose member row has no schema version) is a live member,
+// final acks go to the acked_* columns, which it reads; once it is gone,
+// to the slot again.
+func TestFinalAckAvoidsTheSlotWhileAnOlderRouterIsLive(t *testing.T) {
+	testbed.Need(t)
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	ids := f.produce(t, 2, "", "s")
+	g, _, err := f.st.AcquireOwner(ctx, "t", "s", "r1", "a:1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := OwnedUnit{Topic: "t", Subscription: "s", Epoch: g.Epoch}
+	if _, err := f.db.Exec("INSERT INTO router_member (router, addr, seen_at) VALUES ('old', 'b:1', NOW(6))"); err != nil {
+		t.Fatal(err)
+	}
+	ack := func(id uint64) {
+		t.Helper()
+		now := time.Now().UTC()
+		res, err := f.st.FlushOwned(ctx, []OwnedFlush{{Unit: u, Acks: []OwnedAck{{MessageID: id, VShard: 7, Consumer: "w", Attempt: 1, ClaimedAt: now, RequestID: "req"}}}}, now)
+		if err != nil || res[0].Stale || !res[0].Acks[0] {
+			t.Fatalf("flush: %+v, %v", res, err)
+		}
+	}
+	members, _, err := f.st.Beat(ctx, "r1", "a:1", time.Minute)
+	if err != nil || len(members) != 2 {
+		t.Fatalf("members %+v, %v", members, err)
+	}
+	for _, m := range members {
+		if want := map[string]int{"old": 0, "r1": SchemaVersion()}[m.Router]; m.SchemaVersion != want {
+			t.Errorf("member %s: schema version %d, want %d", m.Router, m.SchemaVersion, want)
+		}
+	}
+	ack(ids[0])
+	if n := f.count(t, "SELECT COUNT(*) FROM message_store WHERE id = ? AND acked_sub = 's' AND ack_slot = ?", ids[0], emptyAckSlot); n != 1 {
+		t.Fatal("with an older router live, the final ack was not written to the columns")
+	}
+	if _, err := f.db.Exec("DELETE FROM router_member WHERE router = 'old'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.st.Beat(ctx, "r1", "a:1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	ack(ids[1])
+	if n := f.count(t, "SELECT COUNT(*) FROM message_store WHERE id = ? AND acked_sub IS NULL AND ack_slot <> ?", ids[1], emptyAckSlot); n != 1 {
+		t.Fatal("with every member current, the final ack was not written to the slot")
+	}
+	evs, err := eventsOf(ctx, f.db, ids, EventAcked)
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("acked events %+v, %v; want both", evs, err)
+	}
+}
+
 // near says a time read back from a DATETIME(6) column is t (stored to
 // the microsecond).
 func near(read, t time.Time) bool { return read.Sub(t).Abs() < time.Microsecond }

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -83,7 +84,18 @@ type Store struct {
 	// conn: it may run it and then lose its answer, as a stalled router
 	// or a cut connection does, or end the transaction otherwise.
 	fastCommit func(conn *sql.Conn, commit func() error) error
+	// slotsOff makes final acks write the acked_* columns, not the slot:
+	// a router that does not read the slot is live (SetAckSlots).
+	slotsOff atomic.Bool
 }
+
+// SetAckSlots says whether final acks may be written into the message
+// row's slot (ack_slot.go): not while a router of a version that does not
+// read it (before migration 19) is a live member of the cluster, since
+// its trace, reconciliation and moves would miss the ack. Beat sets it
+// from the members it reads. On by default: a router that is no member
+// (no address) serves alone.
+func (s *Store) SetAckSlots(on bool) { s.slotsOff.Store(!on) }
 
 // Open connects to dsn (go-sql-driver form) with the session settings
 // shardmq relies on: UTC times, one round trip per statement

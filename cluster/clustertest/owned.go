@@ -239,7 +239,7 @@ func (m *Store) Owners(ctx context.Context) ([]store.OwnerRecord, error) {
 
 func (m *Store) Beat(ctx context.Context, router, addr string, within time.Duration) ([]store.Member, time.Time, error) {
 	now := time.Now()
-	return []store.Member{{Router: router, Addr: addr, SeenAt: now}}, now, nil
+	return []store.Member{{Router: router, Addr: addr, SeenAt: now, SchemaVersion: store.SchemaVersion()}}, now, nil
 }
 
 func (m *Store) LeaveMembers(ctx context.Context, router string, older time.Duration) error {
