@@ -18,8 +18,10 @@ import (
 // name, so the binary log does not carry it either). A final ack whose
 // details fit writes them there, encoded to exactly that length, with the
 // status byte: both are written in place, and the page does not split. A
-// final ack that does not fit (a long consumer name or request id) writes
-// the acked_* columns as before; readers take whichever the row has.
+// final ack that does not fit (a long consumer name or request id), and
+// every final ack while a router that does not read the slot is a live
+// member (Store.SetAckSlots), writes the acked_* columns as before;
+// readers take whichever the row has.
 //
 // The slot is only in place when the row stored it at insert. MariaDB
 // leaves out of a row the trailing columns that still hold the default of
