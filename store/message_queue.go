@@ -990,6 +990,69 @@ WHERE subscription = ? AND message_id = ? AND is_dead = 0`, l.Attempt, nullStrin
 	return n == 1, err
 }
 
+// materializeLeasesChunk is how many leases one statement of
+// materializeOwnedAll writes.
+const materializeLeasesChunk = 500
+
+// materializeOwnedAll writes ls as materializeOwned does, answering for
+// each whether its delivery was there to take it, in two statements per
+// chunk instead of one per lease: a hand-over writes out every lease its
+// owner holds, thousands at times, and one round trip each made it
+// outlast its deadline on a loaded machine (docs/performance.md, "2 Dec
+// (late)"). It locks the live deliveries of the chunk, then updates them
+// from a derived table of the leases' values.
+func materializeOwnedAll(ctx context.Context, tx *sql.Tx, sub string, ls []OwnedLease) ([]bool, error) {
+	out := make([]bool, len(ls))
+	for start := 0; start < len(ls); start += materializeLeasesChunk {
+		chunk := ls[start:min(start+materializeLeasesChunk, len(ls))]
+		if len(chunk) == 1 {
+			ok, err := materializeOwned(ctx, tx, sub, chunk[0])
+			if err != nil {
+				return nil, err
+			}
+			out[start] = ok
+			continue
+		}
+		ids := make([]uint64, len(chunk))
+		for i, l := range chunk {
+			ids[i] = l.MessageID
+		}
+		where, args := subscriptionIDs(nil, sub, ids)
+		live, err := queryMap(ctx, tx, "lock message_queue for leases", "SELECT message_id, 1 FROM message_queue WHERE "+where+" AND is_dead = 0 FOR UPDATE", args,
+			func(rows *sql.Rows) (uint64, bool, error) {
+				var id uint64
+				var one int
+				err := rows.Scan(&id, &one)
+				return id, true, err
+			})
+		if err != nil {
+			return nil, err
+		}
+		var b strings.Builder
+		b.WriteString("UPDATE message_queue q JOIN (")
+		args = args[:0]
+		for i, l := range chunk {
+			if i == 0 {
+				b.WriteString("SELECT ? AS message_id, ? AS attempt, ? AS locked_by, ? AS claim_token, ? AS claimed_at, ? AS available_at")
+			} else {
+				b.WriteString(" UNION ALL SELECT ?, ?, ?, ?, ?, ?")
+			}
+			args = append(args, l.MessageID, l.Attempt, nullString(l.Consumer), l.Token, l.ClaimedAt, l.Expires)
+		}
+		b.WriteString(`) v ON q.message_id = v.message_id
+SET q.attempts = GREATEST(q.attempts, v.attempt), q.locked_by = v.locked_by, q.claim_token = v.claim_token,
+  q.claimed_at = v.claimed_at, q.available_at = v.available_at
+WHERE q.subscription = ? AND q.is_dead = 0`)
+		if _, err := tx.ExecContext(ctx, b.String(), append(args, sub)...); err != nil {
+			return nil, fmt.Errorf("write leases to message_queue: %w", err)
+		}
+		for i, l := range chunk {
+			out[start+i] = live[l.MessageID]
+		}
+	}
+	return out, nil
+}
+
 // lockClaimable locks those of ids that are still claimable deliveries of
 // a subscription at now (live, not parked, available), for a durable
 // claim of them.

@@ -265,11 +265,8 @@ func (s *Store) flushIn(ctx context.Context, tx *sql.Tx, batch []OwnedFlush, now
 			ev.RequestID = n.RequestID
 			events = append(events, ev)
 		}
-		r.Leases = make([]bool, len(f.Leases))
-		for j, l := range f.Leases {
-			if r.Leases[j], err = materializeOwned(ctx, tx, u.Subscription, l); err != nil {
-				return nil, err
-			}
+		if r.Leases, err = materializeOwnedAll(ctx, tx, u.Subscription, f.Leases); err != nil {
+			return nil, err
 		}
 	}
 	if err := s.unparkNext(ctx, tx, unpark, now); err != nil {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"reflect"
@@ -480,6 +481,93 @@ func TestFinalAckAvoidsTheSlotWhileAnOlderRouterIsLive(t *testing.T) {
 	evs, err := eventsOf(ctx, f.db, ids, EventAcked)
 	if err != nil || len(evs) != 2 {
 		t.Fatalf("acked events %+v, %v; want both", evs, err)
+	}
+}
+
+// Leases written out together (a hand-over writes every lease its owner
+// holds) are written in chunks of statements, and answer, each, whether
+// its delivery was there to take it: a live one takes its token,
+// consumer, claim time, expiry and the higher attempt; a dead letter and
+// a delivery that is gone do not.
+func TestLeasesWrittenOutTogether(t *testing.T) {
+	testbed.Need(t)
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	ids := f.produce(t, 5, "", "s")
+	if _, err := f.db.Exec("UPDATE message_queue SET is_dead = 1 WHERE message_id = ?", ids[3]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.db.Exec("UPDATE message_queue SET attempts = 4 WHERE message_id = ?", ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	g, _, err := f.st.AcquireOwner(ctx, "t", "s", "r1", "", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := f.now.Add(time.Second).Truncate(time.Microsecond)
+	var ls []OwnedLease
+	for i, id := range append(ids, 999) {
+		ls = append(ls, OwnedLease{MessageID: id, VShard: 7, Token: uint64(100 + i), Consumer: fmt.Sprint("w", i), Attempt: 2,
+			ClaimedAt: now, Expires: now.Add(time.Duration(i+1) * time.Minute)})
+	}
+	ls[1].Consumer = "" // written NULL
+	res, err := f.st.FlushOwned(ctx, []OwnedFlush{{Unit: OwnedUnit{Topic: "t", Subscription: "s", Epoch: g.Epoch}, Leases: ls}}, now)
+	if err != nil || res[0].Stale {
+		t.Fatalf("flush: %+v, %v", res, err)
+	}
+	if want := []bool{true, true, true, false, true, false}; !reflect.DeepEqual(res[0].Leases, want) {
+		t.Fatalf("leases taken %v, want %v", res[0].Leases, want)
+	}
+	for i, id := range ids {
+		var token uint64
+		var by sql.NullString
+		var attempts int
+		var claimed sql.NullTime
+		var avail time.Time
+		if err := f.db.QueryRow("SELECT claim_token, locked_by, attempts, claimed_at, available_at FROM message_queue WHERE message_id = ?", id).
+			Scan(&token, &by, &attempts, &claimed, &avail); err != nil {
+			t.Fatal(err)
+		}
+		if i == 3 {
+			if token != 0 || by.Valid {
+				t.Errorf("the dead letter took a lease: token %d, by %v", token, by)
+			}
+			continue
+		}
+		wantAttempts := 2
+		if i == 2 {
+			wantAttempts = 4
+		}
+		if token != ls[i].Token || by.String != ls[i].Consumer || by.Valid != (ls[i].Consumer != "") || attempts != wantAttempts ||
+			!near(claimed.Time, now) || !near(avail, ls[i].Expires) {
+			t.Errorf("delivery %d: token %d, by %v, attempts %d, claimed %v, available %v; want %+v (attempts %d)", i, token, by, attempts, claimed, avail, ls[i], wantAttempts)
+		}
+	}
+	// Across chunks: live deliveries at their first and last places.
+	many := make([]OwnedLease, 2*materializeLeasesChunk+1)
+	for i := range many {
+		many[i] = OwnedLease{MessageID: uint64(1_000_000 + i), Token: 1, Attempt: 1, ClaimedAt: now, Expires: now.Add(time.Hour)}
+	}
+	live := map[int]bool{0: true, materializeLeasesChunk - 1: true, materializeLeasesChunk: true, 2 * materializeLeasesChunk: true}
+	at := 0
+	for i := range many {
+		if live[i] {
+			many[i].MessageID = []uint64{ids[0], ids[1], ids[2], ids[4]}[at]
+			at++
+		}
+	}
+	res2, err := f.st.FlushOwned(ctx, []OwnedFlush{{Unit: OwnedUnit{Topic: "t", Subscription: "s", Epoch: g.Epoch}, Leases: many}}, now)
+	if err != nil || res2[0].Stale || len(res2[0].Leases) != len(many) {
+		t.Fatalf("flush of %d leases: %v", len(many), err)
+	}
+	for i, ok := range res2[0].Leases {
+		if ok != live[i] {
+			t.Errorf("lease %d of %d: taken %v, want %v", i, len(many), ok, live[i])
+		}
+	}
+	if n := f.count(t, "SELECT COUNT(*) FROM message_queue WHERE claim_token = 1 AND message_id IN (?, ?, ?, ?)", ids[0], ids[1], ids[2], ids[4]); n != 4 {
+		t.Errorf("%d of the 4 live deliveries took the second leases, want 4", n)
 	}
 }
 
