@@ -429,6 +429,34 @@ func TestFinalAckSlotOrColumns(t *testing.T) {
 	}
 }
 
+// A row that holds an ack in its columns and another in its slot (a
+// message made pending again and acked once more the other way) reads as
+// both acks, in time order.
+func TestRowWithBothAcksReadsBoth(t *testing.T) {
+	testbed.Need(t)
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	ids := f.produce(t, 1, "", "a", "b")
+	at := f.now.Add(time.Second).Truncate(time.Microsecond)
+	slot, ok := encodeAckSlot(finalAck{sub: "b", consumer: "wb", request: "rb", attempt: 2, claimedAt: at}, at.Add(time.Second))
+	if !ok {
+		t.Fatal("the slot does not fit")
+	}
+	if _, err := f.db.Exec(`UPDATE message_store SET msg_status = 1, status_at = ?, acked_sub = 'a', acked_by = 'wa', acked_attempt = 1,
+  acked_claimed_at = ?, acked_request = 'ra', ack_slot = ? WHERE id = ?`, at, at, slot, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := eventsOf(ctx, f.db, ids, EventAcked)
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("acked events %+v, %v; want two", evs, err)
+	}
+	if a, b := evs[0], evs[1]; a.Subscription != "a" || a.Consumer != "wa" || a.Attempt != 1 || !near(a.At, at) ||
+		b.Subscription != "b" || b.Consumer != "wb" || b.RequestID != "rb" || b.Attempt != 2 || !near(b.At, at.Add(time.Second)) {
+		t.Errorf("acked events %+v", evs)
+	}
+}
+
 // While a router that does not read the slot (a version before
 // migration 19, whose member row has no schema version) is a live member,
 // final acks go to the acked_* columns, which it reads; once it is gone,
