@@ -841,7 +841,7 @@ func (cl *clusterState) upkeep(ctx context.Context) error {
 	}
 	cl.mu.Unlock()
 	for _, o := range move {
-		if want := cl.choose(o.unit, true); want != nil && want.Router != m.cfg.Router {
+		if want := cl.choose(o.unit, true); want != nil && want.Router != m.cfg.Router && !o.handingOver() {
 			m.log.Info("delivery owner: handing unit over to the router it belongs to", "unit", o.unit.String(), "to", want.Router)
 			go m.handOver(context.Background(), o)
 		}

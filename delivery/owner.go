@@ -94,6 +94,14 @@ func (o *Owner) Epoch() uint64 {
 	return o.epoch
 }
 
+// handingOver says whether a hand-over of the unit is under way (or it is
+// lost already): the upkeep does not start, or log, another.
+func (o *Owner) handingOver() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.lost || o.releasing
+}
+
 func (o *Owner) storeUnit() store.OwnedUnit {
 	return store.OwnedUnit{Topic: o.unit.Topic, Subscription: o.unit.Subscription, Epoch: o.epoch}
 }
