@@ -107,6 +107,13 @@ func (m *memTable) call(name string) error {
 	return m.fail
 }
 
+// ownerOf is a copy of (topic, sub)'s owner row.
+func (m *memTable) ownerOf(topic, sub string) ownerRow {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return *m.own[[2]string{topic, sub}]
+}
+
 func (m *memTable) count(name string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -409,9 +409,7 @@ func TestFailedReleaseIsRetriedBeforeTheRenewal(t *testing.T) {
 	}
 	a.tick(time.Second)
 	a.m.upkeep()
-	a.table.mu.Lock()
-	row := *a.table.own[[2]string{"t", "s"}]
-	a.table.mu.Unlock()
+	row := a.table.ownerOf("t", "s")
 	if row.leaseUntil.After(a.clock.now()) {
 		t.Fatalf("the renewal after a failed release kept the unit's lease: %+v (now %v)", row, a.clock.now())
 	}
@@ -438,9 +436,7 @@ func TestRenewalReleasesAUnitItDoesNotServe(t *testing.T) {
 	}
 	a.tick(time.Second)
 	a.m.upkeep()
-	a.table.mu.Lock()
-	row := *a.table.own[[2]string{"t", "s"}]
-	a.table.mu.Unlock()
+	row := a.table.ownerOf("t", "s")
 	if !row.released || row.leaseUntil.After(a.clock.now()) {
 		t.Fatalf("a unit nobody serves stayed leased to its router: %+v (now %v)", row, a.clock.now())
 	}

@@ -409,24 +409,29 @@ func (s *Store) Events(ctx context.Context, ids []uint64) ([]Event, error) {
 }
 
 // MergeEvents adds evs to a trace built from another tier, skipping
-// events it has (by id), and rebuilds the deliveries and the order.
+// events it has, and rebuilds the deliveries and the order. An event is
+// known by its id and subscription: the final acks kept on a message row
+// carry the message's id, and a row may hold two of them (rowAcks).
 func MergeEvents(tr *MessageTrace, evs []Event, now time.Time) *MessageTrace {
 	if len(evs) == 0 {
 		return tr
 	}
-	have := map[uint64]bool{}
+	type key struct {
+		id  uint64
+		sub string
+	}
+	have := map[key]bool{}
 	var all []Event
 	for _, e := range tr.Events {
 		// The produced event and the claims implied by acks are rebuilt.
-		if e.ID == 0 || have[e.ID] {
-			continue
+		if k := (key{e.ID, e.Subscription}); e.ID != 0 && !have[k] {
+			have[k] = true
+			all = append(all, e)
 		}
-		have[e.ID] = true
-		all = append(all, e)
 	}
 	for _, e := range evs {
-		if !have[e.ID] {
-			have[e.ID] = true
+		if k := (key{e.ID, e.Subscription}); !have[k] {
+			have[k] = true
 			all = append(all, e)
 		}
 	}

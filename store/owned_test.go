@@ -455,6 +455,23 @@ func TestRowWithBothAcksReadsBoth(t *testing.T) {
 		b.Subscription != "b" || b.Consumer != "wb" || b.RequestID != "rb" || b.Attempt != 2 || !near(b.At, at.Add(time.Second)) {
 		t.Errorf("acked events %+v", evs)
 	}
+	// A warm trace merged with the hot events (the same two, one id)
+	// keeps both, once each.
+	msgs, err := selectMessages(ctx, f.db, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := MergeEvents(&MessageTrace{Message: msgs[ids[0]]}, evs, at)
+	tr = MergeEvents(tr, evs, at)
+	acked := 0
+	for _, e := range tr.Events {
+		if e.Type == EventAcked {
+			acked++
+		}
+	}
+	if acked != 2 {
+		t.Errorf("merged trace has %d acked events, want 2: %+v", acked, tr.Events)
+	}
 }
 
 // While a router that does not read the slot (a version before
