@@ -100,8 +100,9 @@ func (s *Store) SetAckSlots(on bool) { s.slotsOff.Store(!on) }
 // Open connects to dsn (go-sql-driver form) with the session settings
 // shardmq relies on: UTC times, one round trip per statement
 // (interpolateParams), READ COMMITTED (fewer gap locks on the dedup insert),
-// and a refusal to write to a read-only server (so a demoted primary is
-// noticed). It checks the connection before returning.
+// range estimates of long id lists from statistics, and a refusal to
+// write to a read-only server (so a demoted primary is noticed). It
+// checks the connection before returning.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -121,6 +122,15 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		cfg.Params = map[string]string{}
 	}
 	cfg.Params["time_zone"] = "'+00:00'"
+	// A list of ids on a key's prefix (the flush's read of the deliveries
+	// left, message_id IN (…) on (message_id, subscription)) made the
+	// range optimizer read the index once per id to estimate the rows,
+	// then again to run it: two thirds of that statement's server time,
+	// a tenth of a primary's CPU in a drain (docs/performance.md, "2 Dec
+	// (night)"). Past ten values the index's statistics stand in for
+	// those reads. Unique keys given whole read nothing either way, and
+	// the scans name their index.
+	cfg.Params["eq_range_index_dive_limit"] = "10"
 	// MariaDB before 11.1 only knows tx_isolation; MySQL 8 only
 	// transaction_isolation. Ask the server which it is.
 	isoVar, mariadb, err := probeServer(ctx, cfg)

@@ -588,3 +588,31 @@ func TestLookupKeyMissingIsNotFound(t *testing.T) {
 		t.Fatalf("present key: %d, %v; want %d", id, err, it.Msg.ID)
 	}
 }
+
+// Every connection of a Store carries the session settings its
+// statements rely on: UTC, READ COMMITTED, and statistics instead of
+// index reads for the range estimates of long id lists.
+func TestSessionSettings(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	var zone, iso string
+	var dives int
+	isoVar := "@@SESSION.tx_isolation"
+	if !f.st.mariadb {
+		isoVar = "@@SESSION.transaction_isolation"
+	}
+	// Several connections at once: each new one is set up the same way.
+	for range 3 {
+		conn, err := f.st.db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.time_zone, "+isoVar+", @@SESSION.eq_range_index_dive_limit").Scan(&zone, &iso, &dives); err != nil {
+			t.Fatal(err)
+		}
+		if zone != "+00:00" || iso != "READ-COMMITTED" || dives != 10 {
+			t.Fatalf("session: time_zone %q, isolation %q, eq_range_index_dive_limit %d; want +00:00, READ-COMMITTED, 10", zone, iso, dives)
+		}
+	}
+}
