@@ -360,8 +360,15 @@ func (s *Store) planAcks(acked []unitAck, left map[uint64]bool, now time.Time) a
 	p := ackPlan{at: now.Truncate(time.Microsecond), now: now}
 	columns := s.slotsOff.Load()
 	index := map[finalAck]int{}
-	for _, x := range acked {
+	// Two passes: each final ack's group first, then the groups filled
+	// in slices of their size (a flush carries some hundred acks of a
+	// few requests; growing the slices one ack at a time was a tenth of
+	// the flush's CPU in the router).
+	group := make([]int, len(acked))
+	var sizes []int
+	for j, x := range acked {
 		if left[x.a.MessageID] {
+			group[j] = -1
 			p.traced = append(p.traced, s.ackedEvent(x, now))
 			continue
 		}
@@ -371,11 +378,22 @@ func (s *Store) planAcks(acked []unitAck, left map[uint64]bool, now time.Time) a
 			i = len(p.groups)
 			index[k] = i
 			p.groups = append(p.groups, ackGroup{k: k})
+			sizes = append(sizes, 0)
 		}
-		g := &p.groups[i]
-		g.acks = append(g.acks, x)
-		g.ids = append(g.ids, x.a.MessageID)
+		group[j] = i
+		sizes[i]++
 		left[x.a.MessageID] = true // a second ack of it in this flush is no longer final
+	}
+	for i := range p.groups {
+		p.groups[i].acks = make([]unitAck, 0, sizes[i])
+		p.groups[i].ids = make([]uint64, 0, sizes[i])
+	}
+	for j, x := range acked {
+		if i := group[j]; i >= 0 {
+			g := &p.groups[i]
+			g.acks = append(g.acks, x)
+			g.ids = append(g.ids, x.a.MessageID)
+		}
 	}
 	return p
 }

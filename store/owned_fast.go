@@ -149,7 +149,7 @@ func (s *Store) tryFlushAcksFast(ctx context.Context, batch []OwnedFlush, now ti
 		return nil, flushRecount, nil
 	}
 
-	var acked []unitAck
+	acked := make([]unitAck, 0, want)
 	for _, f := range batch {
 		u := f.Unit
 		for _, a := range f.Acks {
