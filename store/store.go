@@ -125,11 +125,11 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	// A list of ids on a key's prefix (the flush's read of the deliveries
 	// left, message_id IN (…) on (message_id, subscription)) made the
 	// range optimizer read the index once per id to estimate the rows,
-	// then again to run it: two thirds of that statement's server time,
-	// a tenth of a primary's CPU in a drain (docs/performance.md, "2 Dec
-	// (night)"). Past ten values the index's statistics stand in for
-	// those reads. Unique keys given whole read nothing either way, and
-	// the scans name their index.
+	// then again to run it: that statement was a tenth of a primary's CPU
+	// in a drain, two thirds of it those reads (docs/performance.md, "2
+	// Dec (night)"). Past ten values the index's statistics stand in for
+	// them. Unique keys given whole are not estimated either way, and the
+	// scans name their index.
 	cfg.Params["eq_range_index_dive_limit"] = "10"
 	// MariaDB before 11.1 only knows tx_isolation; MySQL 8 only
 	// transaction_isolation. Ask the server which it is.
