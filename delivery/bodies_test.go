@@ -133,3 +133,36 @@ func TestBodiesQueueCompacts(t *testing.T) {
 		t.Fatalf("%d ids queued for %d bodies", n, c.Stats().Messages)
 	}
 }
+
+// BenchmarkBodiesRememberFull remembers batches of 100 messages into a
+// cache full of bodies too young to drop, as a produce does while the
+// backlog outgrows the cache: none is kept.
+func BenchmarkBodiesRememberFull(b *testing.B) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	size := bodySize(body(0, t0, 200))
+	c := NewBodies(100_000 * size)
+	id := uint64(0)
+	for range 1000 {
+		batch := make([]*store.Message, 100)
+		for i := range batch {
+			id++
+			batch[i] = body(id, t0, 200)
+		}
+		c.Remember(batch)
+	}
+	batch := make([]*store.Message, 100)
+	for i := range batch {
+		batch[i] = body(0, t0.Add(time.Second), 200)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, m := range batch {
+			id++
+			m.ID = id
+		}
+		c.Remember(batch)
+	}
+	if st := c.Stats(); st.Messages != 100_000 {
+		b.Fatalf("%d kept, want the 100,000 of the full cache", st.Messages)
+	}
+}
