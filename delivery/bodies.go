@@ -33,8 +33,11 @@ type Bodies struct {
 	hits  uint64
 	miss  uint64
 	// fullUntil: while the cache is full, a message created no later
-	// than this cannot make room (the oldest kept body is younger than
-	// bodyKeep before it); see room.
+	// than this is not kept: the oldest kept body was younger than
+	// bodyKeep before it when room last looked (see room). Acks that drop
+	// that body since can leave an older one first in line; the messages
+	// that could have dropped it until then are not kept either, a loss
+	// of a few seconds' bodies to a cache that keeps what it can.
 	fullUntil time.Time
 }
 
