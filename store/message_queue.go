@@ -1017,20 +1017,13 @@ func materializeOwnedAll(ctx context.Context, tx *sql.Tx, sub string, ls []Owned
 		for i, l := range chunk {
 			ids[i] = l.MessageID
 		}
-		where, args := subscriptionIDs(nil, sub, ids)
-		live, err := queryMap(ctx, tx, "lock message_queue for leases", "SELECT message_id, 1 FROM message_queue WHERE "+where+" AND is_dead = 0 FOR UPDATE", args,
-			func(rows *sql.Rows) (uint64, bool, error) {
-				var id uint64
-				var one int
-				err := rows.Scan(&id, &one)
-				return id, true, err
-			})
+		live, err := lockLive(ctx, tx, sub, ids)
 		if err != nil {
 			return nil, err
 		}
 		var b strings.Builder
 		b.WriteString("UPDATE message_queue q JOIN (")
-		args = args[:0]
+		args := make([]any, 0, 6*len(chunk)+1)
 		for i, l := range chunk {
 			if i == 0 {
 				b.WriteString("SELECT ? AS message_id, ? AS attempt, ? AS locked_by, ? AS claim_token, ? AS claimed_at, ? AS available_at")
