@@ -227,7 +227,15 @@ func (pc *pooledConn) exchange(method, host, auth, path string, body []byte) (re
 	if err != nil {
 		return response{}, false, err
 	}
-	data, err := io.ReadAll(hr.Body)
+	var data []byte
+	if n := hr.ContentLength; n >= 0 && n <= maxAnswer {
+		// One allocation of the answer's size: io.ReadAll grows its
+		// buffer from 512 bytes, copying a claim's answer a dozen times.
+		data = make([]byte, n)
+		_, err = io.ReadFull(hr.Body, data)
+	} else {
+		data, err = io.ReadAll(hr.Body)
+	}
 	hr.Body.Close()
 	if err != nil {
 		return response{}, false, err
@@ -238,6 +246,10 @@ func (pc *pooledConn) exchange(method, host, auth, path string, body []byte) (re
 	}
 	return response{status: hr.StatusCode, retryAfter: hr.Header.Get("Retry-After"), body: data}, !hr.Close, nil
 }
+
+// maxAnswer is the largest Content-Length read into a buffer of that size
+// at once; a larger one is read as it comes.
+const maxAnswer = 64 << 20
 
 func isChunked(r *http.Response) bool {
 	return len(r.TransferEncoding) > 0 && r.TransferEncoding[0] == "chunked"

@@ -79,11 +79,19 @@ func (r *Router) do(ctx context.Context, method, path string, body []byte, timeo
 	if out == nil {
 		return nil
 	}
-	if err := json.Unmarshal(data, out); err != nil {
+	if d, ok := out.(rawDecoder); ok {
+		err = d.decodeJSON(data)
+	} else {
+		err = json.Unmarshal(data, out)
+	}
+	if err != nil {
 		return &RequestError{Status: resp.status, Code: "bad_response", Message: err.Error()}
 	}
 	return nil
 }
+
+// rawDecoder is an answer that decodes itself (claimAnswer).
+type rawDecoder interface{ decodeJSON(data []byte) error }
 
 // Produce implements Target.
 func (r *Router) Produce(ctx context.Context, topic string, msgs []Message) ([]ProduceResult, error) {
@@ -159,27 +167,12 @@ func (r *Router) Claim(ctx context.Context, req ClaimRequest) ([]Delivery, error
 	body, _ := json.Marshal(map[string]any{
 		"max": req.Max, "visibility_timeout_ms": req.Lease.Milliseconds(), "wait_ms": req.Wait.Milliseconds(), "consumer": req.Consumer,
 	})
-	var out struct {
-		Messages []struct {
-			ID         string          `json:"id"`
-			Key        string          `json:"key"`
-			Payload    json.RawMessage `json:"payload"`
-			ProducedAt time.Time       `json:"produced_at"`
-			Attempt    int             `json:"attempt"`
-			Receipt    string          `json:"receipt"`
-			VShard     int             `json:"vshard"`
-		} `json:"messages"`
-	}
+	var out claimAnswer
 	path := "/v1/topics/" + url.PathEscape(req.Topic) + "/subscriptions/" + url.PathEscape(req.Subscription) + "/claim"
 	if err := r.do(ctx, http.MethodPost, path, body, r.timeout+req.Wait, &out); err != nil {
 		return nil, err
 	}
-	ds := make([]Delivery, len(out.Messages))
-	for i, m := range out.Messages {
-		ds[i] = Delivery{Key: m.Key, VShard: m.VShard, Attempt: m.Attempt, ProducedAt: m.ProducedAt, Payload: m.Payload, Receipt: Receipt{text: m.Receipt}}
-		ds[i].ID, _ = strconv.ParseUint(m.ID, 10, 64)
-	}
-	return ds, nil
+	return out.deliveries, nil
 }
 
 type statusResults struct {
