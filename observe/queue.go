@@ -58,10 +58,11 @@ type QueueHealth struct {
 }
 
 type queueSnapshot struct {
-	at      time.Time
-	took    time.Duration
-	missing int
-	rows    []queueRow
+	at        time.Time
+	took      time.Duration
+	missing   int
+	onReplica int
+	rows      []queueRow
 }
 
 type queueRow struct {
@@ -81,6 +82,8 @@ var (
 		"Time since the last queue count finished.", nil, nil)
 	descQueueTook = prometheus.NewDesc("shardmq_queue_stats_duration_seconds",
 		"How long the last queue count took over all clusters.", nil, nil)
+	descQueueReplica = prometheus.NewDesc("shardmq_queue_stats_replica_clusters",
+		"Clusters the last queue count read on a replica (a count that took 250 ms or more on a cluster moves to a replica within the read lag limit).", nil, nil)
 	descQueueMissing = prometheus.NewDesc("shardmq_queue_stats_missing_clusters",
 		"Clusters that did not answer the last queue count (their deliveries are missing from it).", nil, nil)
 	descQueueFailures = prometheus.NewDesc("shardmq_queue_stats_failures_total",
@@ -173,7 +176,7 @@ func (q *QueueHealth) Refresh(ctx context.Context) {
 		q.log.Warn("queue health counted without some clusters", "missing", st.Missing)
 	}
 	at := q.now()
-	q.snap.Store(&queueSnapshot{at: at, took: time.Since(start), missing: len(st.Missing), rows: q.rows(st.Subscriptions)})
+	q.snap.Store(&queueSnapshot{at: at, took: time.Since(start), missing: len(st.Missing), onReplica: len(st.OnReplica), rows: q.rows(st.Subscriptions)})
 	if q.onCount != nil {
 		q.onCount(at, st.Subscriptions, st.Missing)
 	}
@@ -231,7 +234,7 @@ func (q *QueueHealth) forgetDeleted(ctx context.Context) {
 
 // Describe implements prometheus.Collector.
 func (q *QueueHealth) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueue, descOldest, descQueueAge, descQueueTook, descQueueMissing, descQueueFailures} {
+	for _, d := range []*prometheus.Desc{descQueue, descOldest, descQueueAge, descQueueTook, descQueueMissing, descQueueReplica, descQueueFailures} {
 		ch <- d
 	}
 }
@@ -247,6 +250,7 @@ func (q *QueueHealth) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descQueueAge, prometheus.GaugeValue, max(now.Sub(s.at).Seconds(), 0))
 	ch <- prometheus.MustNewConstMetric(descQueueTook, prometheus.GaugeValue, s.took.Seconds())
 	ch <- prometheus.MustNewConstMetric(descQueueMissing, prometheus.GaugeValue, float64(s.missing))
+	ch <- prometheus.MustNewConstMetric(descQueueReplica, prometheus.GaugeValue, float64(s.onReplica))
 	for _, r := range s.rows {
 		for i, st := range queueStates {
 			ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(r.counts[i]), r.topic, r.sub, st)

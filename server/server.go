@@ -326,7 +326,7 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	}
 	r.upkeep = deadletter.New(cfg.DeadLetters, r.broker, r.subs, leading, cfg.Now, cfg.Log)
 	r.record = newMapRecorder(r.table, r.pools.Stores, cfg.ReloadEvery, cfg.Now, cfg.Log)
-	r.obs.newQueueHealth(r.metrics, r.broker, r.subs, leading, cfg.Now, cfg.Log)
+	r.obs.newQueueHealth(r.metrics, newQueueCounts(r.broker, r.eps), r.subs, leading, cfg.Now, cfg.Log)
 	r.metrics.MustRegister(haCollector{r.eps, r.recon}, commitCollector{r.broker}, rejectedCollector{r.broker}, ownerCollector{r.broker})
 	r.metrics.MustRegister(r.upkeep.Collectors()...)
 
