@@ -611,12 +611,17 @@ const queueStatsQuery = `SELECT topic, subscription,
   SUM(is_dead = 0 AND parked = 1),
   SUM(is_dead = 1),
   MIN(IF(is_dead = 0 AND parked = 0 AND available_at <= ?, message_id, NULL))
-FROM message_queue GROUP BY topic, subscription`
+FROM message_queue IGNORE INDEX (idx_order, idx_claim) GROUP BY topic, subscription`
 
 // queueStats counts every subscription's deliveries. It reads the whole
 // table (live deliveries only: acked ones have left it) in one pass: an
 // operator's question and the queue-health metrics' periodic refresh, not
-// a hot path.
+// a hot path. The pass reads the rows in their own order, grouping them in
+// a temporary table of one row per subscription: left to itself the
+// optimizer walked idx_order for the grouping order and looked every
+// delivery up in the table from there, 1.5 times the work (676,100
+// deliveries: 0.83–1.18 s against 0.55–0.60 s, 2 Dec 2026).
+// TestQueueStatsCountsAndOldestReady holds the plan.
 func queueStats(ctx context.Context, q queryer, now time.Time) ([]QueueStats, error) {
 	return queryRows(ctx, q, "count message_queue", queueStatsQuery, []any{now, now, now, now}, func(rows *sql.Rows) (QueueStats, error) {
 		var s QueueStats
