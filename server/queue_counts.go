@@ -6,65 +6,101 @@ import (
 	"time"
 
 	"github.com/shardmq/shardmq/broker"
-	"github.com/shardmq/shardmq/circuit"
+	"github.com/shardmq/shardmq/replica"
 	"github.com/shardmq/shardmq/store"
 )
 
 // offPrimaryAfter is how long a cluster's last queue count may take
 // before the next one reads a replica: a small backlog is counted on the
 // primary, exactly and at once; a large one (a count of 700,000
-// deliveries took 2 s of a primary's CPU on the test machine, every 20 s)
-// on a replica within the read lag limit.
+// deliveries took 2 s of a primary's CPU on the test machine) on a
+// replica within the read lag limit. A cluster counted on a replica goes
+// back to its primary only once a count takes less than half of it, so
+// that a count near the line does not alternate.
 const offPrimaryAfter = 250 * time.Millisecond
+
+// replicaCountTimeout bounds a count on a replica (a million live
+// deliveries take about 6 s on the test machine). It leaves the primary
+// the broker's own 5 s when the replica fails.
+const replicaCountTimeout = 15 * time.Second
 
 // queueCounts is the queue-health job's source of counts: the broker's,
 // each cluster read on a replica once its count grew costly
 // (broker.StatsVia), on the primary when no replica is fit or the
 // replica's count fails.
+//
+// A count on a replica does not go through the replica's breaker: the
+// breaker guards the trace lookups' reads, and a count that outlasts its
+// timeout on a large backlog says nothing about whether the replica
+// answers them. Pick hands out only replicas the monitor saw healthy
+// within its last checks.
 type queueCounts struct {
 	b     *broker.Broker
-	eps   *endpoints
+	pick  func(cluster string) (replica.Replica, bool)
+	log   func(msg string, args ...any)
 	after time.Duration // offPrimaryAfter; tests move it
 
-	mu   sync.Mutex
-	took map[string]time.Duration // each cluster's last count, wherever it ran
+	mu    sync.Mutex
+	state map[string]countState
+}
+
+// countState is what the last count of a cluster said.
+type countState struct {
+	took      time.Duration // how long it took, wherever it ran
+	onReplica bool          // it ran on a replica
 }
 
 func newQueueCounts(b *broker.Broker, eps *endpoints) *queueCounts {
-	return &queueCounts{b: b, eps: eps, after: offPrimaryAfter, took: map[string]time.Duration{}}
+	return &queueCounts{b: b, pick: eps.monitor.Pick, log: eps.log.Warn, after: offPrimaryAfter, state: map[string]countState{}}
 }
 
 // Stats implements observe.StatsSource.
 func (q *queueCounts) Stats(ctx context.Context) broker.Stats {
 	st := q.b.StatsVia(ctx, q.onReplica)
+	on := map[string]bool{}
+	for _, name := range st.OnReplica {
+		on[name] = true
+	}
 	q.mu.Lock()
 	for name, d := range st.Took {
-		q.took[name] = d
+		q.state[name] = countState{took: d, onReplica: on[name]}
+	}
+	for _, name := range st.Missing {
+		delete(q.state, name) // the next count starts over, on the primary
 	}
 	q.mu.Unlock()
 	return st
 }
 
-// onReplica counts cluster on a replica fit for reads, once its last
-// count took offPrimaryAfter or more.
-func (q *queueCounts) onReplica(ctx context.Context, cluster string, now time.Time) ([]store.QueueStats, bool) {
+// costly says whether cluster's next count should read a replica.
+func (q *queueCounts) costly(cluster string) bool {
 	q.mu.Lock()
-	costly := q.took[cluster] >= q.after
-	q.mu.Unlock()
-	if !costly {
+	defer q.mu.Unlock()
+	s := q.state[cluster]
+	if s.onReplica {
+		return s.took >= q.after/2
+	}
+	return s.took >= q.after && s.took > 0
+}
+
+// onReplica counts cluster on a replica fit for reads when its counts
+// are costly; false sends the count to the primary.
+func (q *queueCounts) onReplica(ctx context.Context, cluster string, now time.Time) ([]store.QueueStats, bool) {
+	if !q.costly(cluster) {
 		return nil, false
 	}
-	rep, ok := q.eps.monitor.Pick(cluster)
+	rep, ok := q.pick(cluster)
 	if !ok {
 		return nil, false
 	}
-	var st []store.QueueStats
-	err := circuit.Endpoint[*store.Store]{S: rep.Store, Breaker: q.eps.breakers.For(rep.Endpoint)}.Do(ctx, func(ctx context.Context, s *store.Store) (err error) {
-		st, err = s.Stats(ctx, now)
-		return err
-	})
+	ctx, cancel := context.WithTimeout(ctx, replicaCountTimeout)
+	defer cancel()
+	st, err := rep.Store.Stats(ctx, now)
 	if err != nil {
-		q.eps.log.Warn("queue count on a replica failed; counting on the primary", "cluster", cluster, "replica", rep.Endpoint, "err", err)
+		q.log("queue count on a replica failed; counting on the primary", "cluster", cluster, "replica", rep.Endpoint, "err", err)
+		q.mu.Lock()
+		delete(q.state, cluster) // the primary's count decides again
+		q.mu.Unlock()
 		return nil, false
 	}
 	return st, true

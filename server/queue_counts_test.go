@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,9 +11,41 @@ import (
 	"github.com/shardmq/shardmq/internal/testtime"
 )
 
-// The queue-health count reads a replica once a cluster's count grew
-// costly, and the primary while it is cheap; the replicas' counts are the
-// primaries' once they caught up.
+// Where the next count of a cluster runs, from what its last one said.
+func TestQueueCountsCostly(t *testing.T) {
+	const after = 250 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		last *countState
+		want bool
+	}{
+		{"never counted", nil, false},
+		{"cheap on the primary", &countState{took: 100 * time.Millisecond}, false},
+		{"costly on the primary", &countState{took: 300 * time.Millisecond}, true},
+		{"at the line", &countState{took: after}, true},
+		{"still costly on a replica", &countState{took: 200 * time.Millisecond, onReplica: true}, true},
+		{"cheap on a replica: back to the primary", &countState{took: 100 * time.Millisecond, onReplica: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &queueCounts{after: after, state: map[string]countState{}}
+			if tc.last != nil {
+				q.state["c1"] = *tc.last
+			}
+			if got := q.costly("c1"); got != tc.want {
+				t.Fatalf("costly = %v, want %v", got, tc.want)
+			}
+			if q.costly("c2") {
+				t.Fatal("a cluster never counted is costly")
+			}
+		})
+	}
+}
+
+// On the test bed: a costly cluster is counted on its replica, a cheap one
+// on its primary, and one whose replica count was cheap goes back to its
+// primary; the replicas' counts are the primaries' once they caught up,
+// and the router's gauge says how many clusters its last count read on a
+// replica.
 func TestQueueCountsReadAReplicaOnceCostly(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
@@ -36,31 +69,44 @@ func TestQueueCountsReadAReplicaOnceCostly(t *testing.T) {
 		}
 		return -1
 	}
-
-	qc := newQueueCounts(e.r.broker, e.r.eps)
-	if st := qc.Stats(t.Context()); ready(st) != 4 || len(st.OnReplica) != 0 || len(st.Missing) != 0 {
-		t.Fatalf("cheap count: ready %d, on replicas %v, missing %v; want 4 read on the primaries", ready(st), st.OnReplica, st.Missing)
+	q := e.r.counts
+	q.after = time.Hour
+	costly := func(names ...string) {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		for _, n := range names {
+			q.state[n] = countState{took: 2 * time.Hour}
+		}
 	}
-	qc.after = 0 // every count is costly
+	if st := q.Stats(t.Context()); ready(st) != 4 || len(st.OnReplica) != 0 || len(st.Missing) != 0 {
+		t.Fatalf("cheap counts: ready %d, on replicas %v, missing %v; want 4 read on the primaries", ready(st), st.OnReplica, st.Missing)
+	}
+
+	// The second cluster's counts grew costly; the first's did not.
+	second := bed.Clusters[1].Name
 	var st broker.Stats
-	testtime.WithinState(t, 30*time.Second, "a count on both replicas", func() (bool, string) {
-		st = qc.Stats(t.Context())
-		return len(st.OnReplica) == len(bed.Clusters) && ready(st) == 4, fmt.Sprintf("ready %d, on replicas %v", ready(st), st.OnReplica)
+	testtime.WithinState(t, 30*time.Second, "a count on the second cluster's replica", func() (bool, string) {
+		costly(second)
+		st = q.Stats(t.Context())
+		return slices.Equal(st.OnReplica, []string{second}) && ready(st) == 4, fmt.Sprintf("ready %d, on replicas %v", ready(st), st.OnReplica)
 	})
 	if len(st.Missing) != 0 {
 		t.Fatalf("missing %v", st.Missing)
 	}
-	e.r.QueueHealth().Refresh(t.Context())
-	expectGauge(t, e, "shardmq_queue_stats_replica_clusters", nil, 0) // the router's own job: cheap counts, on the primaries
-	qc.after = time.Hour
-	if st := qc.Stats(t.Context()); ready(st) != 4 || len(st.OnReplica) != 0 {
-		t.Fatalf("cheap again: ready %d, on replicas %v", ready(st), st.OnReplica)
+	// That count was cheap: the next one is back on the primary.
+	if st := q.Stats(t.Context()); ready(st) != 4 || len(st.OnReplica) != 0 {
+		t.Fatalf("after a cheap count on the replica: ready %d, on replicas %v; want the primaries", ready(st), st.OnReplica)
 	}
-}
 
-func expectGauge(t *testing.T, e *env, name string, labels map[string]string, want float64) {
-	t.Helper()
-	if got, ok := metricValue(t, e.r.Metrics(), name, labels); !ok || got != want {
-		t.Fatalf("%s%v = %v (exported: %v), want %v", name, labels, got, ok, want)
+	// The router's own job, both clusters costly.
+	all := make([]string, len(bed.Clusters))
+	for i, c := range bed.Clusters {
+		all[i] = c.Name
 	}
+	testtime.WithinState(t, 30*time.Second, "the router's count on every replica", func() (bool, string) {
+		costly(all...)
+		e.r.QueueHealth().Refresh(t.Context())
+		v, ok := metricValue(t, e.r.Metrics(), "shardmq_queue_stats_replica_clusters", nil)
+		return ok && v == float64(len(all)), fmt.Sprintf("gauge %v (exported %v)", v, ok)
+	})
 }

@@ -209,6 +209,7 @@ type Router struct {
 	retries   *txRetries           // transaction retries by cluster (jobs.go)
 	pools     *pools               // connection pools of the primaries and replicas (pools.go)
 	eps       *endpoints           // call points, breakers, replica monitor (endpoints.go)
+	counts    *queueCounts         // where queue health counts each cluster (queue_counts.go)
 	applier   *applier             // topology applications and their retries (apply.go)
 	table     *routing.Table
 	subs      *subscription.Registry
@@ -326,7 +327,8 @@ func (r *Router) build(ctx context.Context, top *topology.Topology) error {
 	}
 	r.upkeep = deadletter.New(cfg.DeadLetters, r.broker, r.subs, leading, cfg.Now, cfg.Log)
 	r.record = newMapRecorder(r.table, r.pools.Stores, cfg.ReloadEvery, cfg.Now, cfg.Log)
-	r.obs.newQueueHealth(r.metrics, newQueueCounts(r.broker, r.eps), r.subs, leading, cfg.Now, cfg.Log)
+	r.counts = newQueueCounts(r.broker, r.eps)
+	r.obs.newQueueHealth(r.metrics, r.counts, r.subs, leading, cfg.Now, cfg.Log)
 	r.metrics.MustRegister(haCollector{r.eps, r.recon}, commitCollector{r.broker}, rejectedCollector{r.broker}, ownerCollector{r.broker})
 	r.metrics.MustRegister(r.upkeep.Collectors()...)
 
