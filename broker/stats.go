@@ -56,6 +56,7 @@ func (b *Broker) StatsVia(ctx context.Context, read CountReader) Stats {
 			st, onReplica = read(ctx, name, now)
 		}
 		if !onReplica {
+			start = time.Now() // the primary's own time, not a failed read's
 			cctx, cancel := context.WithTimeout(ctx, statsTimeout)
 			defer cancel()
 			var err error

@@ -24,10 +24,14 @@ const offPrimaryAfter = 250 * time.Millisecond
 // the broker's own 5 s when the replica fails.
 const replicaCountTimeout = 15 * time.Second
 
+// replicaPause is how long a cluster whose replica failed a count is
+// counted on its primary before a replica is tried again.
+const replicaPause = 5 * time.Minute
+
 // queueCounts is the queue-health job's source of counts: the broker's,
 // each cluster read on a replica once its count grew costly
-// (broker.StatsVia), on the primary when no replica is fit or the
-// replica's count fails.
+// (broker.StatsVia), on the primary when no replica is fit, and for
+// replicaPause after a replica failed a count.
 //
 // A count on a replica does not go through the replica's breaker: the
 // breaker guards the trace lookups' reads, and a count that outlasts its
@@ -38,6 +42,7 @@ type queueCounts struct {
 	b     *broker.Broker
 	pick  func(cluster string) (replica.Replica, bool)
 	log   func(msg string, args ...any)
+	now   func() time.Time
 	after time.Duration // offPrimaryAfter; tests move it
 
 	mu    sync.Mutex
@@ -48,10 +53,11 @@ type queueCounts struct {
 type countState struct {
 	took      time.Duration // how long it took, wherever it ran
 	onReplica bool          // it ran on a replica
+	primaryTo time.Time     // a replica failed: the primary counts until then
 }
 
 func newQueueCounts(b *broker.Broker, eps *endpoints) *queueCounts {
-	return &queueCounts{b: b, pick: eps.monitor.Pick, log: eps.log.Warn, after: offPrimaryAfter, state: map[string]countState{}}
+	return &queueCounts{b: b, pick: eps.monitor.Pick, log: eps.log.Warn, now: time.Now, after: offPrimaryAfter, state: map[string]countState{}}
 }
 
 // Stats implements observe.StatsSource.
@@ -63,10 +69,14 @@ func (q *queueCounts) Stats(ctx context.Context) broker.Stats {
 	}
 	q.mu.Lock()
 	for name, d := range st.Took {
-		q.state[name] = countState{took: d, onReplica: on[name]}
+		s := q.state[name]
+		s.took, s.onReplica = d, on[name]
+		q.state[name] = s
 	}
 	for _, name := range st.Missing {
-		delete(q.state, name) // the next count starts over, on the primary
+		s := q.state[name]
+		s.took, s.onReplica = 0, false // the next count starts over, on the primary
+		q.state[name] = s
 	}
 	q.mu.Unlock()
 	return st
@@ -77,7 +87,10 @@ func (q *queueCounts) costly(cluster string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	s := q.state[cluster]
-	if s.onReplica {
+	switch {
+	case q.now().Before(s.primaryTo):
+		return false
+	case s.onReplica:
 		return s.took >= q.after/2
 	}
 	return s.took >= q.after && s.took > 0
@@ -99,7 +112,9 @@ func (q *queueCounts) onReplica(ctx context.Context, cluster string, now time.Ti
 	if err != nil {
 		q.log("queue count on a replica failed; counting on the primary", "cluster", cluster, "replica", rep.Endpoint, "err", err)
 		q.mu.Lock()
-		delete(q.state, cluster) // the primary's count decides again
+		s := q.state[cluster]
+		s.primaryTo = q.now().Add(replicaPause)
+		q.state[cluster] = s
 		q.mu.Unlock()
 		return nil, false
 	}

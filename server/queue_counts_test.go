@@ -9,6 +9,8 @@ import (
 	"github.com/shardmq/shardmq/broker"
 	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/internal/testtime"
+	"github.com/shardmq/shardmq/replica"
+	"github.com/shardmq/shardmq/store"
 )
 
 // Where the next count of a cluster runs, from what its last one said.
@@ -25,9 +27,11 @@ func TestQueueCountsCostly(t *testing.T) {
 		{"at the line", &countState{took: after}, true},
 		{"still costly on a replica", &countState{took: 200 * time.Millisecond, onReplica: true}, true},
 		{"cheap on a replica: back to the primary", &countState{took: 100 * time.Millisecond, onReplica: true}, false},
+		{"a replica failed a moment ago", &countState{took: time.Second, primaryTo: time.Unix(1000+60, 0)}, false},
+		{"a replica failed long ago", &countState{took: time.Second, primaryTo: time.Unix(1000-1, 0)}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := &queueCounts{after: after, state: map[string]countState{}}
+			q := &queueCounts{after: after, state: map[string]countState{}, now: func() time.Time { return time.Unix(1000, 0) }}
 			if tc.last != nil {
 				q.state["c1"] = *tc.last
 			}
@@ -97,6 +101,30 @@ func TestQueueCountsReadAReplicaOnceCostly(t *testing.T) {
 	if st := q.Stats(t.Context()); ready(st) != 4 || len(st.OnReplica) != 0 {
 		t.Fatalf("after a cheap count on the replica: ready %d, on replicas %v; want the primaries", ready(st), st.OnReplica)
 	}
+
+	// A replica that fails the count: counted on the primary, now and for
+	// the pause after it.
+	dead, err := store.Open(t.Context(), bed.Clusters[1].Replicas[0].DSN(e.name), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.Close()
+	pick := q.pick
+	q.pick = func(string) (replica.Replica, bool) { return replica.Replica{Endpoint: "closed", Store: dead}, true }
+	costly(second)
+	if st := q.Stats(t.Context()); ready(st) != 4 || len(st.OnReplica) != 0 || len(st.Missing) != 0 {
+		t.Fatalf("replica failing: ready %d, on replicas %v, missing %v; want the primaries", ready(st), st.OnReplica, st.Missing)
+	}
+	q.mu.Lock()
+	q.state[second] = countState{took: 2 * time.Hour, primaryTo: q.state[second].primaryTo}
+	q.mu.Unlock()
+	if q.costly(second) {
+		t.Fatal("a cluster whose replica just failed a count goes back to a replica")
+	}
+	q.pick = pick
+	q.mu.Lock()
+	delete(q.state, second)
+	q.mu.Unlock()
 
 	// The router's own job, both clusters costly.
 	all := make([]string, len(bed.Clusters))
