@@ -106,9 +106,12 @@ func (q *queueCounts) onReplica(ctx context.Context, cluster string, now time.Ti
 	if !ok {
 		return nil, false
 	}
-	ctx, cancel := context.WithTimeout(ctx, replicaCountTimeout)
+	rctx, cancel := context.WithTimeout(ctx, replicaCountTimeout)
 	defer cancel()
-	st, err := rep.Store.Stats(ctx, now)
+	st, err := rep.Store.Stats(rctx, now)
+	if err != nil && ctx.Err() != nil {
+		return nil, false // the caller gave up: nothing said about the replica
+	}
 	if err != nil {
 		q.log("queue count on a replica failed; counting on the primary", "cluster", cluster, "replica", rep.Endpoint, "err", err)
 		q.mu.Lock()
