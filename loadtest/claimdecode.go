@@ -15,11 +15,11 @@ import (
 // message, taken from the router and the servers the drain measures.
 // decodeClaim reads the router's answer in one pass instead. It is exact
 // or it declines: anything it is not sure to read as encoding/json would
-// (an escape or invalid UTF-8 in a member name, anywhere, or in a string
-// it keeps, a field name that
-// differs from a kept one only in case, malformed JSON anywhere) makes it
-// answer false, and the caller decodes the answer with encoding/json
-// (TestDecodeClaimAsEncodingJSON, FuzzDecodeClaim).
+// (an escape or invalid UTF-8 in a member name anywhere or in a string it
+// keeps, a field name that differs from a kept one only in case,
+// malformed JSON anywhere) makes it answer false, and the caller decodes
+// the answer with encoding/json (TestDecodeClaimAsEncodingJSON,
+// FuzzDecodeClaim).
 
 // claimJSON is a claim's answer as encoding/json reads it.
 type claimJSON struct {
