@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/shardmq/shardmq/broker"
+	"github.com/shardmq/shardmq/internal/jsonscan"
 )
 
 // Answers are encoded into a pooled buffer and written once with a
@@ -322,7 +323,7 @@ func skipValue(p []byte, i, depth int) (int, bool) {
 	}
 	switch c := p[i]; c {
 	case '"':
-		return skipString(p, i)
+		return jsonscan.SkipString(p, i)
 	case '{', '[':
 		if depth >= maxCheckedDepth {
 			return i, false
@@ -341,7 +342,7 @@ func skipValue(p []byte, i, depth int) (int, bool) {
 				if i >= len(p) || p[i] != '"' {
 					return i, false
 				}
-				if i, ok = skipString(p, i); !ok || i >= len(p) || p[i] != ':' {
+				if i, ok = jsonscan.SkipString(p, i); !ok || i >= len(p) || p[i] != ':' {
 					return i, false
 				}
 				i++
@@ -359,89 +360,11 @@ func skipValue(p []byte, i, depth int) (int, bool) {
 			}
 		}
 	case 't':
-		return skipLiteral(p, i, "true")
+		return jsonscan.SkipLiteral(p, i, "true")
 	case 'f':
-		return skipLiteral(p, i, "false")
+		return jsonscan.SkipLiteral(p, i, "false")
 	case 'n':
-		return skipLiteral(p, i, "null")
+		return jsonscan.SkipLiteral(p, i, "null")
 	}
-	return skipNumber(p, i)
-}
-
-func skipLiteral(p []byte, i int, lit string) (int, bool) {
-	if len(p)-i < len(lit) || string(p[i:i+len(lit)]) != lit {
-		return i, false
-	}
-	return i + len(lit), true
-}
-
-// skipString returns the index just past the string that opens at p[i].
-// Bytes from 0x80 up pass unchecked, as encoding/json's scanner passes them.
-func skipString(p []byte, i int) (int, bool) {
-	for i++; i < len(p); i++ {
-		switch c := p[i]; {
-		case c == '"':
-			return i + 1, true
-		case c < 0x20:
-			return i, false
-		case c == '\\':
-			i++
-			if i >= len(p) {
-				return i, false
-			}
-			switch p[i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if _, ok := hex4(p, i+1); !ok {
-					return i, false
-				}
-				i += 4
-			default:
-				return i, false
-			}
-		}
-	}
-	return i, false
-}
-
-// skipNumber returns the index just past the number at p[i:]:
-// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
-func skipNumber(p []byte, i int) (int, bool) {
-	if i < len(p) && p[i] == '-' {
-		i++
-	}
-	switch {
-	case i >= len(p):
-		return i, false
-	case p[i] == '0':
-		i++
-	case '1' <= p[i] && p[i] <= '9':
-		i = skipDigits(p, i+1)
-	default:
-		return i, false
-	}
-	if i < len(p) && p[i] == '.' {
-		start := i + 1
-		if i = skipDigits(p, start); i == start {
-			return i, false
-		}
-	}
-	if i < len(p) && (p[i] == 'e' || p[i] == 'E') {
-		i++
-		if i < len(p) && (p[i] == '+' || p[i] == '-') {
-			i++
-		}
-		start := i
-		if i = skipDigits(p, start); i == start {
-			return i, false
-		}
-	}
-	return i, true
-}
-
-func skipDigits(p []byte, i int) int {
-	for i < len(p) && '0' <= p[i] && p[i] <= '9' {
-		i++
-	}
-	return i
+	return jsonscan.SkipNumber(p, i)
 }

@@ -2,6 +2,8 @@ package api
 
 import (
 	"unicode/utf8"
+
+	"github.com/shardmq/shardmq/internal/jsonscan"
 )
 
 // decodeProduce decodes a produce body into req with exactly the outcome
@@ -239,26 +241,11 @@ func (d *produceDecoder) plainString() (string, bool) {
 // rawString reads a string without escapes and answers its contents,
 // which are valid UTF-8.
 func (d *produceDecoder) rawString() ([]byte, bool) {
-	if !d.eat('"') {
-		return nil, false
+	raw, next, ok := jsonscan.PlainString(d.b, d.i)
+	if ok {
+		d.i = next
 	}
-	start := d.i
-	ascii := true
-	for d.i < len(d.b) {
-		ch := d.b[d.i]
-		switch {
-		case ch == '"':
-			raw := d.b[start:d.i]
-			d.i++
-			return raw, ascii || utf8.Valid(raw)
-		case ch == '\\' || ch < 0x20:
-			return nil, false
-		case ch >= utf8.RuneSelf:
-			ascii = false
-		}
-		d.i++
-	}
-	return nil, false
+	return raw, ok
 }
 
 // value reads any JSON value at nesting depth depth.
@@ -315,13 +302,13 @@ func (d *produceDecoder) value(depth int) bool {
 	var ok bool
 	switch d.peek() {
 	case 't':
-		d.i, ok = skipLiteral(d.b, d.i, "true")
+		d.i, ok = jsonscan.SkipLiteral(d.b, d.i, "true")
 	case 'f':
-		d.i, ok = skipLiteral(d.b, d.i, "false")
+		d.i, ok = jsonscan.SkipLiteral(d.b, d.i, "false")
 	case 'n':
-		d.i, ok = skipLiteral(d.b, d.i, "null")
+		d.i, ok = jsonscan.SkipLiteral(d.b, d.i, "null")
 	default:
-		d.i, ok = skipNumber(d.b, d.i)
+		d.i, ok = jsonscan.SkipNumber(d.b, d.i)
 	}
 	return ok
 }
@@ -352,7 +339,7 @@ func (d *produceDecoder) str() bool {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				d.i += 2
 			case 'u':
-				r, ok := hex4(d.b, d.i+2)
+				r, ok := jsonscan.Hex4(d.b, d.i+2)
 				if !ok {
 					return false
 				}
@@ -362,7 +349,7 @@ func (d *produceDecoder) str() bool {
 					if r >= 0xdc00 || d.i+6 > len(d.b) || d.b[d.i] != '\\' || d.b[d.i+1] != 'u' {
 						return false
 					}
-					r2, ok := hex4(d.b, d.i+2)
+					r2, ok := jsonscan.Hex4(d.b, d.i+2)
 					if !ok || r2 < 0xdc00 || r2 > 0xdfff {
 						return false
 					}
@@ -376,16 +363,7 @@ func (d *produceDecoder) str() bool {
 	return false
 }
 
-func (d *produceDecoder) ws() {
-	for d.i < len(d.b) {
-		switch d.b[d.i] {
-		case ' ', '\t', '\n', '\r':
-			d.i++
-		default:
-			return
-		}
-	}
-}
+func (d *produceDecoder) ws() { d.i = jsonscan.SkipSpace(d.b, d.i) }
 
 func (d *produceDecoder) peek() byte {
 	if d.i < len(d.b) {

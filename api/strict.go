@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/shardmq/shardmq/domain"
+	"github.com/shardmq/shardmq/internal/jsonscan"
 )
 
 // Request strictness (DESIGN §5 "Strictness"): unknown fields, duplicate
@@ -185,7 +186,7 @@ func (c *jsonChecker) scanString(b []byte, i int) (int, bool, *strictError) {
 				i += 2
 				continue
 			}
-			r, ok := hex4(b, i+2)
+			r, ok := jsonscan.Hex4(b, i+2)
 			if !ok {
 				return -1, escaped, nil // malformed escape: the decoder says so
 			}
@@ -193,7 +194,7 @@ func (c *jsonChecker) scanString(b []byte, i int) (int, bool, *strictError) {
 			case utf16.IsSurrogate(r) && r < 0xdc00:
 				r2, ok := rune(0), false
 				if i+11 < len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
-					r2, ok = hex4(b, i+8)
+					r2, ok = jsonscan.Hex4(b, i+8)
 				}
 				if !ok || r2 < 0xdc00 || r2 > 0xdfff {
 					return 0, escaped, c.errorf("string holds a lone surrogate escape \\u%04x (not valid Unicode)", r)
@@ -215,27 +216,6 @@ func (c *jsonChecker) scanString(b []byte, i int) (int, bool, *strictError) {
 		}
 	}
 	return -1, escaped, nil
-}
-
-func hex4(b []byte, i int) (rune, bool) {
-	if i+4 > len(b) {
-		return 0, false
-	}
-	var r rune
-	for _, ch := range b[i : i+4] {
-		switch {
-		case '0' <= ch && ch <= '9':
-			ch -= '0'
-		case 'a' <= ch && ch <= 'f':
-			ch = ch - 'a' + 10
-		case 'A' <= ch && ch <= 'F':
-			ch = ch - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(ch)
-	}
-	return r, true
 }
 
 // addKey records raw (the key's bytes between its quotes) as a key of the
@@ -408,13 +388,13 @@ func unescape(dst, s []byte) ([]byte, bool) {
 		case 't':
 			dst = append(dst, '\t')
 		case 'u':
-			r, ok := hex4(s, i+2)
+			r, ok := jsonscan.Hex4(s, i+2)
 			if !ok {
 				return dst, false
 			}
 			i += 6
 			if utf16.IsSurrogate(r) {
-				r2, ok := hex4(s, i+2)
+				r2, ok := jsonscan.Hex4(s, i+2)
 				if !ok || i+1 >= len(s) || s[i] != '\\' || s[i+1] != 'u' {
 					return dst, false
 				}

@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
-	"unicode/utf8"
+
+	"github.com/shardmq/shardmq/internal/jsonscan"
 )
 
 // A claim's answer is most of what a drain's consumers read: about 500
@@ -107,16 +108,7 @@ type scanner struct {
 // maxDepth bounds the nesting value skips (encoding/json's is 10,000).
 const maxDepth = 1000
 
-func (s *scanner) space() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
+func (s *scanner) space() { s.i = jsonscan.SkipSpace(s.b, s.i) }
 
 // next skips white space and consumes c.
 func (s *scanner) next(c byte) bool {
@@ -138,11 +130,11 @@ func (s *scanner) peek() byte {
 
 func (s *scanner) literal(lit string) bool {
 	s.space()
-	if len(s.b)-s.i >= len(lit) && string(s.b[s.i:s.i+len(lit)]) == lit {
-		s.i += len(lit)
-		return true
+	i, ok := jsonscan.SkipLiteral(s.b, s.i, lit)
+	if ok {
+		s.i = i
 	}
-	return false
+	return ok
 }
 
 // object reads {…}, calling member for each name with the scanner before
@@ -192,29 +184,12 @@ func (s *scanner) array(elem func() bool) bool {
 // plain reads a string without escapes, in valid UTF-8: its text is then
 // exactly what encoding/json would decode. The answer aliases the text.
 func (s *scanner) plain() ([]byte, bool) {
-	if !s.next('"') {
-		return nil, false
+	s.space()
+	v, next, ok := jsonscan.PlainString(s.b, s.i)
+	if ok {
+		s.i = next
 	}
-	start := s.i
-	ascii := true
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		switch {
-		case c == '"':
-			v := s.b[start:s.i]
-			s.i++
-			if !ascii && !utf8.Valid(v) {
-				return nil, false
-			}
-			return v, true
-		case c == '\\' || c < 0x20:
-			return nil, false
-		case c >= 0x80:
-			ascii = false
-		}
-		s.i++
-	}
-	return nil, false
+	return v, ok
 }
 
 func (s *scanner) plainString() (string, bool) {
@@ -250,85 +225,19 @@ func (s *scanner) value() bool {
 
 // anyString skips a string, escapes included.
 func (s *scanner) anyString() bool {
-	if !s.next('"') {
-		return false
-	}
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		switch {
-		case c == '"':
-			s.i++
-			return true
-		case c < 0x20:
-			return false
-		case c == '\\':
-			s.i++
-			if s.i >= len(s.b) {
-				return false
-			}
-			switch s.b[s.i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				s.i++
-			case 'u':
-				if s.i+5 > len(s.b) {
-					return false
-				}
-				for _, h := range s.b[s.i+1 : s.i+5] {
-					if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
-						return false
-					}
-				}
-				s.i += 5
-			default:
-				return false
-			}
-		default:
-			s.i++
-		}
-	}
-	return false
+	s.space()
+	i, ok := jsonscan.SkipString(s.b, s.i) // s.b[s.i] is '"': value peeked it
+	s.i = i
+	return ok
 }
 
 // number reads a JSON number's text.
 func (s *scanner) number() ([]byte, bool) {
 	s.space()
 	start := s.i
-	if s.i < len(s.b) && s.b[s.i] == '-' {
-		s.i++
-	}
-	switch {
-	case s.i < len(s.b) && s.b[s.i] == '0':
-		s.i++
-	case s.i < len(s.b) && s.b[s.i] >= '1' && s.b[s.i] <= '9':
-		s.digits()
-	default:
-		return nil, false
-	}
-	if s.i < len(s.b) && s.b[s.i] == '.' {
-		s.i++
-		if s.digits() == 0 {
-			return nil, false
-		}
-	}
-	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
-		s.i++
-		if s.i < len(s.b) && (s.b[s.i] == '+' || s.b[s.i] == '-') {
-			s.i++
-		}
-		if s.digits() == 0 {
-			return nil, false
-		}
-	}
-	return s.b[start:s.i], true
-}
-
-func (s *scanner) digits() int {
-	n := 0
-	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
-		s.i++
-		n++
-	}
-	return n
+	i, ok := jsonscan.SkipNumber(s.b, s.i)
+	s.i = i
+	return s.b[start:i], ok
 }
 
 // int reads a number that encoding/json would store in an int.
