@@ -288,7 +288,7 @@ func (s *Store) keepHeads(ctx context.Context, tx *sql.Tx, req ClaimRequest, can
 	if len(keys) == 0 {
 		return cands, nil
 	}
-	heads, err := orderHeads(ctx, tx, req.Topic, req.Subscription, keys)
+	heads, err := s.orderHeads(ctx, tx, req.Topic, req.Subscription, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -319,7 +319,7 @@ func (s *Store) unparkNext(ctx context.Context, tx *sql.Tx, finished []delivery,
 			continue
 		}
 		done[k] = true
-		if err := unparkHead(ctx, tx, d.topic, d.subscription, d.orderKey, now); err != nil {
+		if err := s.unparkHead(ctx, tx, d.topic, d.subscription, d.orderKey, now); err != nil {
 			return err
 		}
 	}

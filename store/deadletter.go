@@ -87,7 +87,7 @@ func (s *Store) Redrive(ctx context.Context, req RedriveRequest) (int64, error) 
 			// (or death) releases it, as the key's oldest live row.
 			parked := false
 			if req.Ordered && d.orderKey != "" {
-				if parked, err = keyInFlight(ctx, tx, req.Topic, req.Subscription, d.orderKey, req.Now); err != nil {
+				if parked, err = s.keyInFlight(ctx, tx, req.Topic, req.Subscription, d.orderKey, req.Now); err != nil {
 					return 0, err
 				}
 			}

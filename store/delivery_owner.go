@@ -318,6 +318,7 @@ WHERE seen_at > NOW(6) - INTERVAL ? MICROSECOND ORDER BY router`, []any{micros(w
 		return nil, time.Time{}, translate(err)
 	}
 	s.SetAckSlots(AckSlotsReadBy(members))
+	s.dropOrderIndexSoon(members)
 	return members, now, nil
 }
 

@@ -94,7 +94,7 @@ func insertDeliveries(ctx context.Context, tx *sql.Tx, msgs []*Message, subs []s
 	if err != nil {
 		return fmt.Errorf("insert message_queue: %w", err)
 	}
-	return nil
+	return insertOrderRows(ctx, tx, msgs, subs)
 }
 
 // claimCandidates locks up to max ready deliveries (and expired leases) of a
@@ -252,7 +252,7 @@ func deleteDeliveries(ctx context.Context, tx *sql.Tx, sub string, ids []uint64)
 	if n, _ := res.RowsAffected(); n != int64(len(ids)) {
 		return fmt.Errorf("delete message_queue: %d rows deleted, %d expected", n, len(ids))
 	}
-	return nil
+	return deleteOrderRows(ctx, tx, sub, ids)
 }
 
 // scheduleRetry releases a lease and makes the delivery available again at
@@ -295,31 +295,8 @@ func extendLeases(ctx context.Context, tx *sql.Tx, sub string, ids []uint64, exp
 // dead) delivery: the only one an ordered subscription may deliver. A plain
 // read: a claim that parks a delivery behind a head that is being acked at
 // that moment is un-parked by that ack, which waits for the claim's lock.
-func orderHeads(ctx context.Context, tx *sql.Tx, topic, sub string, keys []string) (map[string]uint64, error) {
-	args := make([]any, 0, 3*len(keys))
-	for _, k := range keys {
-		args = append(args, topic, sub, k)
-	}
-	out, err := queryMap(ctx, tx, "select order heads in message_queue", orderHeadsQuery(len(keys)), args, func(rows *sql.Rows) (string, uint64, error) {
-		var k string
-		var id uint64
-		err := rows.Scan(&k, &id)
-		return k, id, err
-	})
-	return out, err
-}
-
-// orderHeadsQuery reads each key's head with one index dive per key (a
-// UNION ALL of LIMIT 1 lookups): a GROUP BY with MIN over an IN list reads
-// every live delivery of the keys instead.
-func orderHeadsQuery(keys int) string {
-	one := `(SELECT order_key, message_id FROM message_queue FORCE INDEX (idx_order)
-WHERE topic = ? AND subscription = ? AND order_key = ? AND is_dead = 0 ORDER BY message_id LIMIT 1)`
-	parts := make([]string, keys)
-	for i := range parts {
-		parts[i] = one
-	}
-	return strings.Join(parts, "\nUNION ALL\n")
+func (s *Store) orderHeads(ctx context.Context, tx *sql.Tx, topic, sub string, keys []string) (map[string]uint64, error) {
+	return s.orderHeadsWith(ctx, tx, "select order heads", topic, sub, keys, false)
 }
 
 // parkDeliveries parks deliveries the caller holds locked.
@@ -332,38 +309,12 @@ func parkDeliveries(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) e
 	return nil
 }
 
-// unparkHead makes the oldest live delivery of an order key claimable now
-// if it is parked (its predecessor was acked or died). The SET order
-// matters: available_at reads parked before it is cleared.
-func unparkHead(ctx context.Context, tx *sql.Tx, topic, sub, orderKey string, now time.Time) error {
-	_, err := tx.ExecContext(ctx, `UPDATE message_queue FORCE INDEX (idx_order) SET available_at = IF(parked = 1, ?, available_at), parked = 0
-WHERE topic = ? AND subscription = ? AND order_key = ? AND is_dead = 0 ORDER BY message_id LIMIT 1`, now, topic, sub, orderKey)
-	if err != nil {
-		return fmt.Errorf("unpark message_queue: %w", err)
-	}
-	return nil
-}
-
 // unparkAll releases every parked delivery of a subscription (it stopped
 // being ordered), up to limit rows; it returns how many.
 func unparkAll(ctx context.Context, tx *sql.Tx, topic, sub string, now time.Time, limit int) (int64, error) {
 	return execCount(ctx, tx, "unpark message_queue",
 		`UPDATE message_queue SET parked = 0, available_at = ? WHERE topic = ? AND subscription = ? AND is_dead = 0 AND parked = 1 LIMIT ?`,
 		now, topic, sub, limit)
-}
-
-// keyInFlight reports whether an order key has a delivery leased now. A
-// locking read: a claim that is leasing one of the key at this moment is
-// waited for, not missed.
-func keyInFlight(ctx context.Context, tx *sql.Tx, topic, sub, orderKey string, now time.Time) (bool, error) {
-	var n int
-	err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM message_queue FORCE INDEX (idx_order)
-WHERE topic = ? AND subscription = ? AND order_key = ? AND is_dead = 0 AND claim_token <> 0 AND available_at > ?
-LOCK IN SHARE MODE`, topic, sub, orderKey, now).Scan(&n)
-	if err != nil {
-		return false, fmt.Errorf("count leased message_queue of an order key: %w", err)
-	}
-	return n > 0, nil
 }
 
 // DeadLetter is a dead delivery as the dead-letter tools list it.
@@ -586,7 +537,11 @@ func restoreDeliveries(ctx context.Context, tx *sql.Tx, ds []delivery, now time.
 	if err != nil {
 		return 0, fmt.Errorf("restore message_queue rows: %w", err)
 	}
-	return res.RowsAffected()
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	return n, restoreOrderRows(ctx, tx, ds)
 }
 
 // QueueStats counts one subscription's deliveries on one cluster by state.
@@ -611,7 +566,7 @@ const queueStatsQuery = `SELECT topic, subscription,
   SUM(is_dead = 0 AND parked = 1),
   SUM(is_dead = 1),
   MIN(IF(is_dead = 0 AND parked = 0 AND available_at <= ?, message_id, NULL))
-FROM message_queue IGNORE INDEX (idx_order, idx_claim) GROUP BY topic, subscription`
+FROM message_queue FORCE INDEX (PRIMARY) GROUP BY topic, subscription`
 
 // queueStats counts every subscription's deliveries. It reads the whole
 // table (live deliveries only: acked ones have left it) in one pass: an
@@ -866,11 +821,7 @@ func (s *Store) OrderHeads(ctx context.Context, topic, sub string, keys []string
 	if len(keys) == 0 {
 		return map[string]uint64{}, nil
 	}
-	args := make([]any, 0, 3*len(keys))
-	for _, k := range keys {
-		args = append(args, topic, sub, k)
-	}
-	out, err := queryMap(ctx, s.db, "select order heads in message_queue", orderHeadsQuery(len(keys)), args, scanHead)
+	out, err := s.orderHeadsWith(ctx, s.db, "select order heads", topic, sub, keys, false)
 	return out, translate(err)
 }
 
@@ -883,18 +834,8 @@ func scanHead(rows *sql.Rows) (string, uint64, error) {
 
 // lockOrderHeads is orderHeads with a shared lock on each head, so that a
 // head deleted at the same time by another transaction is waited for.
-func lockOrderHeads(ctx context.Context, tx *sql.Tx, topic, sub string, keys []string) (map[string]uint64, error) {
-	args := make([]any, 0, 3*len(keys))
-	for _, k := range keys {
-		args = append(args, topic, sub, k)
-	}
-	one := `(SELECT order_key, message_id FROM message_queue FORCE INDEX (idx_order)
-WHERE topic = ? AND subscription = ? AND order_key = ? AND is_dead = 0 ORDER BY message_id LIMIT 1 LOCK IN SHARE MODE)`
-	parts := make([]string, len(keys))
-	for i := range parts {
-		parts[i] = one
-	}
-	return queryMap(ctx, tx, "lock order heads in message_queue", strings.Join(parts, "\nUNION ALL\n"), args, scanHead)
+func (s *Store) lockOrderHeads(ctx context.Context, tx *sql.Tx, topic, sub string, keys []string) (map[string]uint64, error) {
+	return s.orderHeadsWith(ctx, tx, "lock order heads", topic, sub, keys, true)
 }
 
 // lockLive locks those of ids that are live (not dead) deliveries of a

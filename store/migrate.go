@@ -49,6 +49,25 @@ var migrations = []migration{
 	{version: 21, name: "routers' schema versions", then: func(ctx context.Context, conn *sql.Conn) error {
 		return addColumnIfMissing(ctx, conn, "router_member", "schema_version", addMemberSchemaVersion)
 	}},
+	{version: 22, name: "ordered deliveries' heads in their own table", then: createOrderTable},
+}
+
+// createOrderTable creates message_order and fills it, and drops
+// idx_order at once when no router older than OrderTableSince is live;
+// else the first beat that finds none drops it (message_order.go).
+func createOrderTable(ctx context.Context, conn *sql.Conn) error {
+	if _, err := conn.ExecContext(ctx, createMessageOrder); err != nil {
+		return fmt.Errorf("create message_order: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, fillMessageOrder); err != nil {
+		return fmt.Errorf("fill message_order: %w", err)
+	}
+	none, err := noOlderRoutersLive(ctx, conn)
+	if err != nil || !none {
+		return err
+	}
+	_, err = dropOrderIndex(ctx, conn)
+	return err
 }
 
 // AckSlotsSince is the migration since which routers read the final ack's
@@ -179,6 +198,11 @@ func (s *Store) Migrate(ctx context.Context, now time.Time) error {
 			return fmt.Errorf("migrate: record version %d: %w", m.version, translate(err))
 		}
 	}
+	present, err := orderIndexPresent(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", translate(err))
+	}
+	s.orderTable.Store(!present)
 	return nil
 }
 

@@ -38,7 +38,7 @@ type moveTable struct {
 
 // moveTables lists the tables of a vshard in the order they are copied:
 // dedup keys first, so that a message is never on the target without its key.
-var moveTables = []*moveTable{&messageKeyMove, &messageStoreMove, &messageTraceMove, &deadLetterArchiveMove, &messageQueueMove}
+var moveTables = []*moveTable{&messageKeyMove, &messageStoreMove, &messageTraceMove, &deadLetterArchiveMove, &messageQueueMove, &messageOrderMove}
 
 // MoveTableInfo names a table that moves with its vshards.
 type MoveTableInfo struct {

@@ -187,7 +187,7 @@ func (s *Store) flushIn(ctx context.Context, tx *sql.Tx, batch []OwnedFlush, now
 		}
 		// Parking first: an ack below that finishes the head un-parks
 		// what this parks.
-		if err := parkBehind(ctx, tx, u, f.Park); err != nil {
+		if err := s.parkBehind(ctx, tx, u, f.Park); err != nil {
 			return nil, err
 		}
 		r := &out[i]
@@ -217,6 +217,17 @@ func (s *Store) flushIn(ctx context.Context, tx *sql.Tx, batch []OwnedFlush, now
 				}
 				if int(n) != len(ids) {
 					return nil, errFlushRecount
+				}
+				var keyed []uint64
+				for _, a := range f.Acks {
+					if a.OrderKey != "" && (!careful || there[a.MessageID]) {
+						keyed = append(keyed, a.MessageID)
+					}
+				}
+				if len(keyed) > 0 {
+					if err := deleteOrderRows(ctx, tx, u.Subscription, keyed); err != nil {
+						return nil, err
+					}
 				}
 			}
 			for j, a := range f.Acks {
@@ -425,7 +436,7 @@ func (s *Store) ackedEvent(x unitAck, now time.Time) Event {
 // key. The heads are read with a shared lock: an ack of a head running
 // at the same time either finishes first (its successor is then the head
 // and is not parked) or waits for this transaction and un-parks it.
-func parkBehind(ctx context.Context, tx *sql.Tx, u OwnedUnit, ps []OwnedPark) error {
+func (s *Store) parkBehind(ctx context.Context, tx *sql.Tx, u OwnedUnit, ps []OwnedPark) error {
 	if len(ps) == 0 {
 		return nil
 	}
@@ -437,7 +448,7 @@ func parkBehind(ctx context.Context, tx *sql.Tx, u OwnedUnit, ps []OwnedPark) er
 			keys = append(keys, p.OrderKey)
 		}
 	}
-	heads, err := lockOrderHeads(ctx, tx, u.Topic, u.Subscription, keys)
+	heads, err := s.lockOrderHeads(ctx, tx, u.Topic, u.Subscription, keys)
 	if err != nil {
 		return err
 	}

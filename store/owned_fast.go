@@ -41,7 +41,8 @@ import (
 // during the COMMIT is outcome unknown.
 
 // fastFlushable says batch can take the fast path: acks alone, none of
-// them finishing an ordered delivery (those un-park the next), of
+// them of a delivery with an order key (an ordered one un-parks the
+// next, and every one has an order row to delete), of
 // distinct units, and ctx carries no OwnerCheck (tryTx's second check).
 func fastFlushable(ctx context.Context, batch []OwnedFlush) bool {
 	if c, ok := OwnerCheckFrom(ctx); ok && len(c.VShards) > 0 {
@@ -59,7 +60,7 @@ func fastFlushable(ctx context.Context, batch []OwnedFlush) bool {
 		}
 		seen[k] = true
 		for _, a := range f.Acks {
-			if a.Ordered && a.OrderKey != "" {
+			if a.OrderKey != "" { // an ordered ack un-parks the next; any deletes its order row
 				return false
 			}
 		}

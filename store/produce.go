@@ -256,6 +256,11 @@ func produceFastSQL(keys []keyRow, items []ProduceItem, fence Fence, fenced bool
 		q, args = insertDeliveriesSQL(args, ms, subsOf[sk], at)
 		b.WriteString(";\n")
 		b.WriteString(q)
+		var ok bool
+		if q, args, ok = insertOrderRowsSQL(args, ms, subsOf[sk]); ok {
+			b.WriteString(";\n")
+			b.WriteString(q)
+		}
 	}
 	b.WriteString(";\nCOMMIT")
 	return b.String(), args

@@ -87,6 +87,12 @@ type Store struct {
 	// slotsOff makes final acks write the acked_* columns, not the slot:
 	// a router that does not read the slot is live (SetAckSlots).
 	slotsOff atomic.Bool
+	// orderTable: idx_order is gone, heads are read through
+	// message_order (message_order.go); orderDropAfter is when this
+	// router may next try to drop idx_order (unix nanoseconds).
+	orderTable     atomic.Bool
+	orderDropAfter atomic.Int64
+	orderDropping  atomic.Bool
 }
 
 // SetAckSlots says whether final acks may be written into the message
