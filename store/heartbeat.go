@@ -22,12 +22,18 @@ const createHeartbeat = `CREATE TABLE IF NOT EXISTS heartbeat (
   PRIMARY KEY (router)
 ) ENGINE=InnoDB`
 
-// WriteHeartbeat records router's beat at at on this server (a primary).
+// addHeartbeatSchemaVersion records which migrations each router knows,
+// every router, addressed or not (migration 22): an upgrade that must wait
+// for older routers to leave looks here as well as at router_member.
+const addHeartbeatSchemaVersion = `ALTER TABLE heartbeat ADD COLUMN schema_version INT NOT NULL DEFAULT 0`
+
+// WriteHeartbeat records router's beat at at on this server (a primary),
+// with the newest migration it knows.
 // It fails on a read-only server, so it doubles as the check that a newly
 // named primary is writable.
 func (s *Store) WriteHeartbeat(ctx context.Context, router string, at time.Time) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO heartbeat (router, beat_at) VALUES (?, ?)
-ON DUPLICATE KEY UPDATE beat_at = VALUES(beat_at)`, router, at.UTC())
+	_, err := s.db.ExecContext(ctx, `INSERT INTO heartbeat (router, beat_at, schema_version) VALUES (?, ?, ?)
+ON DUPLICATE KEY UPDATE beat_at = VALUES(beat_at), schema_version = VALUES(schema_version)`, router, at.UTC(), SchemaVersion())
 	if err != nil {
 		return fmt.Errorf("write heartbeat: %w", translate(err))
 	}

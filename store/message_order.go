@@ -30,12 +30,13 @@ import (
 // it. Every path that deletes deliveries deletes their rows too
 // (deleteDeliveries, the owners' general flush, resharding's cleanup).
 //
-// Upgrade (migration 22): the table is created and filled from the
+// Upgrade (migration 23): the table is created and filled from the
 // deliveries that have an order key; idx_order is dropped at once when no
-// live router is older than OrderTableSince, else later, by the first
-// membership beat that finds none (DropOrderIndexIfReady). Until then
-// heads are read through idx_order, since an older router writes no
-// order rows.
+// router older than OrderTableSince was seen lately (as a member or by
+// its heartbeats, which carry their schema version since migration 22),
+// else later, by the first membership beat or router start that finds
+// none (dropOrderIndex). Until then heads are read through idx_order,
+// since an older router writes no order rows.
 const createMessageOrder = `CREATE TABLE IF NOT EXISTS message_order (
   message_id BIGINT UNSIGNED NOT NULL,
   subscription VARBINARY(128) NOT NULL,
@@ -48,22 +49,28 @@ const createMessageOrder = `CREATE TABLE IF NOT EXISTS message_order (
 
 // OrderTableSince is the migration since which routers write message_order
 // rows; idx_order is dropped only once no live router is older.
-const OrderTableSince = 22
+const OrderTableSince = 23
 
 // fillMessageOrder writes the order rows of deliveries that have an order
 // key and none yet (the migration, and again just before idx_order is
-// dropped, for what older routers produced meanwhile).
+// dropped, for what older routers produced meanwhile). The anti-join
+// reads without locks and inserts only what is missing (an INSERT IGNORE
+// over rows that exist would lock every one of them until it ends); IGNORE
+// covers a row a producer writes meanwhile.
 const fillMessageOrder = `INSERT IGNORE INTO message_order (message_id, subscription, topic, order_key, vshard)
-SELECT message_id, subscription, topic, order_key, vshard FROM message_queue WHERE order_key IS NOT NULL`
+SELECT q.message_id, q.subscription, q.topic, q.order_key, q.vshard FROM message_queue q
+LEFT JOIN message_order o ON o.message_id = q.message_id AND o.subscription = q.subscription
+WHERE q.order_key IS NOT NULL AND o.message_id IS NULL`
 
-// messageOrderMove moves order rows with their deliveries (see move.go),
-// after them and, as they, only while the vshards are frozen.
+// messageOrderMove moves order rows with their vshards (see move.go). Not
+// only under the freeze: an order row does nothing without its delivery,
+// which moves under the freeze, when every table is synced again; and
+// the source's rows then go with its other tables' at the cleanup.
 var messageOrderMove = moveTable{
-	name:       "message_order",
-	cols:       []string{"message_id", "subscription", "topic", "order_key", "vshard"},
-	pk:         []string{"message_id", "subscription"},
-	idCol:      "message_id",
-	frozenOnly: true,
+	name:  "message_order",
+	cols:  []string{"message_id", "subscription", "topic", "order_key", "vshard"},
+	pk:    []string{"message_id", "subscription"},
+	idCol: "message_id",
 }
 
 // insertOrderRowsSQL is the insert of the order rows of msgs' deliveries
@@ -261,35 +268,92 @@ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'message_queue' AND INDEX_NAME 
 }
 
 // dropOrderIndex fills message_order with what older routers wrote
-// without it and drops idx_order; done is false when the drop waited
-// orderDropLockWait for the table's metadata lock and gave up (a long
-// transaction on message_queue: statements on the table queue behind a
-// DDL that waits, so the wait is kept short). Run only when no router
-// older than OrderTableSince is live.
-func dropOrderIndex(ctx context.Context, conn *sql.Conn) (done bool, err error) {
+// without it, drops idx_order, and deletes the order rows that older
+// routers left behind when they deleted deliveries. done is false when it
+// did not drop: a router older than OrderTableSince is live (checked
+// again just before the fill and the drop), another router is at it
+// (named lock), or the drop waited orderDropLockWait for the table's
+// metadata lock and gave up (a long transaction on message_queue:
+// statements on the table queue behind a DDL that waits, so the wait is
+// kept short). fill is false when message_order was just filled (the
+// migration).
+func dropOrderIndex(ctx context.Context, conn *sql.Conn, fill bool) (done bool, err error) {
 	present, err := orderIndexPresent(ctx, conn)
 	if err != nil || !present {
 		return err == nil, err
 	}
-	if _, err := conn.ExecContext(ctx, fillMessageOrder); err != nil {
-		return false, fmt.Errorf("fill message_order: %w", err)
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK('shardmq_order_drop', 0)").Scan(&got); err != nil {
+		return false, fmt.Errorf("take the drop's lock: %w", err)
+	}
+	if got.Int64 != 1 {
+		return false, nil
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK('shardmq_order_drop')")
+	if ok, err := noOlderRoutersLive(ctx, conn); err != nil || !ok {
+		return false, err
+	}
+	if fill {
+		if _, err := conn.ExecContext(ctx, fillMessageOrder); err != nil {
+			return false, fmt.Errorf("fill message_order: %w", err)
+		}
+		if ok, err := noOlderRoutersLive(ctx, conn); err != nil || !ok {
+			return false, err
+		}
 	}
 	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION lock_wait_timeout = %d", int(orderDropLockWait.Seconds()))); err != nil {
 		return false, fmt.Errorf("bound the drop's lock wait: %w", err)
 	}
-	defer conn.ExecContext(context.WithoutCancel(ctx), "SET SESSION lock_wait_timeout = DEFAULT")
-	if _, err := conn.ExecContext(ctx, "ALTER TABLE message_queue DROP INDEX idx_order"); err != nil {
+	_, err = conn.ExecContext(ctx, "ALTER TABLE message_queue DROP INDEX idx_order")
+	conn.ExecContext(context.WithoutCancel(ctx), "SET SESSION lock_wait_timeout = DEFAULT")
+	if err != nil {
 		var me *mysql.MySQLError
 		switch {
 		case errors.As(err, &me) && me.Number == errCantDropKey:
-			return true, nil // dropped meanwhile by another router
+			return true, nil // dropped meanwhile
 		case errors.As(err, &me) && me.Number == errLockWait:
 			return false, nil
 		}
 		return false, fmt.Errorf("drop message_queue's idx_order: %w", err)
 	}
-	return true, nil
+	return true, deleteOrphanOrderRows(ctx, conn)
 }
+
+// deleteOrphanOrderRows deletes, orderOrphanBatch at a time, the order
+// rows whose delivery is gone: what routers older than OrderTableSince
+// left behind when they acked, purged or moved deliveries whose rows a
+// newer router had written. Heads skip such rows, but every read of
+// their key walks past them. A row found orphaned is deleted only if its
+// delivery is still not there (a reconciliation may re-create both).
+func deleteOrphanOrderRows(ctx context.Context, conn *sql.Conn) error {
+	for {
+		keys, err := queryRows(ctx, conn, "select orphan message_order rows", `SELECT o.message_id, o.subscription FROM message_order o
+LEFT JOIN message_queue q ON q.message_id = o.message_id AND q.subscription = o.subscription
+WHERE q.message_id IS NULL LIMIT ?`, []any{orderOrphanBatch}, func(rows *sql.Rows) ([2]any, error) {
+			var id uint64
+			var sub []byte
+			err := rows.Scan(&id, &sub)
+			return [2]any{id, string(sub)}, err
+		})
+		if err != nil || len(keys) == 0 {
+			return err
+		}
+		args := make([]any, 0, 2*len(keys))
+		for _, k := range keys {
+			args = append(args, k[0], k[1])
+		}
+		if _, err := conn.ExecContext(ctx, "DELETE FROM message_order WHERE (message_id, subscription) IN ("+placeholders(len(keys), 2)+
+			") AND NOT EXISTS (SELECT 1 FROM message_queue q WHERE q.message_id = message_order.message_id AND q.subscription = message_order.subscription)", args...); err != nil {
+			return fmt.Errorf("delete orphan message_order rows: %w", err)
+		}
+		if len(keys) < orderOrphanBatch {
+			return nil
+		}
+	}
+}
+
+// orderOrphanBatch is how many orphan order rows one statement deletes.
+const orderOrphanBatch = 1000
 
 // errCantDropKey: ER_CANT_DROP_FIELD_OR_KEY, the index is not there.
 const errCantDropKey = 1091
@@ -320,7 +384,7 @@ func (s *Store) DropOrderIndexIfReady(ctx context.Context, members []Member) err
 		return fmt.Errorf("drop idx_order: %w", translate(err))
 	}
 	defer conn.Close()
-	done, err := dropOrderIndex(ctx, conn)
+	done, err := dropOrderIndex(ctx, conn, true)
 	if err != nil {
 		return translate(err)
 	}
@@ -357,14 +421,16 @@ func (s *Store) dropOrderIndexSoon(members []Member) {
 const orderDropTimeout = 10 * time.Minute
 
 // noOlderRoutersLive says whether no router older than OrderTableSince
-// beat within the membership's window (the migration drops idx_order at
-// once then).
+// was seen within olderRouterWindow: neither a member (routers that
+// advertise an address) nor a heartbeat (every router, addressed or not,
+// with its schema version since migration 22; 0 before).
 func noOlderRoutersLive(ctx context.Context, q *sql.Conn) (bool, error) {
 	var n int
-	err := q.QueryRowContext(ctx, "SELECT COUNT(*) FROM router_member WHERE schema_version < ? AND seen_at >= NOW(6) - INTERVAL ? MICROSECOND",
-		OrderTableSince, micros(olderRouterWindow)).Scan(&n)
+	err := q.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM router_member WHERE schema_version < ? AND seen_at >= NOW(6) - INTERVAL ? MICROSECOND)
+  + (SELECT COUNT(*) FROM heartbeat WHERE schema_version < ? AND beat_at >= NOW(6) - INTERVAL ? MICROSECOND)`,
+		OrderTableSince, micros(olderRouterWindow), OrderTableSince, micros(olderRouterWindow)).Scan(&n)
 	if err != nil {
-		return false, fmt.Errorf("read router_member: %w", err)
+		return false, fmt.Errorf("read router_member and heartbeat: %w", err)
 	}
 	return n == 0, nil
 }

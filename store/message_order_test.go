@@ -75,6 +75,27 @@ func TestOrderRowsFollowTheirDeliveries(t *testing.T) {
 	if n := f.count(t, "SELECT COUNT(*) FROM message_order WHERE subscription = 's' AND message_id = ?", keyed[1]); n != 0 {
 		t.Fatal("a purged dead letter kept its order row")
 	}
+
+	// The general produce path and reconciliation's re-created deliveries
+	// write their order rows too.
+	tx, err := f.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	it := f.item("t", "general", `{}`, "s3")
+	it.Msg.OrderKey = "G"
+	if err := insertDeliveries(ctx, tx, []*Message{it.Msg}, []string{"s3"}, map[uint64]time.Time{it.Msg.ID: f.now}); err != nil {
+		t.Fatal(err)
+	}
+	lost := delivery{messageID: keyed[1], subscription: "s", topic: "t", vshard: 7, orderKey: "K"}
+	if _, err := restoreDeliveries(ctx, tx, []delivery{lost}, f.now); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM message_order WHERE (message_id, subscription) IN ((?, 's3'), (?, 's'))", it.Msg.ID, keyed[1]).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("%d order rows of an inserted and a restored delivery, want 2 (%v)", n, err)
+	}
 }
 
 // An upgrade while a router older than the order table is live keeps
@@ -94,11 +115,13 @@ func TestOrderIndexDroppedOnceNoOlderRouterIsLive(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	// The cluster as migration 21 left it, with a live router of that version.
+	// The cluster as migration 22 left it, with a live router of that version.
 	exec("DROP TABLE message_order")
 	exec("ALTER TABLE message_queue ADD KEY idx_order (topic, subscription, order_key, is_dead, message_id)")
 	exec("DELETE FROM schema_migrations WHERE version = ?", OrderTableSince)
 	exec("INSERT INTO router_member (router, addr, seen_at, schema_version) VALUES ('old', '127.0.0.1:1', NOW(6), ?)", OrderTableSince-1)
+	// And an older router with no address: seen only by its heartbeats.
+	exec("INSERT INTO heartbeat (router, beat_at) VALUES ('old-unaddressed', NOW(6))")
 	// What the older router produced: deliveries with an order key, no order rows.
 	old := func(n int) []uint64 {
 		t.Helper()
@@ -123,6 +146,10 @@ func TestOrderIndexDroppedOnceNoOlderRouterIsLive(t *testing.T) {
 	}
 	after := old(1) // the older router goes on writing without order rows
 	mine := f.produce(t, 1, "K", "s")
+	// The older router acks one that a newer router produced: its order
+	// row stays behind until the drop.
+	gone := f.produce(t, 1, "K", "s")
+	exec("DELETE FROM message_queue WHERE message_id = ?", gone[0])
 	heads, err := f.st.OrderHeads(ctx, "t", "s", []string{"K"})
 	if err != nil || heads["K"] != before[0] {
 		t.Fatalf("heads through idx_order: %v, %v; want %d", heads, err, before[0])
@@ -143,9 +170,23 @@ func TestOrderIndexDroppedOnceNoOlderRouterIsLive(t *testing.T) {
 	if err := f.st.DropOrderIndexIfReady(ctx, members); err != nil || !f.orderIndexOf(t) {
 		t.Fatalf("dropped with an older member live (%v)", err)
 	}
-	// The older router leaves; the next beat drops the index, in the
-	// background.
+	// The addressed older router leaves: a beat tries the drop in the
+	// background, which the unaddressed one's heartbeats still hold off.
 	exec("DELETE FROM router_member WHERE router = 'old'")
+	if _, _, err := f.st.Beat(ctx, "new", "127.0.0.1:2", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); f.st.orderDropping.Load() || f.st.orderDropAfter.Load() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no drop tried 20 s after a beat with no older member")
+		}
+	}
+	if !f.orderIndexOf(t) || f.st.orderTable.Load() {
+		t.Fatal("idx_order dropped while an unaddressed older router beats")
+	}
+	// It leaves too; the next try (its retry time passed) drops the index.
+	exec("DELETE FROM heartbeat WHERE router = 'old-unaddressed'")
+	f.st.orderDropAfter.Store(0)
 	if _, _, err := f.st.Beat(ctx, "new", "127.0.0.1:2", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +203,9 @@ func TestOrderIndexDroppedOnceNoOlderRouterIsLive(t *testing.T) {
 			t.Fatalf("delivery %d has %d order rows after the drop, want 1", id, n)
 		}
 	}
+	if n := f.count(t, "SELECT COUNT(*) FROM message_order WHERE message_id = ?", gone[0]); n != 0 {
+		t.Fatal("an order row whose delivery an older router deleted survived the drop")
+	}
 	for _, st := range []*Store{f.st, other} {
 		heads, err := st.OrderHeads(ctx, "t", "s", []string{"K"})
 		if err != nil || heads["K"] != before[0] {
@@ -170,5 +214,36 @@ func TestOrderIndexDroppedOnceNoOlderRouterIsLive(t *testing.T) {
 	}
 	if !other.orderTable.Load() {
 		t.Fatal("a Store that read with idx_order gone did not switch to message_order")
+	}
+}
+
+// A cluster that kept idx_order past its migration (an older router was
+// live) drops it at a router's next start once none is: routers without
+// an address never beat the membership that drops it in the background.
+func TestOrderIndexDroppedAtStartOnceNoOlderRouterIsLive(t *testing.T) {
+	testbed.Need(t)
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	if _, err := f.db.ExecContext(ctx, "ALTER TABLE message_queue ADD KEY idx_order (topic, subscription, order_key, is_dead, message_id)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.db.ExecContext(ctx, "INSERT INTO heartbeat (router, beat_at) VALUES ('old', NOW(6))"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.Migrate(ctx, time.Now().UTC()); err != nil {
+		t.Fatal(err)
+	}
+	if !f.orderIndexOf(t) || f.st.orderTable.Load() {
+		t.Fatal("idx_order dropped at start while an older router beats")
+	}
+	if _, err := f.db.ExecContext(ctx, "UPDATE heartbeat SET schema_version = ? WHERE router = 'old'", SchemaVersion()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.Migrate(ctx, time.Now().UTC()); err != nil {
+		t.Fatal(err)
+	}
+	if f.orderIndexOf(t) || !f.st.orderTable.Load() {
+		t.Fatal("idx_order kept at a start with every router upgraded")
 	}
 }

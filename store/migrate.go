@@ -49,7 +49,10 @@ var migrations = []migration{
 	{version: 21, name: "routers' schema versions", then: func(ctx context.Context, conn *sql.Conn) error {
 		return addColumnIfMissing(ctx, conn, "router_member", "schema_version", addMemberSchemaVersion)
 	}},
-	{version: 22, name: "ordered deliveries' heads in their own table", then: createOrderTable},
+	{version: 22, name: "routers' schema versions in their heartbeats", then: func(ctx context.Context, conn *sql.Conn) error {
+		return addColumnIfMissing(ctx, conn, "heartbeat", "schema_version", addHeartbeatSchemaVersion)
+	}},
+	{version: 23, name: "ordered deliveries' heads in their own table", then: createOrderTable},
 }
 
 // createOrderTable creates message_order and fills it, and drops
@@ -62,11 +65,7 @@ func createOrderTable(ctx context.Context, conn *sql.Conn) error {
 	if _, err := conn.ExecContext(ctx, fillMessageOrder); err != nil {
 		return fmt.Errorf("fill message_order: %w", err)
 	}
-	none, err := noOlderRoutersLive(ctx, conn)
-	if err != nil || !none {
-		return err
-	}
-	_, err = dropOrderIndex(ctx, conn)
+	_, err := dropOrderIndex(ctx, conn, false)
 	return err
 }
 
@@ -197,6 +196,13 @@ func (s *Store) Migrate(ctx context.Context, now time.Time) error {
 		if _, err := conn.ExecContext(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)", m.version, m.name, now.UTC()); err != nil {
 			return fmt.Errorf("migrate: record version %d: %w", m.version, translate(err))
 		}
+	}
+	// A cluster that kept idx_order (an older router was live at its
+	// migration) drops it at a router's start once none is: routers that
+	// advertise no address beat no membership, and so never drop it in
+	// the background.
+	if _, err := dropOrderIndex(ctx, conn, true); err != nil {
+		return fmt.Errorf("migrate: %w", translate(err))
 	}
 	present, err := orderIndexPresent(ctx, conn)
 	if err != nil {

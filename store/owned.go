@@ -211,13 +211,7 @@ func (s *Store) flushIn(ctx context.Context, tx *sql.Tx, batch []OwnedFlush, now
 				ids = keep
 			}
 			if len(ids) > 0 {
-				n, err := deleteOwned(ctx, tx, u.Subscription, ids)
-				if err != nil {
-					return nil, err
-				}
-				if int(n) != len(ids) {
-					return nil, errFlushRecount
-				}
+				// Order rows first, in the order a head read locks.
 				var keyed []uint64
 				for _, a := range f.Acks {
 					if a.OrderKey != "" && (!careful || there[a.MessageID]) {
@@ -228,6 +222,13 @@ func (s *Store) flushIn(ctx context.Context, tx *sql.Tx, batch []OwnedFlush, now
 					if err := deleteOrderRows(ctx, tx, u.Subscription, keyed); err != nil {
 						return nil, err
 					}
+				}
+				n, err := deleteOwned(ctx, tx, u.Subscription, ids)
+				if err != nil {
+					return nil, err
+				}
+				if int(n) != len(ids) {
+					return nil, errFlushRecount
 				}
 			}
 			for j, a := range f.Acks {
