@@ -134,6 +134,12 @@ func deleteOrderRows(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) 
 	return nil
 }
 
+// deleteOrderRowsManySQL is deleteOrderRows for several subscriptions'
+// acks (ids[i] of subs[i]) in one statement (the fast ack flush).
+func deleteOrderRowsManySQL(args []any, subs []string, ids [][]uint64) (string, []any) {
+	return deleteManySQL("message_order", args, subs, ids)
+}
+
 // orderHeadFrom is the FROM and WHERE of a key's head by message_order:
 // its rows in id order, each joined to its delivery, live ones only. The
 // join is written in that order so that the index range gives the order

@@ -20,8 +20,9 @@ func (f *fixture) orderIndexOf(t *testing.T) bool {
 
 // A new cluster's migration drops idx_order at once; order rows live as
 // long as their deliveries: written by produce, one per subscription, none
-// for a message without an order key, deleted by the owners' ack, by a
-// durable ack's path (a purge of dead letters here) and by nothing else.
+// for a message without an order key, deleted by the owners' acks (the
+// fast flush here; the general one in the ordered tests) and by the
+// durable paths (a purge of dead letters here).
 func TestOrderRowsFollowTheirDeliveries(t *testing.T) {
 	testbed.Need(t)
 	t.Parallel()
@@ -51,8 +52,8 @@ func TestOrderRowsFollowTheirDeliveries(t *testing.T) {
 	now := f.now.Add(time.Second)
 	ack := []OwnedAck{{MessageID: keyed[0], VShard: 7, OrderKey: "K", Consumer: "w", Attempt: 1, ClaimedAt: now},
 		{MessageID: plain[0], VShard: 7, Consumer: "w", Attempt: 1, ClaimedAt: now}}
-	if _, path, err := f.st.flushOwned(ctx, []OwnedFlush{{Unit: u, Acks: ack}}, now, true); err != nil || path != flushGeneral {
-		t.Fatalf("flush of an ack with an order key: path %v, %v; want the general path", path, err)
+	if _, path, err := f.st.flushOwned(ctx, []OwnedFlush{{Unit: u, Acks: ack}}, now, true); err != nil || path != flushFast {
+		t.Fatalf("flush of an unordered ack with an order key: path %v, %v; want the fast path", path, err)
 	}
 	if n := f.count(t, "SELECT COUNT(*) FROM message_order WHERE message_id = ?", keyed[0]); n != 1 {
 		t.Fatalf("%d order rows of the acked message, want 1 (its other subscription's)", n)
@@ -74,6 +75,15 @@ func TestOrderRowsFollowTheirDeliveries(t *testing.T) {
 	}
 	if n := f.count(t, "SELECT COUNT(*) FROM message_order WHERE subscription = 's' AND message_id = ?", keyed[1]); n != 0 {
 		t.Fatal("a purged dead letter kept its order row")
+	}
+
+	// An ordered ack takes the general path, which deletes its order row.
+	ordered := []OwnedAck{{MessageID: keyed[2], VShard: 7, OrderKey: "K", Ordered: true, Consumer: "w", Attempt: 1, ClaimedAt: now}}
+	if _, path, err := f.st.flushOwned(ctx, []OwnedFlush{{Unit: u, Acks: ordered}}, now, true); err != nil || path != flushGeneral {
+		t.Fatalf("flush of an ordered ack: path %v, %v; want the general path", path, err)
+	}
+	if n := f.count(t, "SELECT COUNT(*) FROM message_order WHERE subscription = 's' AND message_id = ?", keyed[2]); n != 0 {
+		t.Fatal("an ordered ack kept its order row")
 	}
 
 	// The general produce path and reconciliation's re-created deliveries

@@ -901,8 +901,14 @@ func deleteOwned(ctx context.Context, tx *sql.Tx, sub string, ids []uint64) (int
 // deleteOwned's. The rows deleted are the union of what deleteOwned would
 // delete for each, so its count is the sum of theirs.
 func deleteOwnedManySQL(args []any, subs []string, ids [][]uint64) (string, []any) {
+	return deleteManySQL("message_queue", args, subs, ids)
+}
+
+// deleteManySQL deletes from table (keyed by subscription and message id)
+// the rows of ids[i] of subs[i], in one statement.
+func deleteManySQL(table string, args []any, subs []string, ids [][]uint64) (string, []any) {
 	var b strings.Builder
-	b.WriteString("DELETE FROM message_queue WHERE ")
+	b.WriteString("DELETE FROM " + table + " WHERE ")
 	for i, sub := range subs {
 		if i > 0 {
 			b.WriteString(" OR ")

@@ -18,7 +18,8 @@ import (
 // group of final acks, COMMIT. This path sends the same work in three:
 //
 //  1. START TRANSACTION; the fence probe (fenceProbeSQL); the epoch probe
-//     (ownerProbeSQL); one delete of every unit's acks; the deliveries
+//     (ownerProbeSQL); the delete of the acked deliveries' order rows,
+//     when some have an order key; one delete of every unit's acks; the deliveries
 //     left, read with a shared lock, behind the delete's count.
 //  2. One update per group of final acks (markAcked), and the `acked`
 //     trace rows of the acks that leave a delivery.
@@ -41,8 +42,7 @@ import (
 // during the COMMIT is outcome unknown.
 
 // fastFlushable says batch can take the fast path: acks alone, none of
-// them of a delivery with an order key (an ordered one un-parks the
-// next, and every one has an order row to delete), of
+// them finishing an ordered delivery (those un-park the next), of
 // distinct units, and ctx carries no OwnerCheck (tryTx's second check).
 func fastFlushable(ctx context.Context, batch []OwnedFlush) bool {
 	if c, ok := OwnerCheckFrom(ctx); ok && len(c.VShards) > 0 {
@@ -60,7 +60,7 @@ func fastFlushable(ctx context.Context, batch []OwnedFlush) bool {
 		}
 		seen[k] = true
 		for _, a := range f.Acks {
-			if a.OrderKey != "" { // an ordered ack un-parks the next; any deletes its order row
+			if a.Ordered && a.OrderKey != "" {
 				return false
 			}
 		}
@@ -101,8 +101,8 @@ func flushAcksFastSQL(batch []OwnedFlush, fence Fence, fenced bool) (string, []a
 		args = append(args, fence.MapVersion)
 	}
 	units := make([]OwnedUnit, len(batch))
-	var subs []string
-	var ids [][]uint64
+	var subs, keyedSubs []string
+	var ids, keyedIDs [][]uint64
 	var all []uint64
 	for i, f := range batch {
 		units[i] = f.Unit
@@ -110,15 +110,29 @@ func flushAcksFastSQL(batch []OwnedFlush, fence Fence, fenced bool) (string, []a
 			continue
 		}
 		unitIDs := make([]uint64, len(f.Acks))
+		var keyed []uint64
 		for j, a := range f.Acks {
 			unitIDs[j] = a.MessageID
+			if a.OrderKey != "" {
+				keyed = append(keyed, a.MessageID)
+			}
 		}
 		subs = append(subs, f.Unit.Subscription)
 		ids = append(ids, unitIDs)
 		all = append(all, unitIDs...)
+		if len(keyed) > 0 {
+			keyedSubs = append(keyedSubs, f.Unit.Subscription)
+			keyedIDs = append(keyedIDs, keyed)
+		}
 	}
 	q, args := ownerProbeSQL(args, units)
 	b.WriteString(q + ";\n")
+	if len(keyedIDs) > 0 {
+		// Order rows before their deliveries, in the order a head read
+		// locks (message_order.go).
+		q, args = deleteOrderRowsManySQL(args, keyedSubs, keyedIDs)
+		b.WriteString(q + ";\n")
+	}
 	q, args = deleteOwnedManySQL(args, subs, ids)
 	b.WriteString(q + ";\n")
 	q, args = withDeliveriesCountedSQL(args, all)
