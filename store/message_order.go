@@ -90,8 +90,12 @@ func insertOrderRowsSQL(args []any, msgs []*Message, subs []string) (string, []a
 	if n == 0 {
 		return "", args, false
 	}
-	return "INSERT INTO message_order (message_id, subscription, topic, order_key, vshard) VALUES " + placeholders(n, 5), args, true
+	return "INSERT INTO " + orderRowsInto + placeholders(n, 5), args, true
 }
+
+// orderRowsInto is the table and columns of an insert of order rows, in
+// the order insertOrderRowsSQL and restoreOrderRows give their values.
+const orderRowsInto = "message_order (message_id, subscription, topic, order_key, vshard) VALUES "
 
 // insertOrderRows writes the order rows of msgs' deliveries to subs.
 func insertOrderRows(ctx context.Context, tx *sql.Tx, msgs []*Message, subs []string) error {
@@ -119,7 +123,7 @@ func restoreOrderRows(ctx context.Context, tx *sql.Tx, ds []delivery) error {
 	if n == 0 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, "INSERT IGNORE INTO message_order (message_id, subscription, topic, order_key, vshard) VALUES "+placeholders(n, 5), args...); err != nil {
+	if _, err := tx.ExecContext(ctx, "INSERT IGNORE INTO "+orderRowsInto+placeholders(n, 5), args...); err != nil {
 		return fmt.Errorf("restore message_order rows: %w", err)
 	}
 	return nil
@@ -412,7 +416,15 @@ const olderRouterWindow = 30 * time.Second
 // orderDropTimeout. One that fails is tried again orderDropRetry later;
 // heads are read through idx_order meanwhile.
 func (s *Store) dropOrderIndexSoon(members []Member) {
-	if s.orderTable.Load() || time.Now().UnixNano() < s.orderDropAfter.Load() || !s.orderDropping.CompareAndSwap(false, true) {
+	if s.orderTable.Load() || time.Now().UnixNano() < s.orderDropAfter.Load() {
+		return
+	}
+	for _, m := range members {
+		if m.SchemaVersion < OrderTableSince {
+			return // no goroutine per beat while an older member is live
+		}
+	}
+	if !s.orderDropping.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
