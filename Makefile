@@ -301,7 +301,8 @@ bench-consume: deps loadtest-build
 # hand with no router, to show what the contract allows on this machine,
 # and the floors of the inline layout (no delivery row for the default
 # subscription) and of the one-row layout (the message row is the dedup
-# key as well; docs/performance.md). Last lines: consume ratio
+# key as well, and its retention: rows deleted, keys kept; the line
+# `floor onerow lifetime` sums the two; docs/performance.md). Last lines: consume ratio
 # router/peer: R, produce ratio router/peer: R.
 bench-peers: deps loadtest-build
 	cd loadtest/peers && $(GO) build -o ../../bin/bench-peers .

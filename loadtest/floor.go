@@ -94,6 +94,14 @@ const (
 	// id alone. It is the floor of a schema whose produce writes one row,
 	// the peer's count (docs/performance.md, "The baseline, the peer and
 	// the floor"). The same restrictions as LayoutInline apply.
+	//
+	// Without month partitions a message leaves by a delete, and its key
+	// must outlive it (dedup has no time window): Retire moves each key
+	// into floor_key, the registry of retired keys, and deletes the row.
+	// A publish therefore also reads floor_key for its keys, after its
+	// insert and with a shared lock, so that a key retired before, or
+	// while the insert waited for the retiring transaction's lock on the
+	// unique key, fails the batch as a stored one does.
 	LayoutOneRow
 )
 
@@ -231,7 +239,8 @@ const (
 )
 
 // Create drops and creates the floor's tables, those of its Layout. The
-// one-row layout has no floor_key: its message rows are the registry.
+// one-row layout's floor_key holds only retired keys (Retire): its
+// message rows are the registry of the keys they carry.
 func (f *Floor) Create(ctx context.Context) error {
 	if err := f.check(); err != nil {
 		return err
@@ -250,8 +259,7 @@ func (f *Floor) Create(ctx context.Context) error {
 	case LayoutInline:
 		tables[1] = floorInlineStore + store.MonthPartitions("created_at", f.now())
 	case LayoutOneRow:
-		tables = tables[1:]
-		tables[0] = floorOneRowStore
+		tables[1] = floorOneRowStore
 	}
 	for _, q := range tables {
 		if _, err := f.DB.ExecContext(ctx, q); err != nil {
@@ -403,8 +411,78 @@ func (f *Floor) Publish(ctx context.Context, topic string, msgs []FloorMessage) 
 				return err
 			}
 		}
+		if f.Layout == LayoutOneRow {
+			return refuseRetired(ctx, tx, topic, msgs)
+		}
 		return nil
 	})
+}
+
+// ErrFloorRetiredKey is a one-row publish of a key that Retire moved to
+// the registry of retired keys: a key stored before.
+var ErrFloorRetiredKey = errors.New("floor: a key of the batch was retired (stored before)")
+
+// refuseRetired fails a one-row publish whose keys include a retired one.
+// It runs after the insert: the insert waits for a retiring transaction
+// that holds the key's unique entry, and this locking read then sees the
+// key that transaction registered.
+func refuseRetired(ctx context.Context, tx *sql.Tx, topic string, msgs []FloorMessage) error {
+	args := make([]any, 0, 2*len(msgs))
+	for _, m := range msgs {
+		args = append(args, topic, m.Key)
+	}
+	var retired int
+	if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM floor_key WHERE (topic, msg_key) IN ("+repeatList("(?,?)", len(msgs))+") LOCK IN SHARE MODE",
+		args...).Scan(&retired); err != nil {
+		return err
+	}
+	if retired > 0 {
+		return ErrFloorRetiredKey
+	}
+	return nil
+}
+
+// Retire is the one-row layout's retention, the work that dropping a
+// month's partition does for the other layouts (whose keys are in
+// floor_key from the start): it walks floor_store by id, which is
+// creation order, and moves batch rows per transaction — their keys, ids
+// and payload hashes into floor_key, then the rows deleted — until none
+// is left. Its run counts the rows retired.
+func (f *Floor) Retire(ctx context.Context, batch int) (FloorRun, error) {
+	if f.Layout != LayoutOneRow {
+		return FloorRun{}, fmt.Errorf("floor: only the one-row layout retires by rows (the %s layout drops partitions)", f.Layout)
+	}
+	start := time.Now()
+	var run FloorRun
+	for {
+		var lo, hi sql.Null[uint64]
+		if err := f.DB.QueryRowContext(ctx, "SELECT MIN(id), MAX(id) FROM (SELECT id FROM floor_store ORDER BY id LIMIT ?) AS next", batch).
+			Scan(&lo, &hi); err != nil {
+			return run, fmt.Errorf("floor: retire: the next ids: %w", err)
+		}
+		if !lo.Valid {
+			break
+		}
+		var n int64
+		err := f.inTx(ctx, "retire", func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO floor_key (topic, msg_key, message_id, payload_hash)"+
+				" SELECT topic, msg_key, id, payload_hash FROM floor_store WHERE id BETWEEN ? AND ?", lo.V, hi.V); err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, "DELETE FROM floor_store WHERE id BETWEEN ? AND ?", lo.V, hi.V)
+			if err != nil {
+				return err
+			}
+			n, err = res.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return run, err
+		}
+		run.Messages += n
+	}
+	run.Total, run.Window = run.Messages, time.Since(start)
+	return run, nil
 }
 
 // FloorLease is one claimed delivery, with what its `acked` event carries.

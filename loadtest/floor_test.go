@@ -318,8 +318,8 @@ func checkClaimScan(t *testing.T, db *sql.DB, now time.Time) {
 }
 
 // TestFloorOneRowLayout checks the one-row layout's budget: a produced
-// message is one row, in a table that is not partitioned and has no
-// registry beside it; a key stored already in the topic fails its whole
+// message is one row, in a table that is not partitioned (the registry
+// beside it holds only retired keys: TestFloorOneRowRetire); a key stored already in the topic fails its whole
 // batch (in another topic it is a new message); the owned consume finds
 // the messages through the claim index (in claim order, no sort) and
 // hands each out once; an ack updates the message row, and a second ack
@@ -340,8 +340,8 @@ func TestFloorOneRowLayout(t *testing.T) {
 	var registries, partitions int64
 	if err := db.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'floor_key'),"+
 		" (SELECT COUNT(*) FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'floor_store' AND PARTITION_NAME IS NOT NULL)").
-		Scan(&registries, &partitions); err != nil || registries != 0 || partitions != 0 {
-		t.Fatalf("floor_key tables %d, floor_store partitions %d (%v); want 0, 0", registries, partitions, err)
+		Scan(&registries, &partitions); err != nil || registries != 1 || partitions != 0 {
+		t.Fatalf("floor_key tables %d, floor_store partitions %d (%v); want 1 (the retired keys'), 0", registries, partitions, err)
 	}
 	if err := f.Preload(ctx, "t", 300, 3, 50); err != nil {
 		t.Fatal(err)
@@ -422,5 +422,53 @@ func TestFloorOneRowLayout(t *testing.T) {
 	}
 	if err := db.QueryRowContext(ctx, "SELECT LOCATE('late', ack_slot) FROM floor_store WHERE id = ?", leases[0].MessageID).Scan(&by); err != nil || by != 0 {
 		t.Fatalf("the second ack was written: %d (%v)", by, err)
+	}
+}
+
+// TestFloorOneRowRetire checks the one-row layout's retention: every row
+// leaves floor_store, its key, id and payload hash stay in floor_key, and
+// a retired key fails a later publish of its topic as a stored one does.
+func TestFloorOneRowRetire(t *testing.T) {
+	testbed.Need(t)
+	t.Parallel()
+	ctx := testtime.Context(t)
+	db := setupFloor(t).DB
+	f := &Floor{DB: db, Layout: LayoutOneRow, Acks: AckFolded}
+	if err := f.Create(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&Floor{DB: db}).Retire(ctx, 10); err == nil {
+		t.Fatal("the queue layout retired rows")
+	}
+	if err := f.Preload(ctx, "t", 250, 3, 40); err != nil {
+		t.Fatal(err)
+	}
+	var reused string
+	if err := db.QueryRowContext(ctx, "SELECT msg_key FROM floor_store ORDER BY id LIMIT 1").Scan(&reused); err != nil {
+		t.Fatal(err)
+	}
+	run, err := f.Retire(ctx, 60)
+	if err != nil || run.Messages != 250 || run.Total != 250 {
+		t.Fatalf("retired %d (total %d), %v; want 250", run.Messages, run.Total, err)
+	}
+	var stored, keys, matched int64
+	if err := db.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM floor_store), (SELECT COUNT(*) FROM floor_key),"+
+		" (SELECT COUNT(*) FROM floor_key WHERE topic = 't' AND message_id > 0 AND payload_hash <> REPEAT(0x00, 16))").Scan(&stored, &keys, &matched); err != nil {
+		t.Fatal(err)
+	}
+	if stored != 0 || keys != 250 || matched != 250 {
+		t.Fatalf("after the retire: %d messages, %d keys (%d with their id and hash); want 0, 250, 250", stored, keys, matched)
+	}
+	if err := f.Publish(ctx, "t", []FloorMessage{{Key: "new", Payload: []byte(`{}`)}, {Key: reused, Payload: []byte(`{}`)}}); !errors.Is(err, ErrFloorRetiredKey) {
+		t.Fatalf("a retired key published again: %v; want ErrFloorRetiredKey", err)
+	}
+	if err := f.Publish(ctx, "t", []FloorMessage{{Key: "new", Payload: []byte(`{}`)}}); err != nil {
+		t.Fatalf("a new key after a refused batch: %v", err)
+	}
+	if err := f.Publish(ctx, "u", []FloorMessage{{Key: reused, Payload: []byte(`{}`)}}); err != nil {
+		t.Fatalf("topic t's retired key in another topic: %v", err)
+	}
+	if run, err := f.Retire(ctx, 60); err != nil || run.Messages != 2 {
+		t.Fatalf("second retire: %d, %v; want 2", run.Messages, err)
 	}
 }

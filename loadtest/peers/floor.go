@@ -115,3 +115,23 @@ func (fl *floorPhases) consumeOwned(ctx context.Context, name string) (phase, er
 	}
 	return fl.phase(name, "consume", r, tr), nil
 }
+
+// retire runs the one-row layout's retention (loadtest.Floor.Retire,
+// 1,000 rows per transaction) over every row its phases left, with the
+// servers settled before (the publish's replication out of its count)
+// and after (the replicas' apply of the retire and a few seconds of
+// InnoDB's purge of the deleted rows in its count).
+func (fl *floorPhases) retire(ctx context.Context, name string, settle func(context.Context) error) (phase, error) {
+	if err := settle(ctx); err != nil {
+		return phase{}, err
+	}
+	tr := newTracker(fl.cpu)
+	r, err := fl.f.Retire(ctx, 1000)
+	if err != nil {
+		return phase{}, err
+	}
+	if err := settle(ctx); err != nil {
+		return phase{}, err
+	}
+	return fl.phase(name, "retire", r, tr), nil
+}

@@ -36,7 +36,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	_ "github.com/go-sql-driver/mysql"
 
+	"github.com/shardmq/shardmq/internal/ctxwait"
 	"github.com/shardmq/shardmq/internal/procstat"
+	"github.com/shardmq/shardmq/internal/testbed"
 	"github.com/shardmq/shardmq/loadtest"
 )
 
@@ -105,6 +107,7 @@ type report struct {
 	Command  string             `json:"command"`
 	Servers  string             `json:"servers"`
 	Load     string             `json:"load_avg_at_start"`
+	Lifetime lifetime           `json:"onerow_lifetime"`
 	Peer     string             `json:"peer"`
 	Phases   []phase            `json:"phases"`
 	Ratios   map[string]float64 `json:"ratios"`
@@ -238,6 +241,17 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 	if err := addPeer(onerow.produceBatched(ctx, "floor onerow publish")); err != nil {
 		return err
 	}
+	// What the one-row layout defers: its rows leave by deletes, their
+	// keys kept, where the other layouts drop a month's partition.
+	settle := func(ctx context.Context) error {
+		if err := testbed.WaitReplicated(ctx, bed); err != nil {
+			return fmt.Errorf("settle the servers: %w", err)
+		}
+		return ctxwait.Sleep(ctx, 3*time.Second)
+	}
+	if err := addPeer(onerow.retire(ctx, "floor onerow retire", settle)); err != nil {
+		return err
+	}
 	if err := addPeer(p.publish(ctx, "peer publish #2")); err != nil {
 		return err
 	}
@@ -288,6 +302,11 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 		"floor_onerow_consume": rate(rep.Phases, "floor-onerow", "consume") / rate(rep.Phases, "peer", "consume"),
 		"floor_onerow_produce": rate(rep.Phases, "floor-onerow", "produce") / rate(rep.Phases, "peer", "produce"),
 	}
+	rep.Lifetime = lifetime{
+		QueuePublish:  serversPerMessage(rep.Phases, "floor publish"),
+		OneRowPublish: serversPerMessage(rep.Phases, "floor onerow publish"),
+		OneRowRetire:  serversPerMessage(rep.Phases, "floor onerow retire"),
+	}
 	for _, ph := range rep.Phases {
 		for _, pr := range ph.Problems {
 			rep.Problems = append(rep.Problems, ph.Name+": "+pr)
@@ -312,12 +331,41 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "floor inline consume ratio floor/peer: %.2f\n", rep.Ratios["floor_inline_consume"])
 	fmt.Fprintf(stdout, "floor onerow produce ratio floor/peer: %.2f\n", rep.Ratios["floor_onerow_produce"])
 	fmt.Fprintf(stdout, "floor onerow consume ratio floor/peer: %.2f\n", rep.Ratios["floor_onerow_consume"])
+	fmt.Fprintf(stdout, "floor onerow lifetime, servers µs per message: publish %.1f + retire %.1f = %.1f; three rows, publish (a month's partition dropped): %.1f\n",
+		rep.Lifetime.OneRowPublish, rep.Lifetime.OneRowRetire, rep.Lifetime.OneRowPublish+rep.Lifetime.OneRowRetire, rep.Lifetime.QueuePublish)
 	fmt.Fprintf(stdout, "consume ratio router/peer: %.2f\n", rep.Ratios["consume"])
 	fmt.Fprintf(stdout, "produce ratio router/peer: %.2f\n", rep.Ratios["produce"])
 	if len(rep.Problems) > 0 {
 		return fmt.Errorf("%d problems (see the report)", len(rep.Problems))
 	}
 	return nil
+}
+
+// lifetime is what the servers spend on a message over its life in the
+// floor's layouts, leaving the consume out (the owned consumes are alike):
+// the three-row layout writes its rows and drops them with their month's
+// partition (nearly free); the one-row layout writes one row, then deletes
+// it and keeps its key (Floor.Retire).
+type lifetime struct {
+	QueuePublish  float64 `json:"queue_publish_us"`
+	OneRowPublish float64 `json:"onerow_publish_us"`
+	OneRowRetire  float64 `json:"onerow_retire_us"`
+}
+
+// serversPerMessage is the mariadbd µs per message of the phase named
+// name, 0 when there is none.
+func serversPerMessage(ps []phase, name string) float64 {
+	for _, p := range ps {
+		if p.Name != name {
+			continue
+		}
+		for _, c := range p.CPU {
+			if c.Name == "mariadbd" {
+				return c.PerMessageUS
+			}
+		}
+	}
+	return 0
 }
 
 // rate is the mean rate of target's phases of one kind of work (messages
@@ -677,6 +725,8 @@ func (r *report) markdown() string {
 	w("| floor inline owned consume (1 update) / peer consume | %.2f |\n", r.Ratios["floor_inline_consume"])
 	w("| floor onerow publish (the message row is the dedup key: 1 row) / peer publish | %.2f |\n", r.Ratios["floor_onerow_produce"])
 	w("| floor onerow owned consume (1 update) / peer consume | %.2f |\n", r.Ratios["floor_onerow_consume"])
+	w("\nWhat the one-row layout defers (servers' µs per message): it publishes at %.1f and retires (a delete, its key kept) at %.1f, %.1f in all; the three rows publish at %.1f and leave with their month's partition.\n",
+		r.Lifetime.OneRowPublish, r.Lifetime.OneRowRetire, r.Lifetime.OneRowPublish+r.Lifetime.OneRowRetire, r.Lifetime.QueuePublish)
 	for _, p := range r.Problems {
 		w("\nPROBLEM: %s\n", p)
 	}
