@@ -465,15 +465,23 @@ func (f *Floor) Retire(ctx context.Context, batch int) (FloorRun, error) {
 		}
 		var n int64
 		err := f.inTx(ctx, "retire", func(tx *sql.Tx) error {
-			if _, err := tx.ExecContext(ctx, "INSERT INTO floor_key (topic, msg_key, message_id, payload_hash)"+
-				" SELECT topic, msg_key, id, payload_hash FROM floor_store WHERE id BETWEEN ? AND ?", lo.V, hi.V); err != nil {
-				return err
-			}
-			res, err := tx.ExecContext(ctx, "DELETE FROM floor_store WHERE id BETWEEN ? AND ?", lo.V, hi.V)
+			res, err := tx.ExecContext(ctx, "INSERT INTO floor_key (topic, msg_key, message_id, payload_hash)"+
+				" SELECT topic, msg_key, id, payload_hash FROM floor_store WHERE id BETWEEN ? AND ?", lo.V, hi.V)
 			if err != nil {
 				return err
 			}
-			n, err = res.RowsAffected()
+			kept, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			if res, err = tx.ExecContext(ctx, "DELETE FROM floor_store WHERE id BETWEEN ? AND ?", lo.V, hi.V); err != nil {
+				return err
+			}
+			if n, err = res.RowsAffected(); err == nil && n != kept {
+				// A row committed into the range between the two statements
+				// would lose its key: roll back rather than forget it.
+				err = fmt.Errorf("ids %d–%d: %d keys kept, %d rows deleted", lo.V, hi.V, kept, n)
+			}
 			return err
 		})
 		if err != nil {

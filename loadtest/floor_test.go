@@ -319,8 +319,9 @@ func checkClaimScan(t *testing.T, db *sql.DB, now time.Time) {
 
 // TestFloorOneRowLayout checks the one-row layout's budget: a produced
 // message is one row, in a table that is not partitioned (the registry
-// beside it holds only retired keys: TestFloorOneRowRetire); a key stored already in the topic fails its whole
-// batch (in another topic it is a new message); the owned consume finds
+// beside it holds only retired keys: TestFloorOneRowRetire); a key
+// stored already in the topic fails its whole batch (in another topic it
+// is a new message); the owned consume finds
 // the messages through the claim index (in claim order, no sort) and
 // hands each out once; an ack updates the message row, and a second ack
 // of it changes nothing and fails.

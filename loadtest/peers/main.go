@@ -342,7 +342,8 @@ func bench(ctx context.Context, o options, stdout io.Writer) error {
 }
 
 // lifetime is what the servers spend on a message over its life in the
-// floor's layouts, leaving the consume out (the owned consumes are alike):
+// floor's layouts, leaving the consume out (the owned consume phases'
+// rows of the CPU table give it, layout by layout):
 // the three-row layout writes its rows and drops them with their month's
 // partition (nearly free); the one-row layout writes one row, then deletes
 // it and keeps its key (Floor.Retire).
