@@ -357,16 +357,23 @@ type lifetime struct {
 // name, 0 when there is none.
 func serversPerMessage(ps []phase, name string) float64 {
 	for _, p := range ps {
-		if p.Name != name {
-			continue
-		}
-		for _, c := range p.CPU {
-			if c.Name == "mariadbd" {
-				return c.PerMessageUS
+		if p.Name == name {
+			if u, ok := p.cpu("mariadbd"); ok {
+				return u.PerMessageUS
 			}
 		}
 	}
 	return 0
+}
+
+// cpu is the phase's CPU use of the source whose name begins with prefix.
+func (p phase) cpu(prefix string) (loadtest.CPUUse, bool) {
+	for _, u := range p.CPU {
+		if strings.HasPrefix(u.Name, prefix) {
+			return u, true
+		}
+	}
+	return loadtest.CPUUse{}, false
 }
 
 // rate is the mean rate of target's phases of one kind of work (messages
@@ -696,10 +703,8 @@ func (r *report) markdown() string {
 	w("| phase | cores busy | machine | generator | router | mariadbd |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, p := range r.Phases {
 		get := func(prefix string) string {
-			for _, u := range p.CPU {
-				if strings.HasPrefix(u.Name, prefix) {
-					return fmt.Sprintf("%.0f", u.PerMessageUS)
-				}
+			if u, ok := p.cpu(prefix); ok {
+				return fmt.Sprintf("%.0f", u.PerMessageUS)
 			}
 			return "—"
 		}
