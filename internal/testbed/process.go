@@ -218,22 +218,68 @@ func readFrom(path string, off int64) string {
 // servers died with the owner, but 100 MB of data per instance stayed. A
 // directory is removed only if its owner is gone and none of its servers
 // runs.
+//
+// /tmp may be shared by processes that cannot see each other's PIDs (a CI
+// run in a container on the machine where a developer runs tests): there a
+// live owner looks dead. So a directory whose owner lives in another PID
+// namespace is never judged, and one where any server still answers on its
+// socket is kept whatever its owner file says.
 func reapStaleDirs(log *slog.Logger) {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tempPrefix+"*"))
+	ns := pidNamespace()
 	for _, dir := range dirs {
 		owner, err := os.ReadFile(filepath.Join(dir, ownerFile))
 		if err != nil {
 			continue // still being created, or detached
 		}
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(owner))); err != nil || pidAlive(pid) {
+		pid, ownerNS, ok := parseOwner(string(owner))
+		if !ok || pidAlive(pid) || ownerNS != ns {
 			continue
 		}
-		if anyServerRuns(dir) {
+		if anyServerRuns(dir) || anySocketAnswers(dir) {
 			continue
 		}
 		log.Debug("removing stale test bed directory", "dir", dir)
 		os.RemoveAll(dir)
 	}
+}
+
+// ownerLine is what a bed writes to its owner file: the owner's PID and the
+// PID namespace that PID means something in.
+func ownerLine(pid int) string {
+	return strconv.Itoa(pid) + " " + pidNamespace()
+}
+
+// parseOwner reads an owner line. A file written before the namespace was
+// recorded holds the PID alone; it counts as this namespace's, as it was
+// then judged.
+func parseOwner(line string) (pid int, ns string, ok bool) {
+	f := strings.Fields(line)
+	if len(f) == 0 || len(f) > 2 {
+		return 0, "", false
+	}
+	pid, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0, "", false
+	}
+	ns = pidNamespace()
+	if len(f) == 2 {
+		ns = f[1]
+	}
+	return pid, ns, true
+}
+
+// anySocketAnswers reports whether a server of dir accepts a connection on
+// its Unix socket, which works across PID namespaces where /proc does not.
+func anySocketAnswers(dir string) bool {
+	socks, _ := filepath.Glob(filepath.Join(dir, "*", "mysqld.sock"))
+	for _, s := range socks {
+		if c, err := net.DialTimeout("unix", s, 500*time.Millisecond); err == nil {
+			c.Close()
+			return true
+		}
+	}
+	return false
 }
 
 func anyServerRuns(dir string) bool {

@@ -25,6 +25,17 @@ func sysProcAttr(detach bool) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 }
 
+// pidNamespace names this process's PID namespace ("pid:[4026531836]"), so
+// that a PID written to a file is judged only where it means the same
+// process.
+func pidNamespace() string {
+	ns, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return "unknown"
+	}
+	return ns
+}
+
 // pidAlive reports whether pid names a live process (a zombie is dead).
 func pidAlive(pid int) bool {
 	if pid <= 0 {

@@ -26,6 +26,9 @@ func pidAlive(pid int) bool {
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
+// pidNamespace: without /proc every process counts as one namespace's.
+func pidNamespace() string { return "unknown" }
+
 // isServerOf cannot read another process's arguments portably; it trusts
 // the PID.
 func isServerOf(pid int, dataDir string) bool { return pidAlive(pid) }

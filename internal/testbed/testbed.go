@@ -258,7 +258,7 @@ func Start(ctx context.Context, spec Spec) (*Bed, error) {
 		b.Dir, b.ownsDir = dir, true
 		if !spec.Detach {
 			// Marks the directory as reapable once this process is gone.
-			if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(ownerLine(os.Getpid())), 0o644); err != nil {
 				os.RemoveAll(dir)
 				return nil, fmt.Errorf("testbed: %w", err)
 			}
