@@ -30,7 +30,7 @@ func TestReapSparesBedsItCannotJudge(t *testing.T) {
 	if pidAlive(dead) {
 		t.Skipf("pid %d was reused already", dead)
 	}
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		name    string
 		owner   string
 		socket  bool // a server answers on c1-primary/mysqld.sock
@@ -44,7 +44,7 @@ func TestReapSparesBedsItCannotJudge(t *testing.T) {
 		{"unreadable owner", "not a pid", false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := filepath.Join(tmp, tempPrefix+strconv.Itoa(len(tc.name)))
+			dir := filepath.Join(tmp, tempPrefix+strconv.Itoa(i))
 			inst := filepath.Join(dir, "c1-primary")
 			if err := os.MkdirAll(inst, 0o755); err != nil {
 				t.Fatal(err)
